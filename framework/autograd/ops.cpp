@@ -1,0 +1,232 @@
+#include "autograd/ops.h"
+
+#include "kernels/cpu/elementwise.h"
+#include "kernels/cpu/gemm.h"
+#include "kernels/cpu/layout.h"
+#include "kernels/cpu/nn_kernels.h"
+#include "kernels/cpu/reduce.h"
+
+namespace tessera::ag {
+
+using namespace tessera::cpu;
+
+// ------------------------------------------------------------ elementwise
+Var add(const Var& a, const Var& b) {
+  const Shape sa = a.shape(), sb = b.shape();
+  return make_result(cpu::add(a.value(), b.value()), "add", {a, b}, [sa, sb](const Tensor& g) {
+    return std::vector<Tensor>{sum_to_shape(g, sa), sum_to_shape(g, sb)};
+  });
+}
+
+Var sub(const Var& a, const Var& b) {
+  const Shape sa = a.shape(), sb = b.shape();
+  return make_result(cpu::sub(a.value(), b.value()), "sub", {a, b}, [sa, sb](const Tensor& g) {
+    return std::vector<Tensor>{sum_to_shape(g, sa), sum_to_shape(affine(g, -1.0, 0.0), sb)};
+  });
+}
+
+Var mul(const Var& a, const Var& b) {
+  const Tensor va = a.value(), vb = b.value();
+  return make_result(cpu::mul(va, vb), "mul", {a, b}, [va, vb](const Tensor& g) {
+    return std::vector<Tensor>{sum_to_shape(cpu::mul(g, vb), va.shape()), sum_to_shape(cpu::mul(g, va), vb.shape())};
+  });
+}
+
+Var div(const Var& a, const Var& b) {
+  const Tensor va = a.value(), vb = b.value();
+  const Shape sa = va.shape();
+  Tensor out = cpu::div(va, vb);
+  return make_result(out, "div", {a, b}, [sa, vb, out](const Tensor& g) {
+    Tensor ga = cpu::div(g, vb);                       // d(a/b)/da = 1/b
+    Tensor gb = affine(cpu::mul(ga, out), -1.0, 0.0);  // d(a/b)/db = -(a/b)/b
+    return std::vector<Tensor>{sum_to_shape(ga, sa), sum_to_shape(gb, vb.shape())};
+  });
+}
+
+Var neg(const Var& x) { return scale(x, -1.0); }
+
+Var scale(const Var& x, double alpha) {
+  return make_result(affine(x.value(), alpha, 0.0), "scale", {x},
+                     [alpha](const Tensor& g) { return std::vector<Tensor>{affine(g, alpha, 0.0)}; });
+}
+
+Var relu(const Var& x) {
+  const Tensor vx = x.value();
+  return make_result(unary(UnaryOp::relu, vx), "relu", {x},
+                     [vx](const Tensor& g) { return std::vector<Tensor>{relu_backward(g, vx)}; });
+}
+
+Var exp(const Var& x) {
+  Tensor out = unary(UnaryOp::exp, x.value());
+  return make_result(out, "exp", {x}, [out](const Tensor& g) { return std::vector<Tensor>{cpu::mul(g, out)}; });
+}
+
+Var log(const Var& x) {
+  const Tensor vx = x.value();
+  return make_result(unary(UnaryOp::log, vx), "log", {x},
+                     [vx](const Tensor& g) { return std::vector<Tensor>{cpu::div(g, vx)}; });
+}
+
+Var tanh(const Var& x) {
+  Tensor out = unary(UnaryOp::tanh, x.value());
+  return make_result(out, "tanh", {x}, [out](const Tensor& g) {
+    // d tanh = 1 - tanh^2
+    return std::vector<Tensor>{cpu::mul(g, affine(cpu::mul(out, out), -1.0, 1.0))};
+  });
+}
+
+// ------------------------------------------------------------ reductions
+Var sum(const Var& x) {
+  const Shape sx = x.shape();
+  return make_result(sum_all(x.value()), "sum", {x},
+                     [sx](const Tensor& g) { return std::vector<Tensor>{broadcast_to(g, sx)}; });
+}
+
+Var mean(const Var& x) {
+  const Shape sx = x.shape();
+  const double n = static_cast<double>(x.value().numel());
+  return make_result(mean_all(x.value()), "mean", {x}, [sx, n](const Tensor& g) {
+    return std::vector<Tensor>{broadcast_to(affine(g, 1.0 / n, 0.0), sx)};
+  });
+}
+
+namespace {
+// Gradient of a reduction over `dim`: broadcast g (re-inserting dim as size 1) to the input shape.
+Tensor expand_reduced(const Tensor& g, const Shape& in_shape, std::int64_t dim, double factor) {
+  Shape kept = in_shape;
+  const std::int64_t d = dim < 0 ? dim + static_cast<std::int64_t>(in_shape.size()) : dim;
+  kept[static_cast<std::size_t>(d)] = 1;
+  return broadcast_to(affine(g.reshape(kept), factor, 0.0), in_shape);
+}
+}  // namespace
+
+Var sum(const Var& x, std::int64_t dim, bool keepdim) {
+  const Shape sx = x.shape();
+  return make_result(sum_dim(x.value(), dim, keepdim), "sum_dim", {x}, [sx, dim](const Tensor& g) {
+    return std::vector<Tensor>{expand_reduced(g, sx, dim, 1.0)};
+  });
+}
+
+Var mean(const Var& x, std::int64_t dim, bool keepdim) {
+  const Shape sx = x.shape();
+  const double n = static_cast<double>(x.value().size(dim));
+  return make_result(mean_dim(x.value(), dim, keepdim), "mean_dim", {x}, [sx, dim, n](const Tensor& g) {
+    return std::vector<Tensor>{expand_reduced(g, sx, dim, 1.0 / n)};
+  });
+}
+
+// ------------------------------------------------------------ matmul
+Var matmul(const Var& a, const Var& b, bool ta, bool tb) {
+  const Tensor va = a.value(), vb = b.value();
+  return make_result(cpu::matmul(va, vb, ta, tb), "matmul", {a, b}, [va, vb, ta, tb](const Tensor& g) {
+    // C = op(A) op(B): dA = dC op(B)^T (transposed back when A was), dB = op(A)^T dC (likewise).
+    Tensor ga = ta ? cpu::matmul(vb, g, tb, true) : cpu::matmul(g, vb, false, !tb);
+    Tensor gb;
+    const bool b_shared = vb.dim() == 2 && va.dim() > 2;
+    if (!b_shared) {
+      gb = tb ? cpu::matmul(g, va, true, ta) : cpu::matmul(va, g, !ta, false);
+    } else if (!ta) {
+      // Shared b: flatten the batch of a and g into rows, one GEMM sums over all of them.
+      const Tensor a2 = va.reshape({-1, va.size(-1)}), g2 = g.reshape({-1, g.size(-1)});
+      gb = tb ? cpu::matmul(g2, a2, true, false) : cpu::matmul(a2, g2, true, false);
+    } else {
+      gb = Tensor::zeros(vb.shape(), vb.dtype());
+      const std::int64_t batch = va.numel() / (va.size(-1) * va.size(-2));
+      const Tensor a3 = va.reshape({batch, va.size(-2), va.size(-1)}), g3 = g.reshape({batch, g.size(-2), g.size(-1)});
+      dispatch_float("matmul_backward", vb.dtype(), [&]<typename T>() {
+        const std::int64_t m = g3.size(1), n = g3.size(2), k = a3.size(1);
+        // a is [K, M] per batch; dB (N x K when tb, K x N otherwise) accumulates over batches.
+        if (tb) {
+          gemm_strided_batched<T>(true, true, n, k, m, T(1), g3.data<T>(), n, m * n, a3.data<T>(), m, k * m, T(1),
+                                  gb.data<T>(), k, 0, batch);
+        } else {
+          gemm_strided_batched<T>(false, false, k, n, m, T(1), a3.data<T>(), m, k * m, g3.data<T>(), n, m * n, T(1),
+                                  gb.data<T>(), n, 0, batch);
+        }
+      });
+    }
+    return std::vector<Tensor>{ga, gb};
+  });
+}
+
+Var linear(const Var& x, const Var& w, const Var& b) {
+  Var y = matmul(x, w, false, true);
+  return b.defined() ? add(y, b) : y;
+}
+
+// ------------------------------------------------------------ layout
+Var reshape(const Var& x, const Shape& shape) {
+  const Shape sx = x.shape();
+  return make_result(x.value().reshape(shape), "reshape", {x},
+                     [sx](const Tensor& g) { return std::vector<Tensor>{g.reshape(sx)}; });
+}
+
+Var permute(const Var& x, const std::vector<std::int64_t>& dims) {
+  const auto inv = inverse_permutation(dims);
+  return make_result(cpu::permute(x.value(), dims), "permute", {x},
+                     [inv](const Tensor& g) { return std::vector<Tensor>{cpu::permute(g, inv)}; });
+}
+
+// ------------------------------------------------------------ normalization
+Var softmax(const Var& x) {
+  Tensor y = softmax_lastdim(x.value());
+  return make_result(y, "softmax", {x}, [y](const Tensor& g) { return std::vector<Tensor>{softmax_backward(g, y)}; });
+}
+
+Var log_softmax(const Var& x) {
+  Tensor y = log_softmax_lastdim(x.value());
+  return make_result(y, "log_softmax", {x},
+                     [y](const Tensor& g) { return std::vector<Tensor>{log_softmax_backward(g, y)}; });
+}
+
+Var layer_norm(const Var& x, const Var& gamma, const Var& beta, double eps) {
+  const Tensor vx = x.value(), vg = gamma.value();
+  LayerNormOutput f = layer_norm_forward(vx, vg, beta.value(), eps);
+  const Tensor mean = f.mean, rstd = f.rstd;
+  return make_result(f.y, "layer_norm", {x, gamma, beta}, [vx, vg, mean, rstd](const Tensor& g) {
+    LayerNormGrads lg = layer_norm_backward(g, vx, vg, mean, rstd);
+    return std::vector<Tensor>{lg.dx, lg.dgamma, lg.dbeta};
+  });
+}
+
+// ------------------------------------------------------------ embedding, dropout, loss
+Var embedding(const Var& weight, const Tensor& ids) {
+  const Shape sw = weight.shape();
+  const DType dt = weight.value().dtype();
+  return make_result(embedding_forward(weight.value(), ids), "embedding", {weight}, [sw, dt, ids](const Tensor& g) {
+    Tensor gw = Tensor::zeros(sw, dt);
+    embedding_backward(gw, g, ids);
+    return std::vector<Tensor>{gw};
+  });
+}
+
+Var dropout(const Var& x, double p, std::uint64_t seed, std::uint64_t offset) {
+  if (p == 0.0) return x;
+  return make_result(dropout_forward(x.value(), p, seed, offset), "dropout", {x}, [p, seed, offset](const Tensor& g) {
+    return std::vector<Tensor>{dropout_backward(g, p, seed, offset)};
+  });
+}
+
+Var cross_entropy(const Var& logits, const Tensor& targets, double smoothing, std::int32_t ignore_index) {
+  const Tensor vz = logits.value();
+  CrossEntropyOutput f = cross_entropy_forward(vz, targets, smoothing, ignore_index);
+  const Tensor lse = f.lse;
+  return make_result(sum_all(f.loss), "cross_entropy", {logits},
+                     [vz, targets, lse, smoothing, ignore_index](const Tensor& g) {
+                       // d(sum of rows)/d(row loss) = g for every row.
+                       Tensor per_row = Tensor::full({vz.size(0)}, g.item(), vz.dtype());
+                       return std::vector<Tensor>{
+                           cross_entropy_backward(per_row, vz, targets, lse, smoothing, ignore_index)};
+                     });
+}
+
+Var attention(const Var& q, const Var& k, const Var& v, const Tensor& key_padding, const AttentionOptions& opt) {
+  const Tensor vq = q.value(), vk = k.value(), vv = v.value();
+  AttentionOutput f = attention_forward(vq, vk, vv, key_padding, opt);
+  return make_result(f.out, "attention", {q, k, v}, [vq, vk, vv, key_padding, f, opt](const Tensor& g) {
+    AttentionGrads ag = attention_backward(g, vq, vk, vv, key_padding, f, opt);
+    return std::vector<Tensor>{ag.dq, ag.dk, ag.dv};
+  });
+}
+
+}  // namespace tessera::ag

@@ -1,0 +1,53 @@
+// Differentiable ops: each forward is a CPU kernel call, and its backward sits next to it.
+#pragma once
+
+#include <cstdint>
+
+#include "autograd/var.h"
+#include "kernels/cpu/attention.h"
+
+namespace tessera::ag {
+
+// Elementwise, with NumPy broadcasting (the gradient of a broadcast input is summed back).
+Var add(const Var& a, const Var& b);
+Var sub(const Var& a, const Var& b);
+Var mul(const Var& a, const Var& b);
+Var div(const Var& a, const Var& b);
+Var neg(const Var& x);
+Var scale(const Var& x, double alpha);  // alpha * x
+Var relu(const Var& x);
+Var exp(const Var& x);
+Var log(const Var& x);
+Var tanh(const Var& x);
+
+// Reductions.
+Var sum(const Var& x);
+Var mean(const Var& x);
+Var sum(const Var& x, std::int64_t dim, bool keepdim = false);
+Var mean(const Var& x, std::int64_t dim, bool keepdim = false);
+
+// Matrix products over the last two dimensions (b may be 2-D and shared by every batch).
+Var matmul(const Var& a, const Var& b, bool trans_a = false, bool trans_b = false);
+// y = x w^T + b, with w: [out, in] and b: [out] (optional).
+Var linear(const Var& x, const Var& w, const Var& b = Var());
+
+// Layout.
+Var reshape(const Var& x, const Shape& shape);
+Var permute(const Var& x, const std::vector<std::int64_t>& dims);
+
+// Normalization and probabilities over the last dimension.
+Var softmax(const Var& x);
+Var log_softmax(const Var& x);
+Var layer_norm(const Var& x, const Var& gamma, const Var& beta, double eps = 1e-5);
+
+// Rows of `weight` ([V, D]) picked by int32 ids of any shape: output ids.shape + [D].
+Var embedding(const Var& weight, const Tensor& ids);
+// Inverted dropout with the counter-based RNG; identity when p == 0.
+Var dropout(const Var& x, double p, std::uint64_t seed, std::uint64_t offset);
+// Sum over rows of the label-smoothed cross entropy (ignored rows add 0). logits [N, V], targets int32 [N].
+Var cross_entropy(const Var& logits, const Tensor& targets, double smoothing, std::int32_t ignore_index);
+// Flash-style scaled dot-product attention (see kernels/cpu/attention.h for shapes and masks).
+Var attention(const Var& q, const Var& k, const Var& v, const Tensor& key_padding,
+              const cpu::AttentionOptions& opt);
+
+}  // namespace tessera::ag

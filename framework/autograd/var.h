@@ -1,0 +1,83 @@
+// Hand-written reverse-mode autograd (after flashlight's Variable and micrograd's Value).
+//
+// A Var is a cheap handle to a Node: the value, the gradient (allocated on first use), the input
+// nodes and the backward function of the op that made it. backward() orders the graph once with an
+// iterative depth-first search (no recursion, so deep graphs cannot overflow the stack), runs the
+// backward functions in reverse topological order, accumulates gradients, and frees the graph.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "tensor/tensor.h"
+
+namespace tessera::ag {
+
+// Given the gradient of an op's output, returns one gradient per input (undefined for inputs
+// that need none), each with that input's shape.
+using BackwardFn = std::function<std::vector<Tensor>(const Tensor& grad_out)>;
+
+struct Node {
+  Tensor value;
+  Tensor grad;
+  std::vector<std::shared_ptr<Node>> inputs;
+  BackwardFn backward;
+  std::string name;  // parameter name for leaves, op name otherwise
+  bool requires_grad = false;
+  bool is_leaf = true;
+};
+
+class Var {
+ public:
+  Var() = default;
+  // A leaf. Parameters are leaves that require a gradient and carry a dotted name.
+  explicit Var(Tensor value, bool requires_grad = false, std::string name = "");
+  static Var parameter(Tensor value, std::string name) { return Var(std::move(value), true, std::move(name)); }
+
+  bool defined() const { return node_ != nullptr; }
+  const Tensor& value() const;
+  Tensor& value();
+  const Tensor& grad() const;  // undefined until a backward reached this Var
+  bool requires_grad() const { return node_ && node_->requires_grad; }
+  bool is_leaf() const { return node_ && node_->is_leaf; }
+  const std::string& name() const;
+  const Shape& shape() const { return value().shape(); }
+
+  // Backpropagates from this Var: a one-element output is seeded with 1, others need a seed.
+  void backward();
+  void backward(const Tensor& seed);
+  void zero_grad();
+  void set_grad(Tensor g);
+
+  const std::shared_ptr<Node>& node() const { return node_; }
+  explicit Var(std::shared_ptr<Node> node) : node_(std::move(node)) {}
+
+ private:
+  std::shared_ptr<Node> node_;
+};
+
+// While alive, ops record no graph (evaluation, decoding, optimizer updates).
+class NoGradGuard {
+ public:
+  NoGradGuard();
+  ~NoGradGuard();
+  NoGradGuard(const NoGradGuard&) = delete;
+  NoGradGuard& operator=(const NoGradGuard&) = delete;
+
+ private:
+  bool saved_;
+};
+bool grad_enabled();
+
+// NaN check mode (Marian's --check-nan): every op checks its output and throws naming the
+// first op whose output is not finite.
+void set_check_nan(bool on);
+bool check_nan_enabled();
+
+// For op implementations: wraps an op's output value. Records the graph (inputs and backward)
+// only when grad mode is on and some input requires a gradient.
+Var make_result(Tensor value, const char* op, std::vector<Var> inputs, BackwardFn backward);
+
+}  // namespace tessera::ag

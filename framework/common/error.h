@@ -1,0 +1,28 @@
+// Errors that name what went wrong: the operation, the shapes, the key, the file.
+#pragma once
+
+#include <fmt/format.h>
+
+#include <stdexcept>
+#include <string>
+
+namespace tessera {
+
+class Error : public std::runtime_error {
+ public:
+  explicit Error(const std::string& what) : std::runtime_error(what) {}
+};
+
+// Throws tessera::Error with a fmt-formatted message.
+template <typename... Args>
+[[noreturn]] void fail(fmt::format_string<Args...> f, Args&&... args) {
+  throw Error(fmt::format(f, std::forward<Args>(args)...));
+}
+
+}  // namespace tessera
+
+// TESSERA_CHECK(cond, "op: shapes {} and {} differ", a, b)
+#define TESSERA_CHECK(cond, ...)        \
+  do {                                  \
+    if (!(cond)) ::tessera::fail(__VA_ARGS__); \
+  } while (0)

@@ -1,0 +1,232 @@
+#include "kernels/cpu/attention.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include "kernels/cpu/gemm.h"
+
+namespace tessera::cpu {
+namespace {
+
+constexpr std::int64_t kTileQ = 64;
+constexpr std::int64_t kTileK = 64;
+
+struct Dims {
+  std::int64_t b, h, lq, lk, d, dv;
+};
+
+Dims check_attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& key_padding) {
+  const char* op = "attention";
+  check_rank(op, q, 4, "q");
+  check_rank(op, k, 4, "k");
+  check_rank(op, v, 4, "v");
+  check_float(op, q);
+  check_same_dtype(op, q, k);
+  check_same_dtype(op, q, v);
+  check_cpu(op, q);
+  check_cpu(op, k);
+  check_cpu(op, v);
+  const Dims d{q.size(0), q.size(1), q.size(2), k.size(2), q.size(3), v.size(3)};
+  TESSERA_CHECK(k.size(0) == d.b && k.size(1) == d.h && k.size(3) == d.d,
+                "attention: k {} does not match q {} (need [B={}, H={}, Lk, D={}])", shape_str(k.shape()),
+                shape_str(q.shape()), d.b, d.h, d.d);
+  TESSERA_CHECK(v.size(0) == d.b && v.size(1) == d.h && v.size(2) == d.lk,
+                "attention: v {} does not match k {} (need [B={}, H={}, Lk={}, Dv])", shape_str(v.shape()),
+                shape_str(k.shape()), d.b, d.h, d.lk);
+  if (key_padding.defined()) {
+    check_cpu(op, key_padding);
+    TESSERA_CHECK(key_padding.dtype() == DType::i32 && key_padding.shape() == Shape({d.b, d.lk}),
+                  "attention: key_padding must be int32 [B={}, Lk={}], got {}", d.b, d.lk, key_padding.describe());
+  }
+  return d;
+}
+
+// Masks tile S ([rows, cols] at query row q0, key col k0) in place with -inf where a query may
+// not see a key.
+template <typename T>
+void apply_masks(T* s, std::int64_t rows, std::int64_t cols, std::int64_t q0, std::int64_t k0, const Dims& d,
+                 const std::int32_t* pad, bool causal) {
+  const T neg_inf = -std::numeric_limits<T>::infinity();
+  for (std::int64_t i = 0; i < rows; ++i) {
+    T* row = s + i * cols;
+    if (pad) {
+      for (std::int64_t j = 0; j < cols; ++j)
+        if (pad[k0 + j]) row[j] = neg_inf;
+    }
+    if (causal) {
+      const std::int64_t last = q0 + i + (d.lk - d.lq);  // last visible key
+      for (std::int64_t j = std::max<std::int64_t>(0, last + 1 - k0); j < cols; ++j) row[j] = neg_inf;
+    }
+  }
+}
+
+// Number of keys query tile [q0, q0+rows) may see under the causal mask (all keys otherwise).
+std::int64_t visible_keys(std::int64_t q0, std::int64_t rows, const Dims& d, bool causal) {
+  if (!causal) return d.lk;
+  return std::clamp<std::int64_t>(q0 + rows + (d.lk - d.lq), 0, d.lk);
+}
+
+template <typename T>
+void forward_head(const T* q, const T* k, const T* v, const std::int32_t* pad, T* out, T* lse, const Dims& d,
+                  bool causal, T scale, std::vector<T>& s, std::vector<T>& acc) {
+  const T neg_inf = -std::numeric_limits<T>::infinity();
+  for (std::int64_t q0 = 0; q0 < d.lq; q0 += kTileQ) {
+    const std::int64_t rows = std::min(kTileQ, d.lq - q0);
+    T row_max[kTileQ], row_sum[kTileQ];
+    std::fill_n(row_max, rows, neg_inf);
+    std::fill_n(row_sum, rows, T(0));
+    std::fill_n(acc.data(), rows * d.dv, T(0));
+    const std::int64_t kend = visible_keys(q0, rows, d, causal);
+    for (std::int64_t k0 = 0; k0 < kend; k0 += kTileK) {
+      const std::int64_t cols = std::min(kTileK, kend - k0);
+      // S = scale * Q_tile K_tile^T
+      gemm_strided_batched<T>(false, true, rows, cols, d.d, scale, q + q0 * d.d, d.d, 0, k + k0 * d.d, d.d, 0, T(0),
+                              s.data(), cols, 0, 1);
+      apply_masks(s.data(), rows, cols, q0, k0, d, pad, causal);
+      for (std::int64_t i = 0; i < rows; ++i) {
+        T* srow = s.data() + i * cols;
+        T m = row_max[i];
+        for (std::int64_t j = 0; j < cols; ++j) m = std::max(m, srow[j]);
+        if (m == neg_inf) {  // nothing visible yet in this row: P = 0
+          std::fill_n(srow, cols, T(0));
+          continue;
+        }
+        const T correction = std::exp(row_max[i] - m);  // exp(-inf) = 0 on the first visible tile
+        T sum = 0;
+        for (std::int64_t j = 0; j < cols; ++j) sum += (srow[j] = std::exp(srow[j] - m));
+        row_sum[i] = row_sum[i] * correction + sum;
+        row_max[i] = m;
+        T* arow = acc.data() + i * d.dv;
+        for (std::int64_t c = 0; c < d.dv; ++c) arow[c] *= correction;
+      }
+      // acc += P V_tile
+      gemm_strided_batched<T>(false, false, rows, d.dv, cols, T(1), s.data(), cols, 0, v + k0 * d.dv, d.dv, 0, T(1),
+                              acc.data(), d.dv, 0, 1);
+    }
+    for (std::int64_t i = 0; i < rows; ++i) {
+      T* orow = out + (q0 + i) * d.dv;
+      const T* arow = acc.data() + i * d.dv;
+      if (row_sum[i] > T(0)) {
+        const T inv = T(1) / row_sum[i];
+        for (std::int64_t c = 0; c < d.dv; ++c) orow[c] = arow[c] * inv;
+        lse[q0 + i] = row_max[i] + std::log(row_sum[i]);
+      } else {
+        std::fill_n(orow, d.dv, T(0));
+        lse[q0 + i] = neg_inf;
+      }
+    }
+  }
+}
+
+template <typename T>
+void backward_head(const T* q, const T* k, const T* v, const T* o, const T* dout, const T* lse,
+                   const std::int32_t* pad, T* dq, T* dk, T* dv, const Dims& d, bool causal, T scale,
+                   std::vector<T>& p, std::vector<T>& dp, std::vector<T>& delta) {
+  const T neg_inf = -std::numeric_limits<T>::infinity();
+  // delta_i = sum_c dO_ic O_ic  (= sum_j P_ij dP_ij)
+  for (std::int64_t i = 0; i < d.lq; ++i) {
+    T acc = 0;
+    for (std::int64_t c = 0; c < d.dv; ++c) acc += dout[i * d.dv + c] * o[i * d.dv + c];
+    delta[static_cast<std::size_t>(i)] = acc;
+  }
+  std::fill_n(dq, d.lq * d.d, T(0));
+  std::fill_n(dk, d.lk * d.d, T(0));
+  std::fill_n(dv, d.lk * d.dv, T(0));
+  for (std::int64_t q0 = 0; q0 < d.lq; q0 += kTileQ) {
+    const std::int64_t rows = std::min(kTileQ, d.lq - q0);
+    const std::int64_t kend = visible_keys(q0, rows, d, causal);
+    for (std::int64_t k0 = 0; k0 < kend; k0 += kTileK) {
+      const std::int64_t cols = std::min(kTileK, kend - k0);
+      // Recompute P = exp(scale * Q K^T - lse).
+      gemm_strided_batched<T>(false, true, rows, cols, d.d, scale, q + q0 * d.d, d.d, 0, k + k0 * d.d, d.d, 0, T(0),
+                              p.data(), cols, 0, 1);
+      apply_masks(p.data(), rows, cols, q0, k0, d, pad, causal);
+      for (std::int64_t i = 0; i < rows; ++i) {
+        T* prow = p.data() + i * cols;
+        const T l = lse[q0 + i];
+        if (l == neg_inf) {
+          std::fill_n(prow, cols, T(0));
+        } else {
+          for (std::int64_t j = 0; j < cols; ++j) prow[j] = std::exp(prow[j] - l);
+        }
+      }
+      // dV_tile += P^T dO_tile
+      gemm_strided_batched<T>(true, false, cols, d.dv, rows, T(1), p.data(), cols, 0, dout + q0 * d.dv, d.dv, 0, T(1),
+                              dv + k0 * d.dv, d.dv, 0, 1);
+      // dP = dO_tile V_tile^T, then dS = P * (dP - delta)
+      gemm_strided_batched<T>(false, true, rows, cols, d.dv, T(1), dout + q0 * d.dv, d.dv, 0, v + k0 * d.dv, d.dv, 0,
+                              T(0), dp.data(), cols, 0, 1);
+      for (std::int64_t i = 0; i < rows; ++i) {
+        const T di = delta[static_cast<std::size_t>(q0 + i)];
+        for (std::int64_t j = 0; j < cols; ++j) dp[i * cols + j] = p[i * cols + j] * (dp[i * cols + j] - di);
+      }
+      // dQ_tile += scale * dS K_tile ; dK_tile += scale * dS^T Q_tile
+      gemm_strided_batched<T>(false, false, rows, d.d, cols, scale, dp.data(), cols, 0, k + k0 * d.d, d.d, 0, T(1),
+                              dq + q0 * d.d, d.d, 0, 1);
+      gemm_strided_batched<T>(true, false, cols, d.d, rows, scale, dp.data(), cols, 0, q + q0 * d.d, d.d, 0, T(1),
+                              dk + k0 * d.d, d.d, 0, 1);
+    }
+  }
+}
+
+}  // namespace
+
+AttentionOutput attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& key_padding,
+                                  const AttentionOptions& opt) {
+  const Dims d = check_attention(q, k, v, key_padding);
+  AttentionOutput res{Tensor::empty({d.b, d.h, d.lq, d.dv}, q.dtype()), Tensor::empty({d.b, d.h, d.lq}, q.dtype())};
+  const double scale = opt.scale > 0 ? opt.scale : 1.0 / std::sqrt(static_cast<double>(d.d));
+  dispatch_float("attention", q.dtype(), [&]<typename T>() {
+    const std::int32_t* pad = key_padding.defined() ? key_padding.data<std::int32_t>() : nullptr;
+    ScopedSerialBlas serial;  // parallel over (batch, head); each tile GEMM runs on one thread
+#pragma omp parallel
+    {
+      std::vector<T> s(static_cast<std::size_t>(kTileQ * kTileK));
+      std::vector<T> acc(static_cast<std::size_t>(kTileQ * std::max<std::int64_t>(d.dv, 1)));
+#pragma omp for schedule(dynamic)
+      for (std::int64_t bh = 0; bh < d.b * d.h; ++bh) {
+        const std::int64_t b = bh / d.h;
+        forward_head<T>(q.data<T>() + bh * d.lq * d.d, k.data<T>() + bh * d.lk * d.d, v.data<T>() + bh * d.lk * d.dv,
+                        pad ? pad + b * d.lk : nullptr, res.out.data<T>() + bh * d.lq * d.dv,
+                        res.lse.data<T>() + bh * d.lq, d, opt.causal, static_cast<T>(scale), s, acc);
+      }
+    }
+  });
+  return res;
+}
+
+AttentionGrads attention_backward(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v,
+                                  const Tensor& key_padding, const AttentionOutput& fwd, const AttentionOptions& opt) {
+  const Dims d = check_attention(q, k, v, key_padding);
+  check_same_shape("attention_backward", dout, fwd.out);
+  check_same_dtype("attention_backward", dout, q);
+  TESSERA_CHECK(fwd.out.shape() == Shape({d.b, d.h, d.lq, d.dv}) && fwd.lse.shape() == Shape({d.b, d.h, d.lq}),
+                "attention_backward: saved out {} / lse {} do not match q {} and v {}", shape_str(fwd.out.shape()),
+                shape_str(fwd.lse.shape()), shape_str(q.shape()), shape_str(v.shape()));
+  AttentionGrads g{Tensor::empty(q.shape(), q.dtype()), Tensor::empty(k.shape(), q.dtype()),
+                   Tensor::empty(v.shape(), q.dtype())};
+  const double scale = opt.scale > 0 ? opt.scale : 1.0 / std::sqrt(static_cast<double>(d.d));
+  dispatch_float("attention_backward", q.dtype(), [&]<typename T>() {
+    const std::int32_t* pad = key_padding.defined() ? key_padding.data<std::int32_t>() : nullptr;
+    ScopedSerialBlas serial;
+#pragma omp parallel
+    {
+      std::vector<T> p(static_cast<std::size_t>(kTileQ * kTileK)), dp(p.size());
+      std::vector<T> delta(static_cast<std::size_t>(d.lq));
+#pragma omp for schedule(dynamic)
+      for (std::int64_t bh = 0; bh < d.b * d.h; ++bh) {
+        const std::int64_t b = bh / d.h;
+        backward_head<T>(q.data<T>() + bh * d.lq * d.d, k.data<T>() + bh * d.lk * d.d, v.data<T>() + bh * d.lk * d.dv,
+                         fwd.out.data<T>() + bh * d.lq * d.dv, dout.data<T>() + bh * d.lq * d.dv,
+                         fwd.lse.data<T>() + bh * d.lq, pad ? pad + b * d.lk : nullptr, g.dq.data<T>() + bh * d.lq * d.d,
+                         g.dk.data<T>() + bh * d.lk * d.d, g.dv.data<T>() + bh * d.lk * d.dv, d, opt.causal,
+                         static_cast<T>(scale), p, dp, delta);
+      }
+    }
+  });
+  return g;
+}
+
+}  // namespace tessera::cpu

@@ -1,0 +1,33 @@
+// Elementwise kernels with NumPy broadcasting, and the reductions that undo it.
+#pragma once
+
+#include "tensor/tensor.h"
+
+namespace tessera::cpu {
+
+enum class BinaryOp { add, sub, mul, div };
+enum class UnaryOp { neg, relu, exp, log, tanh };
+
+// The broadcast shape of a and b (NumPy rules); throws naming `op` and both shapes.
+Shape broadcast_shapes(const char* op, const Shape& a, const Shape& b);
+
+Tensor binary(BinaryOp op, const Tensor& a, const Tensor& b);
+inline Tensor add(const Tensor& a, const Tensor& b) { return binary(BinaryOp::add, a, b); }
+inline Tensor sub(const Tensor& a, const Tensor& b) { return binary(BinaryOp::sub, a, b); }
+inline Tensor mul(const Tensor& a, const Tensor& b) { return binary(BinaryOp::mul, a, b); }
+inline Tensor div(const Tensor& a, const Tensor& b) { return binary(BinaryOp::div, a, b); }
+
+Tensor unary(UnaryOp op, const Tensor& x);
+// y = alpha * x + beta
+Tensor affine(const Tensor& x, double alpha, double beta);
+// dx = dy where x > 0, else 0
+Tensor relu_backward(const Tensor& dy, const Tensor& x);
+
+// dst += alpha * src (same shape and dtype): gradient accumulation.
+void add_inplace(Tensor& dst, const Tensor& src, double alpha = 1.0);
+// Sums t over the dimensions that broadcasting expanded, giving a tensor of `shape`.
+Tensor sum_to_shape(const Tensor& t, const Shape& shape);
+// Expands t to `shape` by broadcasting (a copy).
+Tensor broadcast_to(const Tensor& t, const Shape& shape);
+
+}  // namespace tessera::cpu

@@ -1,0 +1,106 @@
+#include "kernels/cpu/gemm.h"
+
+#include <cblas.h>
+
+namespace tessera::cpu {
+namespace {
+
+void blas_gemm(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, blasint m, blasint n, blasint k, float alpha, const float* a,
+               blasint lda, const float* b, blasint ldb, float beta, float* c, blasint ldc) {
+  cblas_sgemm(CblasRowMajor, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+}
+void blas_gemm(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, blasint m, blasint n, blasint k, double alpha,
+               const double* a, blasint lda, const double* b, blasint ldb, double beta, double* c, blasint ldc) {
+  cblas_dgemm(CblasRowMajor, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+}
+
+struct MatmulDims {
+  std::int64_t batch, m, n, k;
+  bool b_shared;  // b is one 2-D matrix used for every batch
+};
+
+MatmulDims matmul_dims(const char* op, const Tensor& a, const Tensor& b, bool ta, bool tb) {
+  check_float(op, a);
+  check_float(op, b);
+  check_same_dtype(op, a, b);
+  check_cpu(op, a);
+  check_cpu(op, b);
+  TESSERA_CHECK(a.dim() >= 2 && b.dim() >= 2, "{}: operands need at least 2 dimensions, got {} and {}", op,
+                shape_str(a.shape()), shape_str(b.shape()));
+  const bool b_shared = b.dim() == 2 && a.dim() > 2;
+  if (!b_shared) {
+    TESSERA_CHECK(a.dim() == b.dim() && std::equal(a.shape().begin(), a.shape().end() - 2, b.shape().begin()),
+                  "{}: batch dimensions differ: {} vs {}", op, shape_str(a.shape()), shape_str(b.shape()));
+  }
+  const std::int64_t m = ta ? a.size(-1) : a.size(-2);
+  const std::int64_t ka = ta ? a.size(-2) : a.size(-1);
+  const std::int64_t kb = tb ? b.size(-1) : b.size(-2);
+  const std::int64_t n = tb ? b.size(-2) : b.size(-1);
+  TESSERA_CHECK(ka == kb, "{}: inner dimensions differ: {}{} @ {}{} ({} vs {})", op, shape_str(a.shape()),
+                ta ? "^T" : "", shape_str(b.shape()), tb ? "^T" : "", ka, kb);
+  return {a.numel() / (a.size(-1) * a.size(-2)), m, n, ka, b_shared};
+}
+
+}  // namespace
+
+template <typename T>
+void gemm_strided_batched(bool trans_a, bool trans_b, std::int64_t m, std::int64_t n, std::int64_t k, T alpha,
+                          const T* a, std::int64_t lda, std::int64_t stride_a, const T* b, std::int64_t ldb,
+                          std::int64_t stride_b, T beta, T* c, std::int64_t ldc, std::int64_t stride_c,
+                          std::int64_t batch) {
+  const auto ta = trans_a ? CblasTrans : CblasNoTrans;
+  const auto tb = trans_b ? CblasTrans : CblasNoTrans;
+  // One BLAS call per batch: BLAS threads each call internally, which keeps large
+  // GEMMs fast; the attention kernel, whose GEMMs are small, parallelizes itself.
+  for (std::int64_t i = 0; i < batch; ++i) {
+    blas_gemm(ta, tb, static_cast<blasint>(m), static_cast<blasint>(n), static_cast<blasint>(k), alpha,
+              a + i * stride_a, static_cast<blasint>(lda), b + i * stride_b, static_cast<blasint>(ldb), beta,
+              c + i * stride_c, static_cast<blasint>(ldc));
+  }
+}
+
+template void gemm_strided_batched<float>(bool, bool, std::int64_t, std::int64_t, std::int64_t, float, const float*,
+                                          std::int64_t, std::int64_t, const float*, std::int64_t, std::int64_t, float,
+                                          float*, std::int64_t, std::int64_t, std::int64_t);
+template void gemm_strided_batched<double>(bool, bool, std::int64_t, std::int64_t, std::int64_t, double,
+                                           const double*, std::int64_t, std::int64_t, const double*, std::int64_t,
+                                           std::int64_t, double, double*, std::int64_t, std::int64_t, std::int64_t);
+
+void matmul_into(Tensor& out, const Tensor& a, const Tensor& b, bool trans_a, bool trans_b, double alpha,
+                 double beta) {
+  const MatmulDims d = matmul_dims("matmul", a, b, trans_a, trans_b);
+  Shape want = a.shape();
+  want[want.size() - 2] = d.m;
+  want[want.size() - 1] = d.n;
+  if (a.dim() == 2 && b.dim() == 2) want = {d.m, d.n};
+  TESSERA_CHECK(out.shape() == want, "matmul: output has shape {}, expected {}", shape_str(out.shape()),
+                shape_str(want));
+  check_same_dtype("matmul", out, a);
+  dispatch_float("matmul", a.dtype(), [&]<typename T>() {
+    const std::int64_t lda = a.size(-1), ldb = b.size(-1);
+    if (d.b_shared && !trans_a) {
+      // [batch*M, K] @ [K, N]: one large GEMM instead of `batch` small ones.
+      gemm_strided_batched<T>(false, trans_b, d.batch * d.m, d.n, d.k, static_cast<T>(alpha), a.data<T>(), lda, 0,
+                              b.data<T>(), ldb, 0, static_cast<T>(beta), out.data<T>(), d.n, 0, 1);
+      return;
+    }
+    gemm_strided_batched<T>(trans_a, trans_b, d.m, d.n, d.k, static_cast<T>(alpha), a.data<T>(), lda,
+                            a.size(-1) * a.size(-2), b.data<T>(), ldb, d.b_shared ? 0 : b.size(-1) * b.size(-2),
+                            static_cast<T>(beta), out.data<T>(), d.n, d.m * d.n, d.batch);
+  });
+}
+
+Tensor matmul(const Tensor& a, const Tensor& b, bool trans_a, bool trans_b) {
+  const MatmulDims d = matmul_dims("matmul", a, b, trans_a, trans_b);
+  Shape shape = a.shape();
+  shape[shape.size() - 2] = d.m;
+  shape[shape.size() - 1] = d.n;
+  Tensor out = Tensor::empty(shape, a.dtype());
+  matmul_into(out, a, b, trans_a, trans_b, 1.0, 0.0);
+  return out;
+}
+
+ScopedSerialBlas::ScopedSerialBlas() : saved_threads_(openblas_get_num_threads()) { openblas_set_num_threads(1); }
+ScopedSerialBlas::~ScopedSerialBlas() { openblas_set_num_threads(saved_threads_); }
+
+}  // namespace tessera::cpu

@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# Installs the Debian packages Tessera builds against, only those that are missing.
+# Idempotent: a machine that has everything runs no apt-get at all.
+set -euo pipefail
+
+packages=(
+  build-essential cmake pkg-config
+  libopenblas-dev            # BLAS (cblas) for the CPU kernels
+  libopenmpi-dev openmpi-bin # MPI communicator and mpirun
+  libhdf5-openmpi-dev hdf5-tools  # parallel HDF5 checkpoints; h5ls/h5dump
+  libyaml-cpp-dev            # configs
+  libsentencepiece-dev sentencepiece  # subword vocabulary
+  libgtest-dev libbenchmark-dev
+  libcli11-dev libfmt-dev
+)
+
+missing=()
+for p in "${packages[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+    missing+=("$p")
+  fi
+done
+
+if [ ${#missing[@]} -eq 0 ]; then
+  echo "setup: all ${#packages[@]} packages present"
+  exit 0
+fi
+
+echo "setup: installing ${missing[*]}"
+SUDO=""
+[ "$(id -u)" -eq 0 ] || SUDO="sudo"
+$SUDO apt-get update -qq
+DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"

@@ -1,0 +1,99 @@
+#include <gtest/gtest.h>
+
+#include <cstdint>
+
+#include "tensor/tensor.h"
+
+namespace tessera {
+namespace {
+
+TEST(Tensor, ShapeDtypeAndAlignment) {
+  Tensor t = Tensor::zeros({2, 3, 4});
+  EXPECT_EQ(t.dim(), 3);
+  EXPECT_EQ(t.numel(), 24);
+  EXPECT_EQ(t.size(-1), 4);
+  EXPECT_EQ(t.dtype(), DType::f32);
+  EXPECT_EQ(t.device(), Device::cpu);
+  EXPECT_EQ(t.nbytes(), 96u);
+  for (DType dt : {DType::f32, DType::f64, DType::bf16, DType::i32}) {
+    for (std::int64_t n : {1, 3, 17, 1000}) {
+      Tensor u = Tensor::empty({n}, dt);
+      EXPECT_EQ(reinterpret_cast<std::uintptr_t>(u.raw_data()) % 64, 0u) << dtype_name(dt) << " n=" << n;
+    }
+  }
+  EXPECT_EQ(t.describe(), "float32[2, 3, 4] cpu");
+}
+
+TEST(Tensor, ReshapeIsAViewAndInfersOneDimension) {
+  Tensor t = Tensor::from(std::vector<float>{1, 2, 3, 4, 5, 6}, {2, 3});
+  Tensor r = t.reshape({3, -1});
+  EXPECT_EQ(r.shape(), (Shape{3, 2}));
+  r.data<float>()[0] = 42;
+  EXPECT_EQ(t.data<float>()[0], 42);  // shares storage
+  EXPECT_EQ(t.clone().data<float>()[0], 42);
+}
+
+TEST(Tensor, ErrorsNameTheOperationAndShapes) {
+  Tensor t = Tensor::zeros({2, 3});
+  try {
+    (void)t.reshape({4, 2});
+    FAIL() << "reshape did not throw";
+  } catch (const Error& e) {
+    EXPECT_STREQ(e.what(), "reshape: cannot view [2, 3] (6 elements) as [4, 2]");
+  }
+  try {
+    (void)t.data<double>();
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_STREQ(e.what(), "Tensor::data: asked for float64 elements of a float32[2, 3] cpu tensor");
+  }
+  EXPECT_THROW((void)Tensor::from(std::vector<float>{1, 2, 3}, {2, 2}), Error);
+  try {
+    check_same_shape("add", Tensor::zeros({2, 3}), Tensor::zeros({3, 2}));
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_STREQ(e.what(), "add: shape mismatch [2, 3] vs [3, 2]");
+  }
+  try {
+    check_same_dtype("add", Tensor::zeros({2}), Tensor::zeros({2}, DType::f64));
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_STREQ(e.what(), "add: dtype mismatch float32 vs float64 (shapes [2] and [2])");
+  }
+  EXPECT_THROW((void)t.size(2), Error);
+  EXPECT_THROW((void)t.item(), Error);
+}
+
+TEST(Tensor, CudaSlotReportsClearlyWithoutAGpu) {
+  if (cuda_available()) GTEST_SKIP() << "a GPU is present";
+  try {
+    (void)Tensor::zeros({2}).to(Device::cuda);
+    FAIL() << "copy to cuda did not throw without a GPU";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("cuda"), std::string::npos) << e.what();
+  }
+}
+
+TEST(BFloat16, RoundsToNearestEvenAndRoundTrips) {
+  // Values exactly representable in bf16 round-trip.
+  for (float f : {0.0f, 1.0f, -2.5f, 3.140625f, 1e30f, -1e-30f}) EXPECT_EQ(bf16::from_float(f).to_float(), f);
+  // 1 + 2^-8 lies exactly between 1 and 1 + 2^-7: ties go to the even mantissa (1.0).
+  EXPECT_EQ(bf16::from_float(1.0f + 1.0f / 256).to_float(), 1.0f);
+  // 1 + 3*2^-8 lies between 1 + 2^-7 and 1 + 2^-6: ties to even gives 1 + 2^-6.
+  EXPECT_EQ(bf16::from_float(1.0f + 3.0f / 256).to_float(), 1.0f + 1.0f / 64);
+  EXPECT_EQ(bf16::from_float(1.0f + 1.5f / 256).to_float(), 1.0f + 1.0f / 128);  // above the tie: rounds up
+  EXPECT_TRUE(std::isnan(bf16::from_float(std::nanf("")).to_float()));
+  EXPECT_TRUE(std::isinf(bf16::from_float(INFINITY).to_float()));
+  // Conversion through the tensor API.
+  Tensor t = Tensor::from(std::vector<float>{1.0f, 0.1f, -7.0f}, {3});
+  Tensor h = t.to(DType::bf16);
+  EXPECT_EQ(h.dtype(), DType::bf16);
+  EXPECT_EQ(h.nbytes(), 6u);
+  const auto back = h.to(DType::f32).to_doubles();
+  EXPECT_EQ(back[0], 1.0);
+  EXPECT_NEAR(back[1], 0.1, 0.1 / 128);  // 8 bits of mantissa
+  EXPECT_EQ(back[2], -7.0);
+}
+
+}  // namespace
+}  // namespace tessera
