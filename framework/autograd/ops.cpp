@@ -120,9 +120,20 @@ Var matmul(const Var& a, const Var& b, bool ta, bool tb) {
   const Tensor va = a.value(), vb = b.value();
   return make_result(cpu::matmul(va, vb, ta, tb), "matmul", {a, b}, [va, vb, ta, tb](const Tensor& g) {
     // C = op(A) op(B): dA = dC op(B)^T (transposed back when A was), dB = op(A)^T dC (likewise).
-    Tensor ga = ta ? cpu::matmul(vb, g, tb, true) : cpu::matmul(g, vb, false, !tb);
-    Tensor gb;
     const bool b_shared = vb.dim() == 2 && va.dim() > 2;
+    Tensor ga;
+    if (!ta) {
+      ga = cpu::matmul(g, vb, false, !tb);
+    } else if (!b_shared) {
+      ga = cpu::matmul(vb, g, tb, true);
+    } else {
+      // dA^T = dC op(B)^T per batch, then swap the last two dimensions.
+      std::vector<std::int64_t> swap_last(static_cast<std::size_t>(va.dim()));
+      for (std::size_t i = 0; i < swap_last.size(); ++i) swap_last[i] = static_cast<std::int64_t>(i);
+      std::swap(swap_last[swap_last.size() - 1], swap_last[swap_last.size() - 2]);
+      ga = cpu::permute(cpu::matmul(g, vb, false, !tb), swap_last);
+    }
+    Tensor gb;
     if (!b_shared) {
       gb = tb ? cpu::matmul(g, va, true, ta) : cpu::matmul(va, g, !ta, false);
     } else if (!ta) {

@@ -28,8 +28,8 @@ void check_finite(const Tensor& t, const char* op) {
   if (t.dtype() != DType::f32 && t.dtype() != DType::f64) return;
   const auto v = t.to_doubles();
   for (std::size_t i = 0; i < v.size(); ++i) {
-    TESSERA_CHECK(std::isfinite(v[i]), "check-nan: op '{}' produced {} at flat index {} of its output {}", op, v[i],
-                  i, t.describe());
+    TESSERA_CHECK(std::isfinite(v[i]), "check-nan: op '{}' produced {} at flat index {} of its output {}", op,
+                  std::isnan(v[i]) ? "NaN" : (v[i] > 0 ? "+inf" : "-inf"), i, t.describe());
   }
 }
 }  // namespace

@@ -1,1 +1,267 @@
+// CPU kernels used without autograd: values against direct formulas, and their error messages.
 #include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+
+#include "kernels/cpu/elementwise.h"
+#include "kernels/cpu/gemm.h"
+#include "kernels/cpu/layout.h"
+#include "kernels/cpu/nn_kernels.h"
+#include "kernels/cpu/reduce.h"
+#include "kernels/philox.h"
+
+namespace tessera {
+namespace {
+
+Tensor random_t(const Shape& s, std::uint64_t seed, DType dt = DType::f32) {
+  std::mt19937_64 rng(seed);
+  std::uniform_real_distribution<double> u(-1, 1);
+  std::vector<double> v(static_cast<std::size_t>(shape_numel(s)));
+  for (auto& e : v) e = u(rng);
+  return Tensor::from_doubles(v, s, dt);
+}
+
+template <typename Fn>
+std::string error_of(Fn&& fn) {
+  try {
+    fn();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+
+// ---------------------------------------------------------------- GEMM
+TEST(Gemm, AllTransposeCasesStridedBatchesAgainstNaive) {
+  const std::int64_t batch = 3, m = 5, n = 7, k = 4;
+  for (bool ta : {false, true}) {
+    for (bool tb : {false, true}) {
+      const Tensor a = random_t({batch, ta ? k : m, ta ? m : k}, 1, DType::f64);
+      const Tensor b = random_t({batch, tb ? n : k, tb ? k : n}, 2, DType::f64);
+      const Tensor c = cpu::matmul(a, b, ta, tb);
+      ASSERT_EQ(c.shape(), (Shape{batch, m, n}));
+      const double* A = a.data<double>();
+      const double* B = b.data<double>();
+      for (std::int64_t bt = 0; bt < batch; ++bt)
+        for (std::int64_t i = 0; i < m; ++i)
+          for (std::int64_t j = 0; j < n; ++j) {
+            double s = 0;
+            for (std::int64_t l = 0; l < k; ++l) {
+              const double av = ta ? A[bt * k * m + l * m + i] : A[bt * m * k + i * k + l];
+              const double bv = tb ? B[bt * n * k + j * k + l] : B[bt * k * n + l * n + j];
+              s += av * bv;
+            }
+            EXPECT_NEAR(c.data<double>()[(bt * m + i) * n + j], s, 1e-12) << ta << tb;
+          }
+      // A shared 2-D b gives the same result as b repeated over the batch.
+      const Tensor b0 = random_t({tb ? n : k, tb ? k : n}, 3, DType::f64);
+      Tensor brep = Tensor::empty({batch, b0.size(0), b0.size(1)}, DType::f64);
+      for (std::int64_t bt = 0; bt < batch; ++bt)
+        std::copy_n(b0.data<double>(), b0.numel(), brep.data<double>() + bt * b0.numel());
+      const auto shared = cpu::matmul(a, b0, ta, tb).to_doubles(), repeated = cpu::matmul(a, brep, ta, tb).to_doubles();
+      for (std::size_t i = 0; i < shared.size(); ++i) EXPECT_NEAR(shared[i], repeated[i], 1e-12);
+    }
+  }
+}
+
+TEST(Gemm, MatmulIntoAccumulatesWithBeta) {
+  const Tensor a = random_t({4, 3}, 1, DType::f64), b = random_t({3, 2}, 2, DType::f64);
+  Tensor out = Tensor::full({4, 2}, 1.0, DType::f64);
+  cpu::matmul_into(out, a, b, false, false, 2.0, 1.0);
+  const auto plain = cpu::matmul(a, b).to_doubles();
+  for (std::size_t i = 0; i < plain.size(); ++i) EXPECT_NEAR(out.to_doubles()[i], 1.0 + 2.0 * plain[i], 1e-12);
+}
+
+TEST(Gemm, ErrorsNameShapes) {
+  EXPECT_EQ(error_of([] { (void)cpu::matmul(Tensor::zeros({2, 3}), Tensor::zeros({4, 5})); }),
+            "matmul: inner dimensions differ: [2, 3] @ [4, 5] (3 vs 4)");
+  EXPECT_EQ(error_of([] { (void)cpu::matmul(Tensor::zeros({2, 2, 3}), Tensor::zeros({3, 3, 5})); }),
+            "matmul: batch dimensions differ: [2, 2, 3] vs [3, 3, 5]");
+  EXPECT_EQ(error_of([] { (void)cpu::matmul(Tensor::zeros({2, 3}), Tensor::zeros({3, 2}, DType::f64)); }),
+            "matmul: dtype mismatch float32 vs float64 (shapes [2, 3] and [3, 2])");
+}
+
+// ---------------------------------------------------------------- elementwise
+TEST(Elementwise, BroadcastingLikeNumPy) {
+  const Tensor a = Tensor::from(std::vector<double>{1, 2, 3, 4, 5, 6}, {2, 3});
+  const Tensor row = Tensor::from(std::vector<double>{10, 20, 30}, {3});
+  const Tensor col = Tensor::from(std::vector<double>{100, 200}, {2, 1});
+  EXPECT_EQ(cpu::add(a, row).to_doubles(), (std::vector<double>{11, 22, 33, 14, 25, 36}));
+  EXPECT_EQ(cpu::mul(a, col).to_doubles(), (std::vector<double>{100, 200, 300, 800, 1000, 1200}));
+  EXPECT_EQ(cpu::sub(row, a).to_doubles(), (std::vector<double>{9, 18, 27, 6, 15, 24}));
+  const Tensor outer = cpu::add(col, row);  // [2,1] + [3] -> [2,3]
+  EXPECT_EQ(outer.shape(), (Shape{2, 3}));
+  EXPECT_EQ(outer.to_doubles(), (std::vector<double>{110, 120, 130, 210, 220, 230}));
+  EXPECT_EQ(cpu::sum_to_shape(outer, {3}).to_doubles(), (std::vector<double>{320, 340, 360}));
+  EXPECT_EQ(cpu::sum_to_shape(outer, {2, 1}).to_doubles(), (std::vector<double>{360, 660}));
+  EXPECT_EQ(cpu::div(a, Tensor::full({}, 2.0, DType::f64)).to_doubles(), (std::vector<double>{0.5, 1, 1.5, 2, 2.5, 3}));
+  EXPECT_EQ(error_of([&] { (void)cpu::add(a, Tensor::zeros({2}, DType::f64)); }),
+            "add: shapes [2, 3] and [2] do not broadcast");
+}
+
+TEST(Elementwise, UnaryAndLargeParallelPath) {
+  const Tensor x = random_t({300, 257}, 4, DType::f64);  // above the OpenMP threshold
+  const auto xs = x.to_doubles();
+  const auto r = cpu::unary(cpu::UnaryOp::relu, x).to_doubles(), e = cpu::unary(cpu::UnaryOp::exp, x).to_doubles(),
+             t = cpu::unary(cpu::UnaryOp::tanh, x).to_doubles(), af = cpu::affine(x, 3.0, -1.0).to_doubles();
+  for (std::size_t i = 0; i < xs.size(); ++i) {
+    EXPECT_EQ(r[i], std::max(0.0, xs[i]));
+    EXPECT_EQ(e[i], std::exp(xs[i]));
+    EXPECT_EQ(t[i], std::tanh(xs[i]));
+    EXPECT_EQ(af[i], 3.0 * xs[i] - 1.0);
+  }
+}
+
+// ---------------------------------------------------------------- reductions, softmax
+TEST(Reduce, SumMeanAndPerDimension) {
+  const Tensor x = Tensor::from(std::vector<double>{1, 2, 3, 4, 5, 6}, {2, 3});
+  EXPECT_EQ(cpu::sum_all(x).item(), 21);
+  EXPECT_EQ(cpu::mean_all(x).item(), 3.5);
+  EXPECT_EQ(cpu::sum_dim(x, 0, false).to_doubles(), (std::vector<double>{5, 7, 9}));
+  EXPECT_EQ(cpu::sum_dim(x, -1, true).shape(), (Shape{2, 1}));
+  EXPECT_EQ(cpu::mean_dim(x, 1, false).to_doubles(), (std::vector<double>{2, 5}));
+  EXPECT_EQ(error_of([&] { (void)cpu::sum_dim(x, 2, false); }), "sum_dim: dimension 2 out of range for shape [2, 3]");
+  // Float32 sums of many values stay accurate (double accumulation).
+  EXPECT_NEAR(cpu::sum_all(Tensor::full({1 << 22}, 0.1)).item(), 0.1f * (1 << 22), 1.0);
+}
+
+TEST(Softmax, RowsSumToOneAndMatchTheFormula) {
+  const Tensor x = random_t({4, 9}, 5, DType::f64);
+  const auto p = cpu::softmax_lastdim(x).to_doubles(), lp = cpu::log_softmax_lastdim(x).to_doubles();
+  const auto xs = x.to_doubles();
+  for (int r = 0; r < 4; ++r) {
+    double z = 0, s = 0;
+    for (int j = 0; j < 9; ++j) z += std::exp(xs[r * 9 + j]);
+    for (int j = 0; j < 9; ++j) {
+      EXPECT_NEAR(p[r * 9 + j], std::exp(xs[r * 9 + j]) / z, 1e-15);
+      EXPECT_NEAR(lp[r * 9 + j], xs[r * 9 + j] - std::log(z), 1e-14);
+      s += p[r * 9 + j];
+    }
+    EXPECT_NEAR(s, 1.0, 1e-15);
+  }
+  // Large logits do not overflow.
+  const auto big = cpu::softmax_lastdim(Tensor::from(std::vector<float>{1000, 1000}, {1, 2})).to_doubles();
+  EXPECT_EQ(big[0], 0.5);
+}
+
+// ---------------------------------------------------------------- layer norm
+TEST(LayerNorm, NormalizesRowsAndAppliesGammaBeta) {
+  const Tensor x = random_t({3, 16}, 6, DType::f64);
+  const Tensor g = random_t({16}, 7, DType::f64), b = random_t({16}, 8, DType::f64);
+  const auto f = cpu::layer_norm_forward(x, g, b, 1e-5);
+  const auto xs = x.to_doubles(), y = f.y.to_doubles(), gs = g.to_doubles(), bs = b.to_doubles();
+  for (int r = 0; r < 3; ++r) {
+    double mu = 0, var = 0;
+    for (int j = 0; j < 16; ++j) mu += xs[r * 16 + j] / 16;
+    for (int j = 0; j < 16; ++j) var += (xs[r * 16 + j] - mu) * (xs[r * 16 + j] - mu) / 16;
+    for (int j = 0; j < 16; ++j)
+      EXPECT_NEAR(y[r * 16 + j], (xs[r * 16 + j] - mu) / std::sqrt(var + 1e-5) * gs[j] + bs[j], 1e-13);
+    EXPECT_NEAR(f.mean.to_doubles()[r], mu, 1e-15);
+  }
+  EXPECT_EQ(error_of([&] { (void)cpu::layer_norm_forward(x, Tensor::zeros({8}, DType::f64), b, 1e-5); }),
+            "layer_norm: gamma [8] and beta [16] must have shape [16] to match input [3, 16]");
+}
+
+// ---------------------------------------------------------------- embedding
+TEST(Embedding, GatherAndScatterAddWithRepeatedIds) {
+  const Tensor w = Tensor::from(std::vector<double>{0, 1, 10, 11, 20, 21}, {3, 2});
+  const Tensor ids = Tensor::from(std::vector<std::int32_t>{2, 0, 2}, {3});
+  EXPECT_EQ(cpu::embedding_forward(w, ids).to_doubles(), (std::vector<double>{20, 21, 0, 1, 20, 21}));
+  Tensor dw = Tensor::zeros({3, 2}, DType::f64);
+  cpu::embedding_backward(dw, Tensor::from(std::vector<double>{1, 2, 3, 4, 5, 6}, {3, 2}), ids);
+  EXPECT_EQ(dw.to_doubles(), (std::vector<double>{3, 4, 0, 0, 6, 8}));
+  EXPECT_EQ(error_of([&] { (void)cpu::embedding_forward(w, Tensor::from(std::vector<std::int32_t>{1, 3}, {2})); }),
+            "embedding: id 3 at flat position 1 of ids [2] is outside the vocabulary [0, 3)");
+  EXPECT_EQ(error_of([&] { (void)cpu::embedding_forward(w, Tensor::zeros({2})); }),
+            "embedding: ids must be int32, got float32[2] cpu");
+}
+
+// ---------------------------------------------------------------- dropout / Philox
+TEST(Philox, KnownAnswerVectors) {
+  // Random123's published known-answer tests for philox4x32, 10 rounds.
+  auto b = philox::philox4x32_10(0, 0, 0, 0, 0, 0);
+  EXPECT_EQ(b.v[0], 0x6627e8d5u);
+  EXPECT_EQ(b.v[1], 0xe169c58du);
+  EXPECT_EQ(b.v[2], 0xbc57ac4cu);
+  EXPECT_EQ(b.v[3], 0x9b00dbd8u);
+  b = philox::philox4x32_10(0xffffffffu, 0xffffffffu, 0xffffffffu, 0xffffffffu, 0xffffffffu, 0xffffffffu);
+  EXPECT_EQ(b.v[0], 0x408f276du);
+  EXPECT_EQ(b.v[1], 0x41c83b0eu);
+  EXPECT_EQ(b.v[2], 0xa20bc7c6u);
+  EXPECT_EQ(b.v[3], 0x6d5451fdu);
+  b = philox::philox4x32_10(0x243f6a88u, 0x85a308d3u, 0x13198a2eu, 0x03707344u, 0xa4093822u, 0x299f31d0u);
+  EXPECT_EQ(b.v[0], 0xd16cfe09u);
+  EXPECT_EQ(b.v[1], 0x94fdccebu);
+  EXPECT_EQ(b.v[2], 0x5001e420u);
+  EXPECT_EQ(b.v[3], 0x24126ea1u);
+}
+
+TEST(Dropout, MaskIsAPureFunctionOfSeedOffsetAndIndex) {
+  const Tensor x = Tensor::ones({100000});
+  const auto y = cpu::dropout_forward(x, 0.25, 42, 1000).to_doubles();
+  // Kept fraction near 1 - p (binomial sd ~ 0.0014), kept values scaled by 1/(1-p).
+  std::size_t kept = 0;
+  for (std::size_t i = 0; i < y.size(); ++i) {
+    ASSERT_TRUE(y[i] == 0.0 || std::abs(y[i] - 1.0 / 0.75) < 1e-6) << y[i];
+    kept += y[i] != 0.0;
+    // The same element decides the same way computed alone.
+    if (i % 9973 == 0) {
+      EXPECT_EQ(y[i] != 0.0, philox::dropout_keep(42, 1000, i, 0.25f));
+    }
+  }
+  EXPECT_NEAR(static_cast<double>(kept) / static_cast<double>(y.size()), 0.75, 0.01);
+  // Deterministic, independent of thread count and tensor size: a prefix gives the same mask.
+  EXPECT_EQ(cpu::dropout_forward(Tensor::ones({777}), 0.25, 42, 1000).to_doubles(),
+            std::vector<double>(y.begin(), y.begin() + 777));
+  // Another seed or offset gives another mask.
+  EXPECT_NE(cpu::dropout_forward(x, 0.25, 43, 1000).to_doubles(), y);
+  EXPECT_NE(cpu::dropout_forward(x, 0.25, 42, 1004).to_doubles(), y);
+  EXPECT_EQ(error_of([&] { (void)cpu::dropout_forward(x, 1.0, 1, 0); }), "dropout: probability 1 outside [0, 1)");
+}
+
+// ---------------------------------------------------------------- cross entropy
+TEST(CrossEntropy, LabelSmoothingAndIgnoredRowsMatchTheFormula) {
+  const Tensor z = Tensor::from(std::vector<double>{1, 2, 3, 0.5, -1, 2, 0, 0, 0}, {3, 3});
+  const Tensor t = Tensor::from(std::vector<std::int32_t>{2, 0, -100}, {3});
+  const double eps = 0.1;
+  const auto f = cpu::cross_entropy_forward(z, t, eps, -100);
+  const auto zs = z.to_doubles();
+  for (int r = 0; r < 2; ++r) {
+    double lse = 0;
+    for (int j = 0; j < 3; ++j) lse += std::exp(zs[r * 3 + j]);
+    lse = std::log(lse);
+    double want = 0;  // -sum_j q_j log p_j, q = (1-eps) onehot + eps/V
+    for (int j = 0; j < 3; ++j)
+      want -= ((j == t.data<std::int32_t>()[r] ? 1 - eps : 0) + eps / 3) * (zs[r * 3 + j] - lse);
+    EXPECT_NEAR(f.loss.to_doubles()[r], want, 1e-14);
+  }
+  EXPECT_EQ(f.loss.to_doubles()[2], 0.0);  // ignored row
+  // Row 0 evaluated once outside C++ (Python, math module) with PyTorch's smoothing convention.
+  EXPECT_NEAR(f.loss.to_doubles()[0], 0.5076059644443801, 1e-12);
+  EXPECT_EQ(error_of([&] {
+              (void)cpu::cross_entropy_forward(z, Tensor::from(std::vector<std::int32_t>{0, 3, 1}, {3}), eps, -100);
+            }),
+            "cross_entropy: id 3 at flat position 1 of ids [3] is outside the vocabulary [0, 3)");
+  EXPECT_EQ(error_of([&] { (void)cpu::cross_entropy_forward(z, Tensor::zeros({2}, DType::i32), eps, -100); }),
+            "cross_entropy: targets [2] do not match logits [3, 3]");
+}
+
+// ---------------------------------------------------------------- permute
+TEST(Permute, MovesDimensionsAndInvertsBack) {
+  const Tensor x = random_t({2, 3, 4, 5}, 9, DType::f64);
+  const Tensor p = cpu::permute(x, {0, 2, 1, 3});
+  ASSERT_EQ(p.shape(), (Shape{2, 4, 3, 5}));
+  for (int a = 0; a < 2; ++a)
+    for (int b = 0; b < 3; ++b)
+      for (int c = 0; c < 4; ++c)
+        for (int d = 0; d < 5; ++d)
+          EXPECT_EQ(p.data<double>()[((a * 4 + c) * 3 + b) * 5 + d], x.data<double>()[((a * 3 + b) * 4 + c) * 5 + d]);
+  const std::vector<std::int64_t> perm{3, 1, 0, 2};
+  EXPECT_EQ(cpu::permute(cpu::permute(x, perm), cpu::inverse_permutation(perm)).to_doubles(), x.to_doubles());
+  EXPECT_EQ(error_of([&] { (void)cpu::permute(x, {0, 1, 1, 2}); }),
+            "permute: [0, 1, 1, 2] is not a permutation of the dimensions of [2, 3, 4, 5]");
+}
+
+}  // namespace
+}  // namespace tessera
