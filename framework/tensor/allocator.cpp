@@ -1,7 +1,12 @@
 #include "tensor/allocator.h"
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+#include <vector>
 
 #include "common/error.h"
 
@@ -10,16 +15,103 @@
 #endif
 
 namespace tessera {
+namespace {
+
+class HostCache {
+ public:
+  static HostCache& instance() {
+    static HostCache* cache = new HostCache();  // never destroyed: tensors may outlive statics
+    return *cache;
+  }
+
+  void* allocate(std::size_t bytes) {
+    const std::size_t size = block_size(bytes);
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      auto it = free_.find(size);
+      if (it != free_.end() && !it->second.empty()) {
+        void* p = it->second.back();
+        it->second.pop_back();
+        stats_.cached -= size;
+        note_in_use(size);
+        return p;
+      }
+    }
+    void* p = std::aligned_alloc(kTensorAlignment, size);
+    if (p == nullptr) {  // give the cache back to the system and try once more
+      release();
+      p = std::aligned_alloc(kTensorAlignment, size);
+    }
+    TESSERA_CHECK(p != nullptr, "allocate: out of host memory for {} bytes", bytes);
+    std::lock_guard<std::mutex> lock(mutex_);
+    sizes_[p] = size;
+    note_in_use(size);
+    return p;
+  }
+
+  void deallocate(void* p) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    const std::size_t size = sizes_.at(p);
+    stats_.in_use -= size;
+    if (stats_.cached + size <= limit_) {
+      free_[size].push_back(p);
+      stats_.cached += size;
+    } else {
+      sizes_.erase(p);
+      std::free(p);
+    }
+  }
+
+  void release() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    for (auto& [size, blocks] : free_) {
+      for (void* p : blocks) {
+        sizes_.erase(p);
+        std::free(p);
+      }
+    }
+    free_.clear();
+    stats_.cached = 0;
+  }
+
+  HostMemoryStats stats() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return stats_;
+  }
+
+ private:
+  HostCache() {
+    const char* env = std::getenv("TESSERA_HOST_CACHE_MB");
+    limit_ = (env ? std::stoull(env) : 4096ull) << 20;
+  }
+
+  // Multiples of 64 bytes (aligned_alloc's rule); large blocks round to 4 KiB so that
+  // nearly equal sizes share a bucket.
+  static std::size_t block_size(std::size_t bytes) {
+    const std::size_t granule = bytes >= (std::size_t{1} << 20) ? 4096 : kTensorAlignment;
+    return (bytes + granule - 1) / granule * granule;
+  }
+
+  void note_in_use(std::size_t size) {
+    stats_.in_use += size;
+    stats_.peak_in_use = std::max(stats_.peak_in_use, stats_.in_use);
+  }
+
+  std::mutex mutex_;
+  std::unordered_map<std::size_t, std::vector<void*>> free_;
+  std::unordered_map<void*, std::size_t> sizes_;
+  HostMemoryStats stats_;
+  std::size_t limit_;
+};
+
+}  // namespace
+
+HostMemoryStats host_memory_stats() { return HostCache::instance().stats(); }
+void release_cached_host_memory() { HostCache::instance().release(); }
 
 void* allocate(std::size_t bytes, Device device) {
   if (bytes == 0) bytes = kTensorAlignment;  // a valid, unique pointer for empty tensors
-  if (device == Device::cpu) {
-    // aligned_alloc wants a size that is a multiple of the alignment.
-    const std::size_t rounded = (bytes + kTensorAlignment - 1) / kTensorAlignment * kTensorAlignment;
-    void* p = std::aligned_alloc(kTensorAlignment, rounded);
-    TESSERA_CHECK(p != nullptr, "allocate: out of host memory for {} bytes", bytes);
-    return p;
-  }
+  if (device == Device::cpu) return HostCache::instance().allocate(bytes);
 #ifdef TESSERA_WITH_CUDA
   void* p = nullptr;
   const cudaError_t err = cudaMalloc(&p, bytes);
@@ -33,7 +125,7 @@ void* allocate(std::size_t bytes, Device device) {
 void deallocate(void* ptr, Device device) noexcept {
   if (ptr == nullptr) return;
   if (device == Device::cpu) {
-    std::free(ptr);
+    HostCache::instance().deallocate(ptr);
     return;
   }
 #ifdef TESSERA_WITH_CUDA

@@ -9,10 +9,22 @@ namespace tessera {
 
 inline constexpr std::size_t kTensorAlignment = 64;
 
+// Host memory comes from a caching allocator: a freed block is kept, by size, for the next
+// allocation of the same size (a training step allocates the same shapes every step), so the
+// steady state makes no system calls and touches no fresh pages. The cache holds at most
+// TESSERA_HOST_CACHE_MB megabytes (default 4096); release_cached_host_memory() empties it.
 void* allocate(std::size_t bytes, Device device);
 void deallocate(void* ptr, Device device) noexcept;
 // Copies bytes between any two devices (host<->device through the CUDA runtime).
 void copy_bytes(void* dst, Device dst_device, const void* src, Device src_device, std::size_t bytes);
+struct HostMemoryStats {
+  std::size_t in_use = 0;       // bytes held by live tensors
+  std::size_t peak_in_use = 0;  // high-water mark of in_use
+  std::size_t cached = 0;       // bytes kept for reuse
+};
+HostMemoryStats host_memory_stats();
+void release_cached_host_memory();
+
 // True when this build has CUDA and a GPU answers. Any CUDA error counts as "no GPU".
 bool cuda_available();
 

@@ -98,3 +98,27 @@ TEST(BFloat16, RoundsToNearestEvenAndRoundTrips) {
 
 }  // namespace
 }  // namespace tessera
+
+namespace tessera {
+namespace {
+
+TEST(HostAllocator, ReusesFreedBlocksAndCountsBytes) {
+  const HostMemoryStats before = host_memory_stats();
+  const void* first = nullptr;
+  {
+    Tensor t = Tensor::empty({1000, 1000});  // 4 MB
+    first = t.raw_data();
+    EXPECT_GE(host_memory_stats().in_use, before.in_use + 4000000);
+  }
+  EXPECT_EQ(host_memory_stats().in_use, before.in_use);
+  EXPECT_GE(host_memory_stats().cached, 4000000u);
+  Tensor again = Tensor::empty({1000, 1000});
+  EXPECT_EQ(again.raw_data(), first);  // the same block, no new pages
+  EXPECT_GE(host_memory_stats().peak_in_use, 4000000u);
+  again = Tensor();
+  release_cached_host_memory();
+  EXPECT_EQ(host_memory_stats().cached, 0u);
+}
+
+}  // namespace
+}  // namespace tessera

@@ -75,15 +75,19 @@ LayerNormGrads layer_norm_backward(const Tensor& dy, const Tensor& x, const Tens
     std::vector<T> partial(static_cast<std::size_t>(2 * nthreads * d), T(0));
 #pragma omp parallel num_threads(nthreads) if (rows * d > 32768)
     {
-      T* pg = partial.data() + 2 * omp_get_thread_num() * d;
-      T* pb = pg + d;
+      // __restrict and locals let the compiler vectorize: nothing written aliases the inputs.
+      T* __restrict pg = partial.data() + 2 * omp_get_thread_num() * d;
+      T* __restrict pb = pg + d;
 #pragma omp for schedule(static)
       for (std::int64_t r = 0; r < rows; ++r) {
-        const T* a = in + r * d;
-        const T* gy = go + r * d;
+        const T* __restrict a = in + r * d;
+        const T* __restrict gy = go + r * d;
+        T* __restrict o = dx + r * d;
+        const T m = mu[r], s = rs[r];
         T sum_g = 0, sum_gx = 0;  // sums of (dy*gamma) and (dy*gamma*xhat)
+#pragma omp simd reduction(+ : sum_g, sum_gx)
         for (std::int64_t j = 0; j < d; ++j) {
-          const T xhat = (a[j] - mu[r]) * rs[r];
+          const T xhat = (a[j] - m) * s;
           const T gg = gy[j] * w[j];
           sum_g += gg;
           sum_gx += gg * xhat;
@@ -91,11 +95,9 @@ LayerNormGrads layer_norm_backward(const Tensor& dy, const Tensor& x, const Tens
           pb[j] += gy[j];
         }
         const T inv_d = T(1) / static_cast<T>(d);
-        T* o = dx + r * d;
-        for (std::int64_t j = 0; j < d; ++j) {
-          const T xhat = (a[j] - mu[r]) * rs[r];
-          o[j] = rs[r] * (gy[j] * w[j] - inv_d * sum_g - xhat * inv_d * sum_gx);
-        }
+        const T c1 = inv_d * sum_g, c2 = inv_d * sum_gx;
+#pragma omp simd
+        for (std::int64_t j = 0; j < d; ++j) o[j] = s * (gy[j] * w[j] - c1 - (a[j] - m) * s * c2);
       }
     }
     T* dgamma = g.dgamma.data<T>();
