@@ -76,13 +76,15 @@ int run_kernel_bench(const BenchOptions& opt) {
     const cpu::AttentionOptions o{.causal = causal, .scale = 0.0};
     const double t_fwd = best_seconds(opt.repeats, [&] { (void)cpu::attention_forward(q, k, v, Tensor(), o); });
     const cpu::AttentionOutput f = cpu::attention_forward(q, k, v, Tensor(), o);
-    const double t_bwd = best_seconds(opt.repeats, [&] { (void)cpu::attention_backward(dout, q, k, v, Tensor(), f, o); });
+    const double t_bwd =
+        best_seconds(opt.repeats, [&] { (void)cpu::attention_backward(dout, q, k, v, Tensor(), f, o); });
     const double fwd_flops = 4.0 * B * L * L * H * D * (causal ? 0.5 : 1.0);
     const double gf = 3.5 * fwd_flops / (t_fwd + t_bwd) / 1e9;
     const double ratio = gf / sgemm;
     fmt::print("{:<52} {:>9.1f} GFLOP/s  {:5.1f}% of sgemm (fwd {:.1f} ms, bwd {:.1f} ms){}\n",
                fmt::format("attention fwd+bwd b=32 h=8 L=128 d=64{}", causal ? " causal" : ""), gf, 100 * ratio,
-               1e3 * t_fwd, 1e3 * t_bwd, causal ? "" : (ratio >= 0.30 ? "  target >=30%: met" : "  target >=30%: MISSED"));
+               1e3 * t_fwd, 1e3 * t_bwd,
+               causal ? "" : (ratio >= 0.30 ? "  target >=30%: met" : "  target >=30%: MISSED"));
   }
 
   // Reference 2: memory bandwidth of a large copy (bytes read + bytes written).

@@ -57,8 +57,8 @@ int run_demo_training(const DemoOptions& opt) {
     return ag::linear(a, w3, b3);
   };
 
-  fmt::print("tessera demo: 2-layer MLP ({} hidden) on two spirals, {} steps of {} points, Adam lr {}\n", h,
-             opt.steps, opt.batch, opt.lr);
+  fmt::print("tessera demo: 2-layer MLP ({} hidden) on two spirals, {} steps of {} points, Adam lr {}\n", h, opt.steps,
+             opt.batch, opt.lr);
   const auto start = std::chrono::steady_clock::now();
   for (int step = 1; step <= opt.steps; ++step) {
     Tensor x, y;

@@ -1,7 +1,7 @@
 // The `tessera` executable: one binary, one subcommand per job.
-#include <CLI/CLI.hpp>
 #include <fmt/core.h>
 
+#include <CLI/CLI.hpp>
 #include <exception>
 
 #include "launch/bench_kernels.h"
@@ -29,8 +29,10 @@ int main(int argc, char** argv) {
   train->add_option("--seed", demo.seed, "Random seed")->capture_default_str();
 
   BenchOptions bench;
-  CLI::App* bench_cmd = app.add_subcommand("bench", "Benchmarks that print figures next to a reference measured in the same run");
-  CLI::App* bench_kernels = bench_cmd->add_subcommand("kernels", "CPU GEMM, attention and layer norm vs. sgemm and copy bandwidth");
+  CLI::App* bench_cmd =
+      app.add_subcommand("bench", "Benchmarks that print figures next to a reference measured in the same run");
+  CLI::App* bench_kernels =
+      bench_cmd->add_subcommand("kernels", "CPU GEMM, attention and layer norm vs. sgemm and copy bandwidth");
   bench_kernels->add_option("--repeats", bench.repeats, "Timed runs per kernel (best is reported)")
       ->check(CLI::Range(1, 1000))
       ->capture_default_str();

@@ -102,9 +102,8 @@ Tensor expand_reduced(const Tensor& g, const Shape& in_shape, std::int64_t dim, 
 
 Var sum(const Var& x, std::int64_t dim, bool keepdim) {
   const Shape sx = x.shape();
-  return make_result(sum_dim(x.value(), dim, keepdim), "sum_dim", {x}, [sx, dim](const Tensor& g) {
-    return std::vector<Tensor>{expand_reduced(g, sx, dim, 1.0)};
-  });
+  return make_result(sum_dim(x.value(), dim, keepdim), "sum_dim", {x},
+                     [sx, dim](const Tensor& g) { return std::vector<Tensor>{expand_reduced(g, sx, dim, 1.0)}; });
 }
 
 Var mean(const Var& x, std::int64_t dim, bool keepdim) {
@@ -222,13 +221,12 @@ Var cross_entropy(const Var& logits, const Tensor& targets, double smoothing, st
   const Tensor vz = logits.value();
   CrossEntropyOutput f = cross_entropy_forward(vz, targets, smoothing, ignore_index);
   const Tensor lse = f.lse;
-  return make_result(sum_all(f.loss), "cross_entropy", {logits},
-                     [vz, targets, lse, smoothing, ignore_index](const Tensor& g) {
-                       // d(sum of rows)/d(row loss) = g for every row.
-                       Tensor per_row = Tensor::full({vz.size(0)}, g.item(), vz.dtype());
-                       return std::vector<Tensor>{
-                           cross_entropy_backward(per_row, vz, targets, lse, smoothing, ignore_index)};
-                     });
+  return make_result(
+      sum_all(f.loss), "cross_entropy", {logits}, [vz, targets, lse, smoothing, ignore_index](const Tensor& g) {
+        // d(sum of rows)/d(row loss) = g for every row.
+        Tensor per_row = Tensor::full({vz.size(0)}, g.item(), vz.dtype());
+        return std::vector<Tensor>{cross_entropy_backward(per_row, vz, targets, lse, smoothing, ignore_index)};
+      });
 }
 
 Var attention(const Var& q, const Var& k, const Var& v, const Tensor& key_padding, const AttentionOptions& opt) {

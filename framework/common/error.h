@@ -22,7 +22,7 @@ template <typename... Args>
 }  // namespace tessera
 
 // TESSERA_CHECK(cond, "op: shapes {} and {} differ", a, b)
-#define TESSERA_CHECK(cond, ...)        \
-  do {                                  \
+#define TESSERA_CHECK(cond, ...)               \
+  do {                                         \
     if (!(cond)) ::tessera::fail(__VA_ARGS__); \
   } while (0)

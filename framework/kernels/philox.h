@@ -23,8 +23,8 @@ TESSERA_HD std::uint32_t mulhilo(std::uint32_t a, std::uint32_t b, std::uint32_t
 }
 
 // Ten rounds of Philox4x32 on counter (c0..c3) with key (k0, k1).
-TESSERA_HD Block philox4x32_10(std::uint32_t c0, std::uint32_t c1, std::uint32_t c2, std::uint32_t c3,
-                               std::uint32_t k0, std::uint32_t k1) {
+TESSERA_HD Block philox4x32_10(std::uint32_t c0, std::uint32_t c1, std::uint32_t c2, std::uint32_t c3, std::uint32_t k0,
+                               std::uint32_t k1) {
   for (int round = 0; round < 10; ++round) {
     std::uint32_t hi0, hi1;
     const std::uint32_t lo0 = mulhilo(0xD2511F53u, c0, &hi0);

@@ -14,20 +14,28 @@ enum class Device : std::uint8_t { cpu, cuda };
 
 constexpr std::size_t dtype_size(DType t) {
   switch (t) {
-    case DType::f32: return 4;
-    case DType::f64: return 8;
-    case DType::bf16: return 2;
-    case DType::i32: return 4;
+    case DType::f32:
+      return 4;
+    case DType::f64:
+      return 8;
+    case DType::bf16:
+      return 2;
+    case DType::i32:
+      return 4;
   }
   return 0;
 }
 
 constexpr std::string_view dtype_name(DType t) {
   switch (t) {
-    case DType::f32: return "float32";
-    case DType::f64: return "float64";
-    case DType::bf16: return "bfloat16";
-    case DType::i32: return "int32";
+    case DType::f32:
+      return "float32";
+    case DType::f64:
+      return "float64";
+    case DType::bf16:
+      return "bfloat16";
+    case DType::i32:
+      return "int32";
   }
   return "?";
 }
@@ -48,10 +56,23 @@ struct bf16 {
   constexpr float to_float() const { return std::bit_cast<float>(static_cast<std::uint32_t>(bits) << 16); }
 };
 
-template <typename T> struct dtype_of;
-template <> struct dtype_of<float> { static constexpr DType value = DType::f32; };
-template <> struct dtype_of<double> { static constexpr DType value = DType::f64; };
-template <> struct dtype_of<bf16> { static constexpr DType value = DType::bf16; };
-template <> struct dtype_of<std::int32_t> { static constexpr DType value = DType::i32; };
+template <typename T>
+struct dtype_of;
+template <>
+struct dtype_of<float> {
+  static constexpr DType value = DType::f32;
+};
+template <>
+struct dtype_of<double> {
+  static constexpr DType value = DType::f64;
+};
+template <>
+struct dtype_of<bf16> {
+  static constexpr DType value = DType::bf16;
+};
+template <>
+struct dtype_of<std::int32_t> {
+  static constexpr DType value = DType::i32;
+};
 
 }  // namespace tessera

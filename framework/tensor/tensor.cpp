@@ -14,8 +14,7 @@ std::int64_t shape_numel(const Shape& s) {
   return n;
 }
 
-Storage::Storage(std::size_t bytes, Device device)
-    : ptr_(allocate(bytes, device)), bytes_(bytes), device_(device) {}
+Storage::Storage(std::size_t bytes, Device device) : ptr_(allocate(bytes, device)), bytes_(bytes), device_(device) {}
 
 Storage::~Storage() { deallocate(ptr_, device_); }
 
@@ -48,10 +47,18 @@ Tensor Tensor::from_doubles(const std::vector<double>& values, const Shape& shap
   Tensor t = empty(shape, dtype);
   for (std::size_t i = 0; i < values.size(); ++i) {
     switch (dtype) {
-      case DType::f32: t.data<float>()[i] = static_cast<float>(values[i]); break;
-      case DType::f64: t.data<double>()[i] = values[i]; break;
-      case DType::bf16: t.data<bf16>()[i] = bf16::from_float(static_cast<float>(values[i])); break;
-      case DType::i32: t.data<std::int32_t>()[i] = static_cast<std::int32_t>(values[i]); break;
+      case DType::f32:
+        t.data<float>()[i] = static_cast<float>(values[i]);
+        break;
+      case DType::f64:
+        t.data<double>()[i] = values[i];
+        break;
+      case DType::bf16:
+        t.data<bf16>()[i] = bf16::from_float(static_cast<float>(values[i]));
+        break;
+      case DType::i32:
+        t.data<std::int32_t>()[i] = static_cast<std::int32_t>(values[i]);
+        break;
     }
   }
   return t;
@@ -71,8 +78,7 @@ std::string Tensor::describe() const {
 
 void Tensor::check_access(DType want, const char* who) const {
   TESSERA_CHECK(defined(), "Tensor::{}: tensor is undefined", who);
-  TESSERA_CHECK(dtype_ == want, "Tensor::{}: asked for {} elements of a {} tensor", who, dtype_name(want),
-                describe());
+  TESSERA_CHECK(dtype_ == want, "Tensor::{}: asked for {} elements of a {} tensor", who, dtype_name(want), describe());
   TESSERA_CHECK(device_ == Device::cpu, "Tensor::{}: host access to a {} tensor", who, describe());
 }
 
@@ -128,10 +134,18 @@ void Tensor::fill(double value) {
   check_cpu("fill", *this);
   const std::int64_t n = numel_;
   switch (dtype_) {
-    case DType::f32: std::fill_n(data<float>(), n, static_cast<float>(value)); break;
-    case DType::f64: std::fill_n(data<double>(), n, value); break;
-    case DType::bf16: std::fill_n(data<bf16>(), n, bf16::from_float(static_cast<float>(value))); break;
-    case DType::i32: std::fill_n(data<std::int32_t>(), n, static_cast<std::int32_t>(value)); break;
+    case DType::f32:
+      std::fill_n(data<float>(), n, static_cast<float>(value));
+      break;
+    case DType::f64:
+      std::fill_n(data<double>(), n, value);
+      break;
+    case DType::bf16:
+      std::fill_n(data<bf16>(), n, bf16::from_float(static_cast<float>(value)));
+      break;
+    case DType::i32:
+      std::fill_n(data<std::int32_t>(), n, static_cast<std::int32_t>(value));
+      break;
   }
 }
 
@@ -151,10 +165,18 @@ std::vector<double> Tensor::to_doubles() const {
   std::vector<double> out(static_cast<std::size_t>(numel_));
   for (std::size_t i = 0; i < out.size(); ++i) {
     switch (dtype_) {
-      case DType::f32: out[i] = data<float>()[i]; break;
-      case DType::f64: out[i] = data<double>()[i]; break;
-      case DType::bf16: out[i] = data<bf16>()[i].to_float(); break;
-      case DType::i32: out[i] = data<std::int32_t>()[i]; break;
+      case DType::f32:
+        out[i] = data<float>()[i];
+        break;
+      case DType::f64:
+        out[i] = data<double>()[i];
+        break;
+      case DType::bf16:
+        out[i] = data<bf16>()[i].to_float();
+        break;
+      case DType::i32:
+        out[i] = data<std::int32_t>()[i];
+        break;
     }
   }
   return out;

@@ -100,9 +100,12 @@ void check_rank(const char* op, const Tensor& t, std::int64_t rank, const char* 
 template <typename Fn>
 decltype(auto) dispatch_float(const char* op, DType dtype, Fn&& fn) {
   switch (dtype) {
-    case DType::f32: return fn.template operator()<float>();
-    case DType::f64: return fn.template operator()<double>();
-    default: fail("{}: expects float32 or float64, got {}", op, dtype_name(dtype));
+    case DType::f32:
+      return fn.template operator()<float>();
+    case DType::f64:
+      return fn.template operator()<double>();
+    default:
+      fail("{}: expects float32 or float64, got {}", op, dtype_name(dtype));
   }
 }
 

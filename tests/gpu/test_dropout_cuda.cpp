@@ -15,7 +15,8 @@ TEST(CudaDropout, MatchesCpuTwinBitForBit) {
     Tensor x = Tensor::from(v, {n});
     Tensor cpu_y = cpu::dropout_forward(x, 0.1, 1234, 77);
     Tensor gpu_y = cuda::dropout_forward(x.to(Device::cuda), 0.1, 1234, 77).to(Device::cpu);
-    for (std::int64_t i = 0; i < n; ++i) ASSERT_EQ(cpu_y.data<float>()[i], gpu_y.data<float>()[i]) << "n=" << n << " i=" << i;
+    for (std::int64_t i = 0; i < n; ++i)
+      ASSERT_EQ(cpu_y.data<float>()[i], gpu_y.data<float>()[i]) << "n=" << n << " i=" << i;
   }
 }
 

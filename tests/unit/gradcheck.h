@@ -29,7 +29,8 @@ using OpFn = std::function<ag::Var(const std::vector<ag::Var>&)>;
 inline void expect_gradients_match(const OpFn& f, const std::vector<Tensor>& inputs, double rtol = 1e-6,
                                    double h = 1e-6) {
   std::vector<ag::Var> vars;
-  for (std::size_t i = 0; i < inputs.size(); ++i) vars.push_back(ag::Var::parameter(inputs[i].clone(), "in" + std::to_string(i)));
+  for (std::size_t i = 0; i < inputs.size(); ++i)
+    vars.push_back(ag::Var::parameter(inputs[i].clone(), "in" + std::to_string(i)));
   ag::Var out = f(vars);
   const Tensor r = random_double(out.shape(), 12345);
   auto loss_of = [&](const ag::Var& o) { return ag::sum(ag::mul(o, ag::Var(r))); };

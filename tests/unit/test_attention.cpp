@@ -67,11 +67,10 @@ struct Naive {
 Naive naive_attention(const Tensor& qt, const Tensor& kt, const Tensor& vt, const Tensor& pad, bool causal,
                       const Tensor& doutt) {
   const auto q = qt.to_doubles(), k = kt.to_doubles(), v = vt.to_doubles(), dout = doutt.to_doubles();
-  const std::int64_t B = qt.size(0), H = qt.size(1), Lq = qt.size(2), Lk = kt.size(2), D = qt.size(3),
-                     Dv = vt.size(3);
+  const std::int64_t B = qt.size(0), H = qt.size(1), Lq = qt.size(2), Lk = kt.size(2), D = qt.size(3), Dv = vt.size(3);
   const double scale = 1.0 / std::sqrt(static_cast<double>(D));
-  Naive r{std::vector<double>(static_cast<std::size_t>(B * H * Lq * Dv)),
-          std::vector<double>(q.size()), std::vector<double>(k.size()), std::vector<double>(v.size())};
+  Naive r{std::vector<double>(static_cast<std::size_t>(B * H * Lq * Dv)), std::vector<double>(q.size()),
+          std::vector<double>(k.size()), std::vector<double>(v.size())};
   for (std::int64_t b = 0; b < B; ++b) {
     for (std::int64_t h = 0; h < H; ++h) {
       const std::int64_t bh = b * H + h;
@@ -140,6 +139,11 @@ struct Case {
   int pad_mode;  // 0 none, 1 ragged suffix padding, 2 ragged plus one batch element fully padded
 };
 
+void PrintTo(const Case& c, std::ostream* os) {
+  *os << "B=" << c.b << " H=" << c.h << " Lq=" << c.lq << " Lk=" << c.lk << " D=" << c.d << " Dv=" << c.dv
+      << (c.causal ? " causal" : "") << " pad_mode=" << c.pad_mode;
+}
+
 class TiledVsNaive : public ::testing::TestWithParam<Case> {};
 
 TEST_P(TiledVsNaive, ForwardAndBackwardFloat32) {
@@ -170,16 +174,16 @@ TEST_P(TiledVsNaive, ForwardAndBackwardFloat32) {
 
 INSTANTIATE_TEST_SUITE_P(
     Shapes, TiledVsNaive,
-    ::testing::Values(Case{1, 1, 1, 1, 8, 8, false, 0},      // length 1
-                      Case{1, 1, 1, 1, 8, 8, true, 0},       //
-                      Case{2, 3, 1, 130, 16, 16, false, 1},  // one query (decoding step) over a key cache
-                      Case{2, 3, 1, 130, 16, 16, true, 0},   //
-                      Case{1, 2, 129, 64, 64, 64, false, 1},  // one past a tile, and exactly one tile
-                      Case{2, 2, 65, 200, 32, 24, false, 2},  // cross-attention, Dv != D, one fully padded
-                      Case{2, 2, 100, 100, 64, 64, true, 0},  // causal, not a tile multiple
-                      Case{2, 2, 100, 100, 64, 64, true, 2},  // causal + padding + a fully padded row
-                      Case{1, 2, 90, 40, 16, 16, true, 0},    // causal with Lq > Lk: early queries see nothing
-                      Case{3, 1, 64, 64, 128, 128, false, 0}, // head dim 128
+    ::testing::Values(Case{1, 1, 1, 1, 8, 8, false, 0},        // length 1
+                      Case{1, 1, 1, 1, 8, 8, true, 0},         //
+                      Case{2, 3, 1, 130, 16, 16, false, 1},    // one query (decoding step) over a key cache
+                      Case{2, 3, 1, 130, 16, 16, true, 0},     //
+                      Case{1, 2, 129, 64, 64, 64, false, 1},   // one past a tile, and exactly one tile
+                      Case{2, 2, 65, 200, 32, 24, false, 2},   // cross-attention, Dv != D, one fully padded
+                      Case{2, 2, 100, 100, 64, 64, true, 0},   // causal, not a tile multiple
+                      Case{2, 2, 100, 100, 64, 64, true, 2},   // causal + padding + a fully padded row
+                      Case{1, 2, 90, 40, 16, 16, true, 0},     // causal with Lq > Lk: early queries see nothing
+                      Case{3, 1, 64, 64, 128, 128, false, 0},  // head dim 128
                       Case{1, 1, 200, 7, 4, 4, false, 1}));
 
 // ---------------------------------------------------------------- bad input

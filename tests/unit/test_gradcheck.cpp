@@ -91,8 +91,9 @@ TEST(GradCheck, SoftmaxAndLogSoftmax) {
 }
 
 TEST(GradCheck, LayerNorm) {
-  expect_gradients_match([](const Vars& v) { return ag::layer_norm(v[0], v[1], v[2], 1e-5); },
-                         {random_double({2, 3, 8}, 10, -2, 2), random_double({8}, 11, 0.5, 1.5), random_double({8}, 12)});
+  expect_gradients_match(
+      [](const Vars& v) { return ag::layer_norm(v[0], v[1], v[2], 1e-5); },
+      {random_double({2, 3, 8}, 10, -2, 2), random_double({8}, 11, 0.5, 1.5), random_double({8}, 12)});
 }
 
 TEST(GradCheck, EmbeddingWithRepeatedIds) {
@@ -122,12 +123,12 @@ struct AttentionCase {
 
 TEST(GradCheck, AttentionEveryMaskKindAndUnequalLengths) {
   const std::vector<AttentionCase> cases = {
-      {2, 2, 5, 5, 3, 3, false, false},   // plain self-attention
-      {2, 2, 5, 5, 3, 3, true, false},    // causal
-      {2, 2, 4, 7, 3, 2, false, true},    // cross-attention: Lq != Lk, key padding, Dv != D
-      {1, 2, 3, 6, 4, 4, true, false},    // causal with Lq < Lk (bottom-right aligned)
-      {2, 1, 6, 6, 2, 2, true, true},     // causal and padding together
-      {1, 1, 70, 67, 2, 2, true, true},   // lengths across the 64-wide tiles
+      {2, 2, 5, 5, 3, 3, false, false},  // plain self-attention
+      {2, 2, 5, 5, 3, 3, true, false},   // causal
+      {2, 2, 4, 7, 3, 2, false, true},   // cross-attention: Lq != Lk, key padding, Dv != D
+      {1, 2, 3, 6, 4, 4, true, false},   // causal with Lq < Lk (bottom-right aligned)
+      {2, 1, 6, 6, 2, 2, true, true},    // causal and padding together
+      {1, 1, 70, 67, 2, 2, true, true},  // lengths across the 64-wide tiles
   };
   for (const auto& c : cases) {
     SCOPED_TRACE(fmt::format("B={} H={} Lq={} Lk={} D={} Dv={} causal={} padded={}", c.b, c.h, c.lq, c.lk, c.d, c.dv,

@@ -74,11 +74,17 @@ TEST(Gemm, MatmulIntoAccumulatesWithBeta) {
 }
 
 TEST(Gemm, ErrorsNameShapes) {
-  EXPECT_EQ(error_of([] { (void)cpu::matmul(Tensor::zeros({2, 3}), Tensor::zeros({4, 5})); }),
+  EXPECT_EQ(error_of([] {
+              (void)cpu::matmul(Tensor::zeros({2, 3}), Tensor::zeros({4, 5}));
+            }),
             "matmul: inner dimensions differ: [2, 3] @ [4, 5] (3 vs 4)");
-  EXPECT_EQ(error_of([] { (void)cpu::matmul(Tensor::zeros({2, 2, 3}), Tensor::zeros({3, 3, 5})); }),
+  EXPECT_EQ(error_of([] {
+              (void)cpu::matmul(Tensor::zeros({2, 2, 3}), Tensor::zeros({3, 3, 5}));
+            }),
             "matmul: batch dimensions differ: [2, 2, 3] vs [3, 3, 5]");
-  EXPECT_EQ(error_of([] { (void)cpu::matmul(Tensor::zeros({2, 3}), Tensor::zeros({3, 2}, DType::f64)); }),
+  EXPECT_EQ(error_of([] {
+              (void)cpu::matmul(Tensor::zeros({2, 3}), Tensor::zeros({3, 2}, DType::f64));
+            }),
             "matmul: dtype mismatch float32 vs float64 (shapes [2, 3] and [3, 2])");
 }
 
@@ -171,7 +177,9 @@ TEST(Embedding, GatherAndScatterAddWithRepeatedIds) {
   Tensor dw = Tensor::zeros({3, 2}, DType::f64);
   cpu::embedding_backward(dw, Tensor::from(std::vector<double>{1, 2, 3, 4, 5, 6}, {3, 2}), ids);
   EXPECT_EQ(dw.to_doubles(), (std::vector<double>{3, 4, 0, 0, 6, 8}));
-  EXPECT_EQ(error_of([&] { (void)cpu::embedding_forward(w, Tensor::from(std::vector<std::int32_t>{1, 3}, {2})); }),
+  EXPECT_EQ(error_of([&] {
+              (void)cpu::embedding_forward(w, Tensor::from(std::vector<std::int32_t>{1, 3}, {2}));
+            }),
             "embedding: id 3 at flat position 1 of ids [2] is outside the vocabulary [0, 3)");
   EXPECT_EQ(error_of([&] { (void)cpu::embedding_forward(w, Tensor::zeros({2})); }),
             "embedding: ids must be int32, got float32[2] cpu");
@@ -259,7 +267,9 @@ TEST(Permute, MovesDimensionsAndInvertsBack) {
           EXPECT_EQ(p.data<double>()[((a * 4 + c) * 3 + b) * 5 + d], x.data<double>()[((a * 3 + b) * 4 + c) * 5 + d]);
   const std::vector<std::int64_t> perm{3, 1, 0, 2};
   EXPECT_EQ(cpu::permute(cpu::permute(x, perm), cpu::inverse_permutation(perm)).to_doubles(), x.to_doubles());
-  EXPECT_EQ(error_of([&] { (void)cpu::permute(x, {0, 1, 1, 2}); }),
+  EXPECT_EQ(error_of([&] {
+              (void)cpu::permute(x, {0, 1, 1, 2});
+            }),
             "permute: [0, 1, 1, 2] is not a permutation of the dimensions of [2, 3, 4, 5]");
 }
 

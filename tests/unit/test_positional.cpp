@@ -32,7 +32,8 @@ TEST(PositionalEncoding, FixedLinearMapPerOffset) {
     // d x d matrix so the check is a plain matrix-vector product.
     std::vector<double> m(static_cast<std::size_t>(d * d), 0.0);
     for (std::int64_t i = 0; i < d / 2; ++i) {
-      const double a = static_cast<double>(k) / std::pow(10000.0, 2.0 * static_cast<double>(i) / static_cast<double>(d));
+      const double a =
+          static_cast<double>(k) / std::pow(10000.0, 2.0 * static_cast<double>(i) / static_cast<double>(d));
       const std::int64_t s = 2 * i, c = 2 * i + 1;
       m[static_cast<std::size_t>(s * d + s)] = std::cos(a);
       m[static_cast<std::size_t>(s * d + c)] = std::sin(a);

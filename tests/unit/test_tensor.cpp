@@ -77,7 +77,8 @@ TEST(Tensor, CudaSlotReportsClearlyWithoutAGpu) {
 
 TEST(BFloat16, RoundsToNearestEvenAndRoundTrips) {
   // Values exactly representable in bf16 round-trip.
-  for (float f : {0.0f, 1.0f, -2.5f, 3.140625f, std::ldexp(1.0f, 100), -std::ldexp(1.0f, -100)}) EXPECT_EQ(bf16::from_float(f).to_float(), f);
+  for (float f : {0.0f, 1.0f, -2.5f, 3.140625f, std::ldexp(1.0f, 100), -std::ldexp(1.0f, -100)})
+    EXPECT_EQ(bf16::from_float(f).to_float(), f);
   // 1 + 2^-8 lies exactly between 1 and 1 + 2^-7: ties go to the even mantissa (1.0).
   EXPECT_EQ(bf16::from_float(1.0f + 1.0f / 256).to_float(), 1.0f);
   // 1 + 3*2^-8 lies between 1 + 2^-7 and 1 + 2^-6: ties to even gives 1 + 2^-6.

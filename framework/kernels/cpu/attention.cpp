@@ -62,6 +62,15 @@ void apply_masks(T* s, std::int64_t rows, std::int64_t cols, std::int64_t q0, st
   }
 }
 
+// S = scale * Q[q0:q0+rows] K[k0:k0+cols]^T into s ([rows, cols]), masked with -inf.
+template <typename T>
+void score_tile(const T* q, const T* k, std::int64_t q0, std::int64_t rows, std::int64_t k0, std::int64_t cols,
+                const Dims& d, const std::int32_t* pad, bool causal, T scale, T* s) {
+  gemm_strided_batched<T>(false, true, rows, cols, d.d, scale, q + q0 * d.d, d.d, 0, k + k0 * d.d, d.d, 0, T(0), s,
+                          cols, 0, 1);
+  apply_masks(s, rows, cols, q0, k0, d, pad, causal);
+}
+
 // Number of keys query tile [q0, q0+rows) may see under the causal mask (all keys otherwise).
 std::int64_t visible_keys(std::int64_t q0, std::int64_t rows, const Dims& d, bool causal) {
   if (!causal) return d.lk;
@@ -81,10 +90,7 @@ void forward_head(const T* q, const T* k, const T* v, const std::int32_t* pad, T
     const std::int64_t kend = visible_keys(q0, rows, d, causal);
     for (std::int64_t k0 = 0; k0 < kend; k0 += kTileK) {
       const std::int64_t cols = std::min(kTileK, kend - k0);
-      // S = scale * Q_tile K_tile^T
-      gemm_strided_batched<T>(false, true, rows, cols, d.d, scale, q + q0 * d.d, d.d, 0, k + k0 * d.d, d.d, 0, T(0),
-                              s.data(), cols, 0, 1);
-      apply_masks(s.data(), rows, cols, q0, k0, d, pad, causal);
+      score_tile(q, k, q0, rows, k0, cols, d, pad, causal, scale, s.data());
       for (std::int64_t i = 0; i < rows; ++i) {
         T* srow = s.data() + i * cols;
         T m = row_max[i];
@@ -121,9 +127,9 @@ void forward_head(const T* q, const T* k, const T* v, const std::int32_t* pad, T
 }
 
 template <typename T>
-void backward_head(const T* q, const T* k, const T* v, const T* o, const T* dout, const T* lse,
-                   const std::int32_t* pad, T* dq, T* dk, T* dv, const Dims& d, bool causal, T scale,
-                   std::vector<T>& p, std::vector<T>& dp, std::vector<T>& delta) {
+void backward_head(const T* q, const T* k, const T* v, const T* o, const T* dout, const T* lse, const std::int32_t* pad,
+                   T* dq, T* dk, T* dv, const Dims& d, bool causal, T scale, std::vector<T>& p, std::vector<T>& dp,
+                   std::vector<T>& delta) {
   const T neg_inf = -std::numeric_limits<T>::infinity();
   // delta_i = sum_c dO_ic O_ic  (= sum_j P_ij dP_ij)
   for (std::int64_t i = 0; i < d.lq; ++i) {
@@ -139,10 +145,8 @@ void backward_head(const T* q, const T* k, const T* v, const T* o, const T* dout
     const std::int64_t kend = visible_keys(q0, rows, d, causal);
     for (std::int64_t k0 = 0; k0 < kend; k0 += kTileK) {
       const std::int64_t cols = std::min(kTileK, kend - k0);
-      // Recompute P = exp(scale * Q K^T - lse).
-      gemm_strided_batched<T>(false, true, rows, cols, d.d, scale, q + q0 * d.d, d.d, 0, k + k0 * d.d, d.d, 0, T(0),
-                              p.data(), cols, 0, 1);
-      apply_masks(p.data(), rows, cols, q0, k0, d, pad, causal);
+      // Recompute P = exp(S - lse) from the saved log-sum-exp.
+      score_tile(q, k, q0, rows, k0, cols, d, pad, causal, scale, p.data());
       for (std::int64_t i = 0; i < rows; ++i) {
         T* prow = p.data() + i * cols;
         const T l = lse[q0 + i];
@@ -220,9 +224,9 @@ AttentionGrads attention_backward(const Tensor& dout, const Tensor& q, const Ten
         const std::int64_t b = bh / d.h;
         backward_head<T>(q.data<T>() + bh * d.lq * d.d, k.data<T>() + bh * d.lk * d.d, v.data<T>() + bh * d.lk * d.dv,
                          fwd.out.data<T>() + bh * d.lq * d.dv, dout.data<T>() + bh * d.lq * d.dv,
-                         fwd.lse.data<T>() + bh * d.lq, pad ? pad + b * d.lk : nullptr, g.dq.data<T>() + bh * d.lq * d.d,
-                         g.dk.data<T>() + bh * d.lk * d.d, g.dv.data<T>() + bh * d.lk * d.dv, d, opt.causal,
-                         static_cast<T>(scale), p, dp, delta);
+                         fwd.lse.data<T>() + bh * d.lq, pad ? pad + b * d.lk : nullptr,
+                         g.dq.data<T>() + bh * d.lq * d.d, g.dk.data<T>() + bh * d.lk * d.d,
+                         g.dv.data<T>() + bh * d.lk * d.dv, d, opt.causal, static_cast<T>(scale), p, dp, delta);
       }
     }
   });

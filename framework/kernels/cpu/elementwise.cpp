@@ -46,11 +46,16 @@ void for_each_row(const Shape& out_shape, const std::vector<std::int64_t>& sa, c
 template <typename T>
 T apply_unary(UnaryOp op, T x) {
   switch (op) {
-    case UnaryOp::neg: return -x;
-    case UnaryOp::relu: return x > T(0) ? x : T(0);
-    case UnaryOp::exp: return std::exp(x);
-    case UnaryOp::log: return std::log(x);
-    case UnaryOp::tanh: return std::tanh(x);
+    case UnaryOp::neg:
+      return -x;
+    case UnaryOp::relu:
+      return x > T(0) ? x : T(0);
+    case UnaryOp::exp:
+      return std::exp(x);
+    case UnaryOp::log:
+      return std::log(x);
+    case UnaryOp::tanh:
+      return std::tanh(x);
   }
   return x;
 }
@@ -94,19 +99,27 @@ Tensor binary(BinaryOp op, const Tensor& a, const Tensor& b) {
     const T* pa = a.data<T>();
     const T* pb = b.data<T>();
     T* po = out.data<T>();
-    for_each_row(shape, sa, sb,
-                 [&](std::int64_t oo, std::int64_t oa, std::int64_t ob, std::int64_t n, std::int64_t ia,
-                     std::int64_t ib) {
-                   const T* x = pa + oa;
-                   const T* y = pb + ob;
-                   T* z = po + oo;
-                   switch (op) {
-                     case BinaryOp::add: for (std::int64_t i = 0; i < n; ++i) z[i] = x[i * ia] + y[i * ib]; break;
-                     case BinaryOp::sub: for (std::int64_t i = 0; i < n; ++i) z[i] = x[i * ia] - y[i * ib]; break;
-                     case BinaryOp::mul: for (std::int64_t i = 0; i < n; ++i) z[i] = x[i * ia] * y[i * ib]; break;
-                     case BinaryOp::div: for (std::int64_t i = 0; i < n; ++i) z[i] = x[i * ia] / y[i * ib]; break;
-                   }
-                 });
+    for_each_row(
+        shape, sa, sb,
+        [&](std::int64_t oo, std::int64_t oa, std::int64_t ob, std::int64_t n, std::int64_t ia, std::int64_t ib) {
+          const T* x = pa + oa;
+          const T* y = pb + ob;
+          T* z = po + oo;
+          switch (op) {
+            case BinaryOp::add:
+              for (std::int64_t i = 0; i < n; ++i) z[i] = x[i * ia] + y[i * ib];
+              break;
+            case BinaryOp::sub:
+              for (std::int64_t i = 0; i < n; ++i) z[i] = x[i * ia] - y[i * ib];
+              break;
+            case BinaryOp::mul:
+              for (std::int64_t i = 0; i < n; ++i) z[i] = x[i * ia] * y[i * ib];
+              break;
+            case BinaryOp::div:
+              for (std::int64_t i = 0; i < n; ++i) z[i] = x[i * ia] / y[i * ib];
+              break;
+          }
+        });
   });
   return out;
 }
@@ -115,7 +128,8 @@ Tensor unary(UnaryOp op, const Tensor& x) {
   check_float("unary", x);
   check_cpu("unary", x);
   Tensor y = Tensor::empty(x.shape(), x.dtype());
-  dispatch_float("unary", x.dtype(), [&]<typename T>() { map_flat<T>(x, y, [op](T v) { return apply_unary(op, v); }); });
+  dispatch_float("unary", x.dtype(),
+                 [&]<typename T>() { map_flat<T>(x, y, [op](T v) { return apply_unary(op, v); }); });
   return y;
 }
 
@@ -164,8 +178,7 @@ Tensor sum_to_shape(const Tensor& t, const Shape& shape) {
   if (t.shape() == shape) return t;
   check_float("sum_to_shape", t);
   const Shape full = broadcast_shapes("sum_to_shape", t.shape(), shape);
-  TESSERA_CHECK(full == t.shape(), "sum_to_shape: {} does not broadcast to {}", shape_str(shape),
-                shape_str(t.shape()));
+  TESSERA_CHECK(full == t.shape(), "sum_to_shape: {} does not broadcast to {}", shape_str(shape), shape_str(t.shape()));
   Tensor out = Tensor::zeros(shape, t.dtype());
   const auto so = broadcast_strides(shape, t.shape());
   dispatch_float("sum_to_shape", t.dtype(), [&]<typename T>() {

@@ -9,8 +9,8 @@ void blas_gemm(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, blasint m, blasint n, bla
                blasint lda, const float* b, blasint ldb, float beta, float* c, blasint ldc) {
   cblas_sgemm(CblasRowMajor, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
 }
-void blas_gemm(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, blasint m, blasint n, blasint k, double alpha,
-               const double* a, blasint lda, const double* b, blasint ldb, double beta, double* c, blasint ldc) {
+void blas_gemm(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, blasint m, blasint n, blasint k, double alpha, const double* a,
+               blasint lda, const double* b, blasint ldb, double beta, double* c, blasint ldc) {
   cblas_dgemm(CblasRowMajor, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
 }
 
@@ -62,12 +62,11 @@ void gemm_strided_batched(bool trans_a, bool trans_b, std::int64_t m, std::int64
 template void gemm_strided_batched<float>(bool, bool, std::int64_t, std::int64_t, std::int64_t, float, const float*,
                                           std::int64_t, std::int64_t, const float*, std::int64_t, std::int64_t, float,
                                           float*, std::int64_t, std::int64_t, std::int64_t);
-template void gemm_strided_batched<double>(bool, bool, std::int64_t, std::int64_t, std::int64_t, double,
-                                           const double*, std::int64_t, std::int64_t, const double*, std::int64_t,
-                                           std::int64_t, double, double*, std::int64_t, std::int64_t, std::int64_t);
+template void gemm_strided_batched<double>(bool, bool, std::int64_t, std::int64_t, std::int64_t, double, const double*,
+                                           std::int64_t, std::int64_t, const double*, std::int64_t, std::int64_t,
+                                           double, double*, std::int64_t, std::int64_t, std::int64_t);
 
-void matmul_into(Tensor& out, const Tensor& a, const Tensor& b, bool trans_a, bool trans_b, double alpha,
-                 double beta) {
+void matmul_into(Tensor& out, const Tensor& a, const Tensor& b, bool trans_a, bool trans_b, double alpha, double beta) {
   const MatmulDims d = matmul_dims("matmul", a, b, trans_a, trans_b);
   Shape want = a.shape();
   want[want.size() - 2] = d.m;

@@ -20,8 +20,7 @@ void gemm_strided_batched(bool trans_a, bool trans_b, std::int64_t m, std::int64
 // b: the same leading dimensions as a, or 2-D (one matrix for every batch).
 Tensor matmul(const Tensor& a, const Tensor& b, bool trans_a = false, bool trans_b = false);
 // out = alpha * op(a) @ op(b) + beta * out, for an existing `out` of the right shape.
-void matmul_into(Tensor& out, const Tensor& a, const Tensor& b, bool trans_a, bool trans_b, double alpha,
-                 double beta);
+void matmul_into(Tensor& out, const Tensor& a, const Tensor& b, bool trans_a, bool trans_b, double alpha, double beta);
 
 // Runs BLAS single-threaded for the life of the scope, so that our own OpenMP loops can
 // call it from every thread without oversubscribing the cores.

@@ -58,8 +58,8 @@ Tensor permute(const Tensor& x, const std::vector<std::int64_t>& dims) {
       std::memcpy(dst, in + static_cast<std::size_t>(src) * esz, static_cast<std::size_t>(inner) * esz);
     } else {
       for (std::int64_t i = 0; i < inner; ++i)
-        std::memcpy(dst + static_cast<std::size_t>(i) * esz, in + static_cast<std::size_t>(src + i * inner_stride) * esz,
-                    esz);
+        std::memcpy(dst + static_cast<std::size_t>(i) * esz,
+                    in + static_cast<std::size_t>(src + i * inner_stride) * esz, esz);
     }
   }
   return out;

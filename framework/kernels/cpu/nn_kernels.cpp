@@ -6,6 +6,7 @@
 #include <cstring>
 #include <limits>
 
+#include "kernels/cpu/reduce.h"
 #include "kernels/philox.h"
 
 namespace tessera::cpu {
@@ -216,21 +217,16 @@ CrossEntropyOutput cross_entropy_forward(const Tensor& logits, const Tensor& tar
 #pragma omp parallel for schedule(static) if (dm.n * dm.v > 32768)
     for (std::int64_t i = 0; i < dm.n; ++i) {
       const T* row = z + i * dm.v;
-      T m = -std::numeric_limits<T>::infinity();
-      for (std::int64_t j = 0; j < dm.v; ++j) m = std::max(m, row[j]);
-      T s = 0, sum_z = 0;
-      for (std::int64_t j = 0; j < dm.v; ++j) {
-        s += std::exp(row[j] - m);
-        sum_z += row[j];
-      }
-      const T l = m + std::log(s);
-      lse[i] = l;
+      const auto [m, log_sum] = row_log_sum_exp(row, dm.v);
+      T sum_z = 0;
+      for (std::int64_t j = 0; j < dm.v; ++j) sum_z += row[j];
+      lse[i] = m + log_sum;
       if (t[i] == ignore_index) {
         loss[i] = 0;
         continue;
       }
       // -sum_j q_j log p_j with log p_j = z_j - lse and q = (1-eps) onehot + eps/V.
-      loss[i] = (T(1) - eps) * (l - row[t[i]]) + eps * (l - sum_z / vocab);
+      loss[i] = (T(1) - eps) * ((m - row[t[i]]) + log_sum) + eps * ((m - sum_z / vocab) + log_sum);
     }
   });
   return out;

@@ -91,46 +91,34 @@ Tensor mean_dim(const Tensor& x, std::int64_t dim, bool keepdim) {
   return s;
 }
 
-Tensor softmax_lastdim(const Tensor& x) {
-  const Rows r = last_dim_rows("softmax", x);
+namespace {
+// y = softmax(x) or log_softmax(x) over the last dimension, through each row's log-sum-exp.
+Tensor softmax_impl(const Tensor& x, bool log) {
+  const char* op = log ? "log_softmax" : "softmax";
+  const Rows r = last_dim_rows(op, x);
   Tensor y = Tensor::empty(x.shape(), x.dtype());
-  dispatch_float("softmax", x.dtype(), [&]<typename T>() {
+  dispatch_float(op, x.dtype(), [&]<typename T>() {
     const T* in = x.data<T>();
     T* out = y.data<T>();
 #pragma omp parallel for schedule(static) if (r.rows * r.n > 32768)
     for (std::int64_t i = 0; i < r.rows; ++i) {
       const T* a = in + i * r.n;
       T* b = out + i * r.n;
-      T m = -std::numeric_limits<T>::infinity();
-      for (std::int64_t j = 0; j < r.n; ++j) m = std::max(m, a[j]);
-      T s = 0;
-      for (std::int64_t j = 0; j < r.n; ++j) s += (b[j] = std::exp(a[j] - m));
-      for (std::int64_t j = 0; j < r.n; ++j) b[j] /= s;
+      const auto [m, log_sum] = row_log_sum_exp(a, r.n);
+      if (log) {
+        for (std::int64_t j = 0; j < r.n; ++j) b[j] = (a[j] - m) - log_sum;
+      } else {
+        const T inv = T(1) / std::exp(log_sum);
+        for (std::int64_t j = 0; j < r.n; ++j) b[j] = std::exp(a[j] - m) * inv;
+      }
     }
   });
   return y;
 }
+}  // namespace
 
-Tensor log_softmax_lastdim(const Tensor& x) {
-  const Rows r = last_dim_rows("log_softmax", x);
-  Tensor y = Tensor::empty(x.shape(), x.dtype());
-  dispatch_float("log_softmax", x.dtype(), [&]<typename T>() {
-    const T* in = x.data<T>();
-    T* out = y.data<T>();
-#pragma omp parallel for schedule(static) if (r.rows * r.n > 32768)
-    for (std::int64_t i = 0; i < r.rows; ++i) {
-      const T* a = in + i * r.n;
-      T* b = out + i * r.n;
-      T m = -std::numeric_limits<T>::infinity();
-      for (std::int64_t j = 0; j < r.n; ++j) m = std::max(m, a[j]);
-      T s = 0;
-      for (std::int64_t j = 0; j < r.n; ++j) s += std::exp(a[j] - m);
-      const T lse = m + std::log(s);
-      for (std::int64_t j = 0; j < r.n; ++j) b[j] = a[j] - lse;
-    }
-  });
-  return y;
-}
+Tensor softmax_lastdim(const Tensor& x) { return softmax_impl(x, false); }
+Tensor log_softmax_lastdim(const Tensor& x) { return softmax_impl(x, true); }
 
 Tensor softmax_backward(const Tensor& dy, const Tensor& y) {
   check_same_shape("softmax_backward", dy, y);

@@ -1,6 +1,10 @@
 // Sum and mean reductions, softmax and log-softmax over the last dimension.
 #pragma once
 
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
 #include "tensor/tensor.h"
 
 namespace tessera::cpu {
@@ -10,6 +14,21 @@ Tensor mean_all(const Tensor& x);  // shape []
 // Sum / mean over dimension `dim` (negative counts from the end); keepdim keeps it as size 1.
 Tensor sum_dim(const Tensor& x, std::int64_t dim, bool keepdim);
 Tensor mean_dim(const Tensor& x, std::int64_t dim, bool keepdim);
+
+// A row's maximum and log(sum_j exp(row[j] - max)): log-sum-exp = max + log_sum. Kept apart
+// because (x - max) - log_sum loses less precision than x - (max + log_sum) for large x.
+template <typename T>
+struct RowLogSumExp {
+  T max, log_sum;
+};
+template <typename T>
+RowLogSumExp<T> row_log_sum_exp(const T* row, std::int64_t n) {
+  T m = -std::numeric_limits<T>::infinity();
+  for (std::int64_t j = 0; j < n; ++j) m = std::max(m, row[j]);
+  T s = 0;
+  for (std::int64_t j = 0; j < n; ++j) s += std::exp(row[j] - m);
+  return {m, std::log(s)};
+}
 
 Tensor softmax_lastdim(const Tensor& x);
 Tensor log_softmax_lastdim(const Tensor& x);

@@ -4,8 +4,8 @@
 namespace tessera::cuda {
 namespace {
 
-__global__ void dropout_kernel(const float* __restrict__ x, float* __restrict__ y, std::int64_t n, float p,
-                               float scale, std::uint64_t seed, std::uint64_t offset) {
+__global__ void dropout_kernel(const float* __restrict__ x, float* __restrict__ y, std::int64_t n, float p, float scale,
+                               std::uint64_t seed, std::uint64_t offset) {
   const std::int64_t i = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= n) return;
   y[i] = philox::dropout_keep(seed, offset, static_cast<std::uint64_t>(i), p) ? x[i] * scale : 0.0f;
