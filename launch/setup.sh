@@ -12,6 +12,7 @@ packages=(
   libsentencepiece-dev sentencepiece  # subword vocabulary
   libgtest-dev libbenchmark-dev
   libcli11-dev libfmt-dev
+  zlib1g-dev                 # .gz corpora
 )
 
 missing=()

@@ -1,0 +1,3 @@
+#include "data/batching.h"
+
+// Implementation in progress.

@@ -1,0 +1,58 @@
+// Token-count batching: sentences grouped by length inside a shuffled window so padding stays low.
+// Deterministic for a seed; the position can be saved and restored (for checkpoints).
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "tensor/tensor.h"
+
+namespace tessera::data {
+
+// One training pair as token ids, without bos/eos (the batcher adds them).
+struct Example {
+  std::vector<std::int32_t> src, tgt;
+};
+
+struct Batch {
+  Tensor src;          // int32 [B, Ls]: source ids + eos, padded with kPadId
+  Tensor src_padding;  // int32 [B, Ls]: 1 where src is padding
+  Tensor tgt_in;       // int32 [B, Lt]: bos + target ids (decoder input), padded
+  Tensor tgt_out;      // int32 [B, Lt]: target ids + eos (what to predict), padded with kPadId
+  std::vector<std::int64_t> indices;  // which examples, in row order
+  std::int64_t src_tokens = 0, tgt_tokens = 0;  // non-padding tokens (tgt: of tgt_out)
+  std::int64_t padded_slots = 0;                // B*Ls + B*Lt
+  double padding_fraction() const;
+};
+
+// Builds one batch from the given examples (in the given order).
+Batch make_batch(const std::vector<Example>& examples, const std::vector<std::int64_t>& indices);
+
+struct BatcherOptions {
+  std::int64_t batch_tokens = 4096;  // per batch: rows * max(Ls, Lt) <= batch_tokens (at least one row)
+  std::uint64_t seed = 1;
+  bool shuffle = true;               // false: corpus order, sorted by length within windows off
+  std::int64_t window = 100;         // batches' worth of examples sorted by length together
+};
+
+class Batcher {
+ public:
+  Batcher(const std::vector<Example>* examples, BatcherOptions opt);
+  // The next batch of the current epoch; false (and the epoch advances) when the epoch ends.
+  bool next(Batch& out);
+  std::int64_t epoch() const { return epoch_; }  // 0-based, counts completed epochs
+  std::int64_t position() const { return position_; }  // batches already returned this epoch
+  // Restores the state saved as (epoch, position): the following batches are exactly those an
+  // uninterrupted run would have produced.
+  void seek(std::int64_t epoch, std::int64_t position);
+  std::int64_t batches_per_epoch() const;
+
+ private:
+  void plan_epoch();
+  const std::vector<Example>* examples_;
+  BatcherOptions opt_;
+  std::vector<std::vector<std::int64_t>> plan_;  // the epoch's batches as example indices
+  std::int64_t epoch_ = 0, position_ = 0;
+};
+
+}  // namespace tessera::data

@@ -1,0 +1,3 @@
+#include "data/corpus.h"
+
+// Implementation in progress.

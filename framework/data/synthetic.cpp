@@ -1,0 +1,3 @@
+#include "data/synthetic.h"
+
+// Implementation in progress.

@@ -1,0 +1,3 @@
+#include "data/vocab.h"
+
+// Implementation in progress.

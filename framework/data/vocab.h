@@ -1,0 +1,52 @@
+// Subword vocabulary through the SentencePiece library. Ids: 0 = <pad>, 1 = <unk>, 2 = <s> (bos),
+// 3 = </s> (eos), then the pieces.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace sentencepiece {
+class SentencePieceProcessor;
+}
+
+namespace tessera::data {
+
+inline constexpr std::int32_t kPadId = 0;
+inline constexpr std::int32_t kUnkId = 1;
+inline constexpr std::int32_t kBosId = 2;
+inline constexpr std::int32_t kEosId = 3;
+
+struct VocabTrainOptions {
+  std::vector<std::string> inputs;  // text files, one sentence a line (.gz allowed)
+  std::string model_prefix;         // writes <prefix>.model and <prefix>.vocab
+  std::int64_t vocab_size = 8000;
+  std::string model_type = "bpe";   // bpe | unigram
+  double character_coverage = 1.0;
+  std::uint64_t seed = 1;           // for input sentence sampling when the corpus is large
+};
+
+class Vocab {
+ public:
+  // Trains a model (joint when `inputs` hold several languages) and returns it loaded.
+  static Vocab train(const VocabTrainOptions& opt);
+  // Loads <path> (a .model file); throws tessera::Error naming the file when it cannot.
+  static Vocab load(const std::string& path);
+
+  std::vector<std::int32_t> encode(const std::string& text) const;   // no bos/eos added
+  std::string decode(const std::vector<std::int32_t>& ids) const;    // stops at nothing; skips pad/bos/eos
+  std::int64_t size() const;
+  const std::string& path() const { return path_; }
+
+  Vocab(Vocab&&) noexcept;
+  Vocab& operator=(Vocab&&) noexcept;
+  ~Vocab();
+
+ private:
+  Vocab();
+  std::unique_ptr<sentencepiece::SentencePieceProcessor> sp_;
+  std::string path_;
+};
+
+}  // namespace tessera::data

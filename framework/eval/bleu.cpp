@@ -1,0 +1,3 @@
+#include "eval/bleu.h"
+
+// Implementation in progress.

@@ -1,0 +1,3 @@
+#include "io/config.h"
+
+// Implementation in progress.
