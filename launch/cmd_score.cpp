@@ -1,11 +1,138 @@
+// `tessera score`: corpus BLEU of a hypothesis file (or stdin) against one or more reference
+// files, as sacreBLEU's default score (13a, mixed case, exp smoothing).
+//   tessera score --ref newstest.de [--ref second.de] [--hyp out.de] [--score-only | --json]
+// Files are read as sacreBLEU reads them: UTF-8, lines split on "\n" only; each line is
+// right-stripped of whitespace (so "\r\n" line ends do not matter) before tokenization.
+#include <fmt/format.h>
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common/error.h"
+#include "eval/bleu.h"
 #include "launch/commands.h"
 
 namespace tessera::launch {
+namespace {
 
-// In progress.
+struct ScoreOptions {
+  std::vector<std::string> refs;
+  std::string hyp = "-";
+  bool score_only = false;
+  bool json = false;
+};
+
+// Byte offset of the first invalid UTF-8 sequence in `s`, or npos.
+std::size_t invalid_utf8_at(const std::string& s) {
+  std::size_t i = 0;
+  while (i < s.size()) {
+    const auto c = static_cast<unsigned char>(s[i]);
+    std::size_t len = 0;
+    unsigned char lo = 0x80, hi = 0xbf;  // allowed range of the second byte
+    if (c < 0x80) {
+      len = 1;
+    } else if (c >= 0xc2 && c <= 0xdf) {
+      len = 2;
+    } else if (c >= 0xe0 && c <= 0xef) {
+      len = 3;
+      if (c == 0xe0) lo = 0xa0;  // overlong
+      if (c == 0xed) hi = 0x9f;  // surrogates
+    } else if (c >= 0xf0 && c <= 0xf4) {
+      len = 4;
+      if (c == 0xf0) lo = 0x90;  // overlong
+      if (c == 0xf4) hi = 0x8f;  // above U+10FFFF
+    } else {
+      return i;
+    }
+    if (i + len > s.size()) return i;
+    for (std::size_t k = 1; k < len; ++k) {
+      const auto b = static_cast<unsigned char>(s[i + k]);
+      if (b < (k == 1 ? lo : 0x80) || b > (k == 1 ? hi : 0xbf)) return i;
+    }
+    i += len;
+  }
+  return std::string::npos;
+}
+
+std::vector<std::string> read_lines(std::istream& in, const std::string& name) {
+  std::vector<std::string> lines;
+  for (std::string line; std::getline(in, line);) {
+    if (const std::size_t bad = invalid_utf8_at(line); bad != std::string::npos)
+      fail("score: {}:{}: not UTF-8 text (byte 0x{:02x} at column {})", name, lines.size() + 1,
+           static_cast<unsigned char>(line[bad]), bad + 1);
+    lines.push_back(std::move(line));
+  }
+  if (in.bad()) fail("score: reading {} failed after {} lines", name, lines.size());
+  return lines;
+}
+
+std::vector<std::string> read_file_lines(const std::string& path, const char* what) {
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec)) fail("score: {} file '{}' is a directory", what, path);
+  std::ifstream in(path, std::ios::binary);
+  if (!in) fail("score: cannot open {} file '{}': {}", what, path, std::strerror(errno));
+  return read_lines(in, path);
+}
+
+std::string json_number_list(const std::array<double, 4>& v) {
+  return fmt::format("[{}, {}, {}, {}]", v[0], v[1], v[2], v[3]);
+}
+
+std::string json_int_list(const std::array<std::int64_t, 4>& v) {
+  return fmt::format("[{}, {}, {}, {}]", v[0], v[1], v[2], v[3]);
+}
+
+int run_score(const ScoreOptions& opt) {
+  const bool from_stdin = opt.hyp == "-";
+  const std::string hyp_name = from_stdin ? std::string("<stdin>") : opt.hyp;
+  const std::string hyp_source =
+      from_stdin ? std::string("standard input") : fmt::format("hypothesis file '{}'", opt.hyp);
+  const std::vector<std::string> hyps =
+      from_stdin ? read_lines(std::cin, hyp_name) : read_file_lines(opt.hyp, "hypothesis");
+  if (hyps.empty()) fail("score: no hypothesis lines in {}", hyp_source);
+  std::vector<std::vector<std::string>> refs;
+  for (const auto& path : opt.refs) {
+    refs.push_back(read_file_lines(path, "reference"));
+    if (refs.back().size() != hyps.size())
+      fail("score: {} has {} lines but reference file '{}' has {} lines", hyp_source, hyps.size(), path,
+           refs.back().size());
+  }
+  const eval::BleuScore s = eval::corpus_bleu(hyps, refs);
+  if (opt.score_only) {
+    fmt::print("{:.2f}\n", s.score);
+  } else if (opt.json) {
+    fmt::print(
+        "{{\"name\": \"BLEU\", \"score\": {}, \"precisions\": {}, \"bp\": {}, \"ratio\": {}, \"hyp_len\": {}, "
+        "\"ref_len\": {}, \"counts\": {}, \"totals\": {}, \"nrefs\": {}, \"tok\": \"13a\", \"summary\": \"{}\"}}\n",
+        s.score, json_number_list(s.precisions), s.brevity_penalty, s.ratio, s.hyp_len, s.ref_len,
+        json_int_list(s.matches), json_int_list(s.totals), refs.size(), s.summary());
+  } else {
+    fmt::print("{}\n", s.summary());
+  }
+  std::fflush(stdout);
+  return 0;
+}
+
+}  // namespace
+
 Command add_score_command(CLI::App& parent) {
-  CLI::App* cmd = parent.add_subcommand("score", "(not yet available)");
-  return {cmd, [] { return 1; }};
+  auto opt = std::make_shared<ScoreOptions>();
+  CLI::App* cmd = parent.add_subcommand(
+      "score", "Corpus BLEU of hypotheses against references, identical to sacreBLEU's default score (13a, cased)");
+  cmd->add_option("--ref,-r", opt->refs,
+                  "Reference file(s), one segment per line; several files: several reference sets")
+      ->required();
+  cmd->add_option("--hyp,-i", opt->hyp, "Hypothesis file, one segment per line ('-' or absent: standard input)");
+  auto* score_only = cmd->add_flag("--score-only,-b", opt->score_only, "Print only the score, with 2 decimals");
+  cmd->add_flag("--json", opt->json, "Print a JSON object: score, precisions, bp, ratio, hyp_len, ref_len, ...")
+      ->excludes(score_only);
+  return {cmd, [opt] { return run_score(*opt); }};
 }
 
 }  // namespace tessera::launch

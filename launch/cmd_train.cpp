@@ -1,18 +1,32 @@
+#include <fmt/core.h>
+
 #include "launch/commands.h"
-#include "launch/demo_train.h"
+#include "launch/schema.h"
+#include "launch/trainer.h"
 
 namespace tessera::launch {
 
 Command add_train_command(CLI::App& parent) {
-  auto demo = std::make_shared<DemoOptions>();
-  CLI::App* train = parent.add_subcommand(
-      "train", "Train a model. Until the Transformer lands: a small MLP demo on a synthetic task (no data, no GPU)");
-  train->add_option("--steps", demo->steps, "Training steps")->check(CLI::Range(1, 1000000))->capture_default_str();
-  train->add_option("--hidden", demo->hidden, "Hidden units")->check(CLI::Range(2, 65536))->capture_default_str();
-  train->add_option("--batch", demo->batch, "Points per batch")->check(CLI::Range(1, 1000000))->capture_default_str();
-  train->add_option("--lr", demo->lr, "Adam learning rate")->check(CLI::Range(1e-8, 10.0))->capture_default_str();
-  train->add_option("--seed", demo->seed, "Random seed")->capture_default_str();
-  return {train, [demo] { return run_demo_training(*demo); }};
+  struct Options {
+    std::string config;
+    std::vector<std::string> overrides;
+    bool print_config = false;
+  };
+  auto opt = std::make_shared<Options>();
+  CLI::App* cmd = parent.add_subcommand("train", "Train a Transformer from a YAML config (see configs/)");
+  cmd->add_option("--config,-c", opt->config, "YAML experiment config; keys not given keep their defaults");
+  cmd->add_option("--set", opt->overrides, "Override one key, e.g. --set model.layers=2 (repeatable)");
+  cmd->add_flag("--print-config", opt->print_config,
+                "Print the effective config with each key's description and range, then exit");
+  return {cmd, [opt] {
+            const io::Config cfg = io::Config::load(tessera_schema(), opt->config, opt->overrides);
+            if (opt->print_config) {
+              fmt::print("{}", cfg.to_yaml(true));
+              return 0;
+            }
+            run_training(cfg);
+            return 0;
+          }};
 }
 
 }  // namespace tessera::launch

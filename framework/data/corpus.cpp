@@ -1,3 +1,167 @@
 #include "data/corpus.h"
 
-// Implementation in progress.
+#include <zlib.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <memory>
+#include <string>
+
+#include "common/error.h"
+
+namespace tessera::data {
+
+namespace {
+
+bool ends_with(const std::string& s, const char* suffix) {
+  const std::size_t n = std::strlen(suffix);
+  return s.size() >= n && s.compare(s.size() - n, n, suffix) == 0;
+}
+
+}  // namespace
+
+// ---- LineReader ----
+
+LineReader::LineReader(const std::string& path) : path_(path), buf_(1 << 16) {
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec)) fail("cannot read '{}': {}", path, std::strerror(EISDIR));
+  gz_ = ends_with(path, ".gz");
+  errno = 0;
+  if (gz_) {
+    gzFile f = gzopen(path.c_str(), "rb");
+    if (f == nullptr) fail("cannot read '{}': {}", path, errno != 0 ? std::strerror(errno) : "out of memory");
+    gzbuffer(f, 1 << 17);
+    handle_ = f;
+  } else {
+    std::FILE* f = std::fopen(path.c_str(), "rb");
+    if (f == nullptr) fail("cannot read '{}': {}", path, std::strerror(errno));
+    handle_ = f;
+  }
+}
+
+LineReader::~LineReader() { close(); }
+
+void LineReader::close() {
+  if (handle_ == nullptr) return;
+  if (gz_)
+    gzclose(static_cast<gzFile>(handle_));
+  else
+    std::fclose(static_cast<std::FILE*>(handle_));
+  handle_ = nullptr;
+}
+
+std::size_t LineReader::fill() {
+  if (eof_) return 0;
+  std::size_t got = 0;
+  if (gz_) {
+    gzFile f = static_cast<gzFile>(handle_);
+    errno = 0;
+    const int n = gzread(f, buf_.data(), static_cast<unsigned>(buf_.size()));
+    // At the end, a truncated stream leaves Z_BUF_ERROR ("unexpected end of file"), which gzread
+    // itself does not treat as an error.
+    int errnum = Z_OK;
+    const char* msg = n <= 0 ? gzerror(f, &errnum) : nullptr;
+    if (errnum != Z_OK) {
+      std::string text = errnum == Z_ERRNO ? std::strerror(errno) : msg;
+      const std::string prefix = path_ + ": ";  // zlib names the file itself
+      if (text.compare(0, prefix.size(), prefix) == 0) text.erase(0, prefix.size());
+      fail("cannot read '{}': {}", path_, text);
+    }
+    got = static_cast<std::size_t>(n);
+  } else {
+    std::FILE* f = static_cast<std::FILE*>(handle_);
+    got = std::fread(buf_.data(), 1, buf_.size(), f);
+    if (got < buf_.size() && std::ferror(f)) fail("cannot read '{}': {}", path_, std::strerror(errno));
+  }
+  if (got == 0) eof_ = true;
+  begin_ = 0;
+  end_ = got;
+  return got;
+}
+
+bool LineReader::next(std::string& line) {
+  line.clear();
+  bool any = false;  // read at least one byte of this line (or its newline)
+  for (;;) {
+    if (begin_ == end_ && fill() == 0) break;
+    any = true;
+    const char* start = buf_.data() + begin_;
+    const void* nl = std::memchr(start, '\n', end_ - begin_);
+    if (nl != nullptr) {
+      const std::size_t len = static_cast<std::size_t>(static_cast<const char*>(nl) - start);
+      line.append(start, len);
+      begin_ += len + 1;
+      return finish(line);
+    }
+    line.append(start, end_ - begin_);
+    begin_ = end_;
+  }
+  if (!any) return false;
+  return finish(line);  // a final line without newline
+}
+
+bool LineReader::finish(std::string& line) {
+  ++line_no_;
+  if (!line.empty() && line.back() == '\r') line.pop_back();
+  const std::int64_t bad = find_invalid_utf8(line);
+  if (bad >= 0) fail("{}:{}: invalid UTF-8 at byte {}", path_, line_no_, bad + 1);
+  return true;
+}
+
+// ---- UTF-8 ----
+
+std::int64_t find_invalid_utf8(const std::string& s) {
+  const auto* p = reinterpret_cast<const unsigned char*>(s.data());
+  const std::size_t n = s.size();
+  std::size_t i = 0;
+  while (i < n) {
+    const unsigned char c = p[i];
+    if (c < 0x80) {
+      ++i;
+      continue;
+    }
+    std::size_t len = 0;
+    std::uint32_t cp = 0, min = 0;
+    if (c >= 0xC2 && c <= 0xDF) {
+      len = 2, cp = c & 0x1Fu, min = 0x80;
+    } else if ((c & 0xF0) == 0xE0) {
+      len = 3, cp = c & 0x0Fu, min = 0x800;
+    } else if (c >= 0xF0 && c <= 0xF4) {
+      len = 4, cp = c & 0x07u, min = 0x10000;
+    } else {
+      return static_cast<std::int64_t>(i);  // continuation byte, C0/C1 (overlong) or F5..FF
+    }
+    if (i + len > n) return static_cast<std::int64_t>(i);  // truncated
+    for (std::size_t k = 1; k < len; ++k) {
+      const unsigned char cc = p[i + k];
+      if ((cc & 0xC0) != 0x80) return static_cast<std::int64_t>(i);
+      cp = (cp << 6) | (cc & 0x3Fu);
+    }
+    if (cp < min || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return static_cast<std::int64_t>(i);
+    i += len;
+  }
+  return -1;
+}
+
+// ---- files ----
+
+std::vector<std::string> read_lines(const std::string& path) {
+  LineReader reader(path);
+  std::vector<std::string> lines;
+  std::string line;
+  while (reader.next(line)) lines.push_back(std::move(line));
+  return lines;
+}
+
+ParallelText read_parallel(const std::string& src_path, const std::string& tgt_path) {
+  ParallelText t;
+  t.src = read_lines(src_path);
+  t.tgt = read_lines(tgt_path);
+  if (t.src.size() != t.tgt.size())
+    fail("{} has {} lines but {} has {}", src_path, t.src.size(), tgt_path, t.tgt.size());
+  return t;
+}
+
+}  // namespace tessera::data

@@ -2,6 +2,7 @@
 // translates to line i of train.de). Files ending in .gz are read through zlib.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -10,7 +11,7 @@ namespace tessera::data {
 
 // All lines of a text file (without the trailing newline; a final line without newline counts).
 // Throws tessera::Error naming the file for an unreadable file, and naming file and line
-// (1-based) for invalid UTF-8.
+// (1-based) and the byte column (1-based) for invalid UTF-8: "train.de:17: invalid UTF-8 at byte 5".
 std::vector<std::string> read_lines(const std::string& path);
 
 struct ParallelText {
@@ -22,5 +23,30 @@ ParallelText read_parallel(const std::string& src_path, const std::string& tgt_p
 
 // Byte offset of the first invalid UTF-8 sequence in `s`, or -1 when `s` is valid UTF-8.
 std::int64_t find_invalid_utf8(const std::string& s);
+
+// Streams the lines of a text file (.gz through zlib) with the same rules as read_lines: no
+// trailing "\n" or "\r", UTF-8 checked. For corpora too large to hold in memory at once.
+class LineReader {
+ public:
+  explicit LineReader(const std::string& path);  // throws naming the file when it cannot be opened
+  ~LineReader();
+  LineReader(const LineReader&) = delete;
+  LineReader& operator=(const LineReader&) = delete;
+  // The next line into `line`; false at the end of the file.
+  bool next(std::string& line);
+  std::int64_t line_number() const { return line_no_; }  // 1-based number of the last line read
+
+ private:
+  std::size_t fill();
+  bool finish(std::string& line);
+  void close();
+  std::string path_;
+  bool gz_ = false;
+  void* handle_ = nullptr;  // gzFile or std::FILE*
+  std::vector<char> buf_;
+  std::size_t begin_ = 0, end_ = 0;
+  bool eof_ = false;
+  std::int64_t line_no_ = 0;
+};
 
 }  // namespace tessera::data

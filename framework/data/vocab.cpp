@@ -1,3 +1,158 @@
 #include "data/vocab.h"
 
-// Implementation in progress.
+#include <sentencepiece_processor.h>
+#include <sentencepiece_trainer.h>
+
+#include <filesystem>
+#include <limits>
+#include <random>
+#include <string>
+#include <unordered_map>
+
+#include "common/error.h"
+#include "data/corpus.h"
+
+namespace tessera::data {
+
+namespace {
+
+// Hands the sampled sentences to the trainer without a temporary file.
+class VectorSentenceIterator : public sentencepiece::SentenceIterator {
+ public:
+  explicit VectorSentenceIterator(const std::vector<std::string>* v) : v_(v) {}
+  bool done() const override { return i_ >= v_->size(); }
+  void Next() override { ++i_; }
+  const std::string& value() const override { return (*v_)[i_]; }
+  sentencepiece::util::Status status() const override { return {}; }
+
+ private:
+  const std::vector<std::string>* v_;
+  std::size_t i_ = 0;
+};
+
+// Uniform in [0, n) from the engine's raw output (rejection sampling), so the sample does not
+// depend on the standard library's distributions.
+std::uint64_t uniform_below(std::mt19937_64& rng, std::uint64_t n) {
+  const std::uint64_t limit = std::numeric_limits<std::uint64_t>::max() - std::numeric_limits<std::uint64_t>::max() % n;
+  std::uint64_t x = 0;
+  do x = rng();
+  while (x >= limit);
+  return x % n;
+}
+
+// Reservoir sample of at most `cap` non-empty lines over all inputs (all lines when they fit),
+// deterministic for a seed; sentences keep their corpus order when nothing is dropped.
+std::vector<std::string> sample_sentences(const VocabTrainOptions& opt, std::int64_t* total) {
+  std::vector<std::string> kept;
+  std::mt19937_64 rng(opt.seed);
+  const auto cap = static_cast<std::uint64_t>(opt.input_sentence_size);
+  std::uint64_t seen = 0;
+  std::string line;
+  for (const auto& path : opt.inputs) {
+    LineReader reader(path);
+    while (reader.next(line)) {
+      if (line.empty()) continue;
+      ++seen;
+      if (kept.size() < cap) {
+        kept.push_back(line);
+      } else {
+        const std::uint64_t j = uniform_below(rng, seen);
+        if (j < cap) kept[j] = line;
+      }
+    }
+  }
+  *total = static_cast<std::int64_t>(seen);
+  return kept;
+}
+
+}  // namespace
+
+Vocab::Vocab() : sp_(std::make_unique<sentencepiece::SentencePieceProcessor>()) {}
+Vocab::Vocab(Vocab&&) noexcept = default;
+Vocab& Vocab::operator=(Vocab&&) noexcept = default;
+Vocab::~Vocab() = default;
+
+Vocab Vocab::train(const VocabTrainOptions& opt) {
+  TESSERA_CHECK(!opt.inputs.empty(), "vocab: no input files");
+  TESSERA_CHECK(!opt.model_prefix.empty(), "vocab: empty model prefix");
+  TESSERA_CHECK(opt.model_type == "bpe" || opt.model_type == "unigram",
+                "vocab: model_type '{}' is not one of bpe, unigram", opt.model_type);
+  TESSERA_CHECK(opt.vocab_size > 4, "vocab: vocab_size {} is too small (ids 0-3 are <pad>, <unk>, <s>, </s>)",
+                opt.vocab_size);
+  TESSERA_CHECK(opt.character_coverage > 0.0 && opt.character_coverage <= 1.0,
+                "vocab: character_coverage {} is not in (0, 1]", opt.character_coverage);
+  TESSERA_CHECK(opt.input_sentence_size > 0, "vocab: input_sentence_size {} must be positive", opt.input_sentence_size);
+
+  std::int64_t total = 0;
+  const std::vector<std::string> sentences = sample_sentences(opt, &total);
+  TESSERA_CHECK(!sentences.empty(), "vocab: the input files hold no sentences");
+
+  const std::filesystem::path prefix(opt.model_prefix);
+  if (prefix.has_parent_path()) {
+    std::error_code ec;
+    std::filesystem::create_directories(prefix.parent_path(), ec);
+    if (ec) fail("vocab: cannot create directory '{}': {}", prefix.parent_path().string(), ec.message());
+  }
+
+  const std::unordered_map<std::string, std::string> args = {
+      {"model_prefix", opt.model_prefix},
+      {"vocab_size", std::to_string(opt.vocab_size)},
+      {"model_type", opt.model_type},
+      {"character_coverage", fmt::format("{}", opt.character_coverage)},
+      {"pad_id", std::to_string(kPadId)},
+      {"unk_id", std::to_string(kUnkId)},
+      {"bos_id", std::to_string(kBosId)},
+      {"eos_id", std::to_string(kEosId)},
+      // The sample above is already at most input_sentence_size sentences, drawn with our seed.
+      {"input_sentence_size", "0"},
+      {"shuffle_input_sentence", "false"},
+      {"num_threads", "2"},
+      {"minloglevel", "2"},
+  };
+  VectorSentenceIterator it(&sentences);
+  const auto status = sentencepiece::SentencePieceTrainer::Train(args, &it);
+  if (!status.ok())
+    fail("vocab: SentencePiece training failed (model_type={}, vocab_size={}, {} sentences): {}", opt.model_type,
+         opt.vocab_size, sentences.size(), status.ToString());
+  return load(opt.model_prefix + ".model");
+}
+
+Vocab Vocab::load(const std::string& path) {
+  Vocab v;
+  std::error_code ec;
+  if (!std::filesystem::exists(path, ec)) fail("cannot read vocabulary '{}': No such file or directory", path);
+  const auto status = v.sp_->Load(path);
+  if (!status.ok()) fail("cannot read vocabulary '{}': {}", path, status.ToString());
+  TESSERA_CHECK(v.sp_->PieceToId("<pad>") == kPadId && v.sp_->IsUnknown(kUnkId) && v.sp_->bos_id() == kBosId &&
+                    v.sp_->eos_id() == kEosId,
+                "vocabulary '{}' does not use the ids 0 = <pad>, 1 = <unk>, 2 = <s>, 3 = </s>", path);
+  v.path_ = path;
+  return v;
+}
+
+std::vector<std::int32_t> Vocab::encode(const std::string& text) const {
+  std::vector<int> ids;
+  const auto status = sp_->Encode(text, &ids);
+  if (!status.ok()) fail("vocab '{}': cannot encode: {}", path_, status.ToString());
+  return {ids.begin(), ids.end()};
+}
+
+std::string Vocab::decode(const std::vector<std::int32_t>& ids) const {
+  const int n = sp_->GetPieceSize();
+  std::vector<int> keep;
+  keep.reserve(ids.size());
+  for (std::size_t i = 0; i < ids.size(); ++i) {
+    const std::int32_t id = ids[i];
+    if (id < 0 || id >= n) fail("vocab '{}': id {} (at position {}) is outside [0, {})", path_, id, i, n);
+    if (id == kPadId || id == kBosId || id == kEosId) continue;
+    keep.push_back(id);
+  }
+  std::string text;
+  const auto status = sp_->Decode(keep, &text);
+  if (!status.ok()) fail("vocab '{}': cannot decode: {}", path_, status.ToString());
+  return text;
+}
+
+std::int64_t Vocab::size() const { return sp_->GetPieceSize(); }
+
+}  // namespace tessera::data

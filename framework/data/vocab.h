@@ -25,6 +25,8 @@ struct VocabTrainOptions {
   std::string model_type = "bpe";   // bpe | unigram
   double character_coverage = 1.0;
   std::uint64_t seed = 1;           // for input sentence sampling when the corpus is large
+  // At most this many sentences (over all inputs, sampled uniformly with `seed`) train the model.
+  std::int64_t input_sentence_size = 2000000;
 };
 
 class Vocab {

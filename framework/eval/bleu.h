@@ -28,4 +28,9 @@ struct BleuScore {
 BleuScore corpus_bleu(const std::vector<std::string>& hypotheses,
                       const std::vector<std::vector<std::string>>& references);
 
+// The score from corpus-level sufficient statistics (matches, totals and lengths summed over
+// segments, e.g. over the shards scored by several ranks): corpus_bleu ends with this.
+BleuScore bleu_from_stats(const std::array<std::int64_t, 4>& matches, const std::array<std::int64_t, 4>& totals,
+                          std::int64_t hyp_len, std::int64_t ref_len);
+
 }  // namespace tessera::eval

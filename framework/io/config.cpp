@@ -1,3 +1,678 @@
 #include "io/config.h"
 
-// Implementation in progress.
+#include <fmt/core.h>
+#include <yaml-cpp/yaml.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <charconv>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <limits>
+#include <optional>
+#include <string_view>
+#include <utility>
+
+namespace tessera::io {
+namespace {
+
+// ---------------------------------------------------------------------------------------------
+// Text helpers
+
+bool is_digit(char c) { return c >= '0' && c <= '9'; }
+bool is_alpha(char c) { return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z'); }
+
+std::string_view trim(std::string_view s) {
+  const auto space = [](char c) { return c == ' ' || c == '\t' || c == '\r' || c == '\n'; };
+  while (!s.empty() && space(s.front())) s.remove_prefix(1);
+  while (!s.empty() && space(s.back())) s.remove_suffix(1);
+  return s;
+}
+
+std::string join(const std::vector<std::string>& parts, std::string_view sep) {
+  std::string out;
+  for (std::size_t i = 0; i < parts.size(); ++i) {
+    if (i > 0) out += sep;
+    out += parts[i];
+  }
+  return out;
+}
+
+std::vector<std::string> split_key(const std::string& key) {
+  std::vector<std::string> parts;
+  std::size_t start = 0;
+  for (;;) {
+    const std::size_t dot = key.find('.', start);
+    parts.push_back(key.substr(start, dot - start));
+    if (dot == std::string::npos) return parts;
+    start = dot + 1;
+  }
+}
+
+std::string last_component(const std::string& key) {
+  const std::size_t dot = key.rfind('.');
+  return dot == std::string::npos ? key : key.substr(dot + 1);
+}
+
+// Dot-separated, non-empty names of [A-Za-z0-9_-]: safe as plain YAML keys and in "a.b=v".
+bool is_valid_key(const std::string& key) {
+  for (const std::string& part : split_key(key)) {
+    if (part.empty()) return false;
+    for (char c : part) {
+      if (!is_alpha(c) && !is_digit(c) && c != '_' && c != '-') return false;
+    }
+  }
+  return true;
+}
+
+// Levenshtein distance with adjacent transpositions counted as one edit (optimal string
+// alignment): "modle" is one typo away from "model", not two.
+std::size_t edit_distance(std::string_view a, std::string_view b) {
+  std::vector<std::size_t> before(b.size() + 1), previous(b.size() + 1), current(b.size() + 1);
+  for (std::size_t j = 0; j <= b.size(); ++j) previous[j] = j;
+  for (std::size_t i = 1; i <= a.size(); ++i) {
+    current[0] = i;
+    for (std::size_t j = 1; j <= b.size(); ++j) {
+      current[j] = std::min({previous[j] + 1, current[j - 1] + 1, previous[j - 1] + (a[i - 1] == b[j - 1] ? 0 : 1)});
+      if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1]) {
+        current[j] = std::min(current[j], before[j - 2] + 1);
+      }
+    }
+    std::swap(before, previous);
+    std::swap(previous, current);
+  }
+  return previous[b.size()];
+}
+
+// "Reasonably close": about one edit per three characters; names of one or two characters
+// must match exactly (otherwise "x.a" would suggest "y.b").
+bool is_close(std::size_t distance, std::size_t len_a, std::size_t len_b) {
+  return distance <= std::max(len_a, len_b) / 3;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Numbers: YAML 1.2 core-schema spellings, stored in one canonical form.
+
+// [-+]? (\.[0-9]+ | [0-9]+ (\.[0-9]*)?) ([eE] [-+]? [0-9]+)?
+bool is_decimal_number(std::string_view s) {
+  std::size_t i = 0;
+  const auto digits = [&] {
+    const std::size_t start = i;
+    while (i < s.size() && is_digit(s[i])) ++i;
+    return i - start;
+  };
+  if (i < s.size() && (s[i] == '+' || s[i] == '-')) ++i;
+  std::size_t mantissa_digits = digits();
+  if (i < s.size() && s[i] == '.') {
+    ++i;
+    mantissa_digits += digits();
+  }
+  if (mantissa_digits == 0) return false;
+  if (i < s.size() && (s[i] == 'e' || s[i] == 'E')) {
+    ++i;
+    if (i < s.size() && (s[i] == '+' || s[i] == '-')) ++i;
+    if (digits() == 0) return false;
+  }
+  return i == s.size();
+}
+
+std::optional<double> parse_real(std::string_view s) {
+  for (std::string_view inf : {".inf", ".Inf", ".INF"}) {
+    if (s == inf || (s.size() == inf.size() + 1 && s.substr(1) == inf && s[0] == '+')) {
+      return std::numeric_limits<double>::infinity();
+    }
+    if (s.size() == inf.size() + 1 && s.substr(1) == inf && s[0] == '-') {
+      return -std::numeric_limits<double>::infinity();
+    }
+  }
+  if (s == ".nan" || s == ".NaN" || s == ".NAN") return std::numeric_limits<double>::quiet_NaN();
+  if (!is_decimal_number(s)) return std::nullopt;
+  if (s.front() == '+') s.remove_prefix(1);  // from_chars does not take a '+'
+  double value = 0;
+  const auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), value);
+  if (ec != std::errc() || end != s.data() + s.size()) return std::nullopt;  // also overflow
+  return value;
+}
+
+// Integral values only, but in any spelling of one ("6", "+6", "6.0", "1e3").
+std::optional<std::int64_t> parse_integer(std::string_view s) {
+  std::string_view digits = s;
+  if (!digits.empty() && digits.front() == '+') digits.remove_prefix(1);
+  std::int64_t value = 0;
+  const auto [end, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), value);
+  if (ec == std::errc() && end == digits.data() + digits.size() && !digits.empty()) return value;
+
+  const std::optional<double> real = parse_real(s);
+  constexpr double limit = 9223372036854775808.0;  // 2^63
+  if (!real || !std::isfinite(*real) || std::trunc(*real) != *real || *real < -limit || *real >= limit) {
+    return std::nullopt;
+  }
+  return static_cast<std::int64_t>(*real);
+}
+
+// Shortest text that parses back to the same double, always recognisable as a real ("1.0").
+std::string format_real(double v) {
+  if (std::isnan(v)) return ".nan";
+  if (std::isinf(v)) return v > 0 ? ".inf" : "-.inf";
+  std::string s = fmt::format("{}", v);
+  if (s.find_first_of(".e") == std::string::npos) s += ".0";
+  return s;
+}
+
+// Integer bounds are stored as doubles in KeySpec; clamp so that 2^63 prints as INT64_MAX.
+std::int64_t integer_bound(double bound) {
+  if (bound >= 9223372036854775807.0) return std::numeric_limits<std::int64_t>::max();
+  if (bound <= -9223372036854775808.0) return std::numeric_limits<std::int64_t>::min();
+  return static_cast<std::int64_t>(bound);
+}
+
+bool has_range(const KeySpec& spec) {
+  return (spec.type == ValueType::integer || spec.type == ValueType::real) && spec.min <= spec.max;
+}
+
+std::string format_range(const KeySpec& spec) {
+  if (spec.type == ValueType::integer) {
+    return fmt::format("[{}, {}]", integer_bound(spec.min), integer_bound(spec.max));
+  }
+  return fmt::format("[{}, {}]", format_real(spec.min), format_real(spec.max));
+}
+
+const char* expected_text(ValueType type) {
+  switch (type) {
+    case ValueType::integer:
+      return "an integer";
+    case ValueType::real:
+      return "a number";
+    case ValueType::boolean:
+      return "true or false";
+    case ValueType::string:
+      return "a string";
+  }
+  return "a value";
+}
+
+const char* type_name(ValueType type) {
+  switch (type) {
+    case ValueType::integer:
+      return "an integer";
+    case ValueType::real:
+      return "a real number";
+    case ValueType::boolean:
+      return "a boolean";
+    case ValueType::string:
+      return "a string";
+  }
+  return "a value";
+}
+
+// Checks `text` against the spec and returns its canonical form. `at` prefixes the error
+// ("configs/x.yaml:3: ", "--set a=b: ").
+std::string normalize(const KeySpec& spec, std::string_view text, const std::string& at) {
+  const auto wrong_type = [&] {
+    return ConfigError(fmt::format("{}'{}' expects {}, got '{}'", at, spec.key, expected_text(spec.type), text));
+  };
+  const auto out_of_range = [&] {
+    return ConfigError(
+        fmt::format("{}'{}' = {} is outside the allowed range {}", at, spec.key, text, format_range(spec)));
+  };
+  switch (spec.type) {
+    case ValueType::integer: {
+      const std::optional<std::int64_t> v = parse_integer(text);
+      if (!v) throw wrong_type();
+      // long double holds every int64 exactly (x86 80-bit), so the comparison is exact.
+      const auto x = static_cast<long double>(*v);
+      if (has_range(spec) && (x < static_cast<long double>(spec.min) || x > static_cast<long double>(spec.max))) {
+        throw out_of_range();
+      }
+      return fmt::format("{}", *v);
+    }
+    case ValueType::real: {
+      const std::optional<double> v = parse_real(text);
+      if (!v) throw wrong_type();
+      if (has_range(spec) && !(*v >= spec.min && *v <= spec.max)) throw out_of_range();  // NaN is outside too
+      return format_real(*v);
+    }
+    case ValueType::boolean:
+      if (text != "true" && text != "false") throw wrong_type();
+      return std::string(text);
+    case ValueType::string:
+      if (!spec.choices.empty() && std::find(spec.choices.begin(), spec.choices.end(), text) == spec.choices.end()) {
+        throw ConfigError(fmt::format("{}'{}' = '{}' is not one of: {}", at, spec.key, text, join(spec.choices, ", ")));
+      }
+      return std::string(text);
+  }
+  return std::string(text);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Schema helpers (free functions so the header keeps only its public interface)
+
+// True when `name` is a proper prefix section of some key ("model" for "model.layers").
+bool is_section(const std::vector<KeySpec>& keys, const std::string& name) {
+  if (name.empty()) return false;
+  const std::string prefix = name + ".";
+  return std::any_of(keys.begin(), keys.end(), [&](const KeySpec& k) { return k.key.starts_with(prefix); });
+}
+
+// Scores every candidate by edit distance over the full dotted key and over the last component
+// alone (catches a key put in the wrong section); a full-key match wins a tie. Sections are
+// candidates only when the unknown name holds a map (they cannot take a value).
+std::string nearest_name(const std::vector<KeySpec>& keys, const std::string& query, bool include_sections) {
+  std::vector<std::string> candidates;
+  for (const KeySpec& k : keys) {
+    if (include_sections) {
+      for (std::size_t dot = k.key.find('.'); dot != std::string::npos; dot = k.key.find('.', dot + 1)) {
+        std::string section = k.key.substr(0, dot);
+        if (std::find(candidates.begin(), candidates.end(), section) == candidates.end()) {
+          candidates.push_back(std::move(section));
+        }
+      }
+    }
+    candidates.push_back(k.key);
+  }
+  const std::string query_last = last_component(query);
+  std::string best;
+  std::size_t best_score = std::numeric_limits<std::size_t>::max();
+  for (const std::string& candidate : candidates) {
+    std::size_t score = std::numeric_limits<std::size_t>::max();
+    const std::size_t full = edit_distance(query, candidate);
+    if (is_close(full, query.size(), candidate.size())) score = full;
+    const std::string candidate_last = last_component(candidate);
+    const std::size_t last = edit_distance(query_last, candidate_last);
+    if (is_close(last, query_last.size(), candidate_last.size())) score = std::min(score, last + 1);
+    if (score < best_score) {
+      best_score = score;
+      best = candidate;
+    }
+  }
+  return best;
+}
+
+std::string did_you_mean(const std::string& hint) {
+  return hint.empty() ? std::string() : fmt::format(" (did you mean '{}'?)", hint);
+}
+
+void add_key(std::vector<KeySpec>& keys, KeySpec spec) {
+  if (!is_valid_key(spec.key)) {
+    throw ConfigError(fmt::format(
+        "schema: invalid key '{}' (expected dot-separated names of letters, digits, '_' or '-')", spec.key));
+  }
+  for (const KeySpec& k : keys) {
+    if (k.key == spec.key) throw ConfigError(fmt::format("schema: duplicate key '{}'", spec.key));
+    // Nested YAML cannot hold both "a: 1" and "a: {b: 2}".
+    if (k.key.starts_with(spec.key + ".") || spec.key.starts_with(k.key + ".")) {
+      throw ConfigError(
+          fmt::format("schema: key '{}' conflicts with '{}' (a key cannot also be a section)", spec.key, k.key));
+    }
+  }
+  spec.default_value = normalize(spec, spec.default_value, "schema default: ");
+  keys.push_back(std::move(spec));
+}
+
+// ---------------------------------------------------------------------------------------------
+// YAML input
+
+std::string describe(const YAML::Node& node) {
+  switch (node.Type()) {
+    case YAML::NodeType::Scalar:
+      return fmt::format("'{}'", node.Scalar());
+    case YAML::NodeType::Sequence:
+      return "a list";
+    case YAML::NodeType::Map:
+      return "a map";
+    case YAML::NodeType::Null:
+    case YAML::NodeType::Undefined:
+      break;
+  }
+  return "an empty value";
+}
+
+// The text of a value node; an empty value ("name:", "--set name=") is the empty string for
+// string keys (clearing a path is common), an error for the others.
+std::optional<std::string> scalar_text(const KeySpec& spec, const YAML::Node& value) {
+  if (value.IsScalar()) return value.Scalar();
+  if (value.IsNull() && spec.type == ValueType::string) return std::string();
+  return std::nullopt;
+}
+
+// Walks one YAML document into `values`, validating as it goes.
+class Loader {
+ public:
+  Loader(const Schema& schema, const std::string& source, std::map<std::string, std::string>& values)
+      : schema_(schema), source_(source), values_(values) {}
+
+  void load_text(const std::string& text) {
+    std::vector<YAML::Node> documents;
+    try {
+      documents = YAML::LoadAll(text);
+    } catch (const YAML::Exception& e) {
+      throw ConfigError(fmt::format("{}YAML syntax error: {}", at(e.mark), e.msg));
+    }
+    if (documents.empty()) return;  // empty or comments only: all defaults
+    if (documents.size() > 1) {
+      throw ConfigError(
+          fmt::format("{}expected one YAML document, found {}", at(documents[1].Mark()), documents.size()));
+    }
+    const YAML::Node& root = documents[0];
+    if (root.IsNull()) return;
+    if (!root.IsMap()) {
+      throw ConfigError(
+          fmt::format("{}expected a map of keys at the top level, got {}", at(root.Mark()), describe(root)));
+    }
+    walk(root, "");
+  }
+
+ private:
+  // "file:line: " (1-based); just "file: " when yaml-cpp has no position.
+  std::string at(const YAML::Mark& mark) const {
+    if (mark.line < 0) return fmt::format("{}: ", source_);
+    return fmt::format("{}:{}: ", source_, mark.line + 1);
+  }
+
+  void walk(const YAML::Node& map, const std::string& prefix) {
+    std::map<std::string, int> seen;  // keys of this map -> 0-based line (yaml-cpp keeps duplicates)
+    for (const auto& entry : map) {
+      const YAML::Node& key = entry.first;
+      const YAML::Node& value = entry.second;
+      // Errors point at the key: an empty value's mark is on the following line.
+      const std::string where = at(key.Mark());
+      if (!key.IsScalar()) throw ConfigError(fmt::format("{}expected a key name, got {}", where, describe(key)));
+      const std::string full = prefix.empty() ? key.Scalar() : prefix + "." + key.Scalar();
+      if (const auto [first, fresh] = seen.emplace(key.Scalar(), key.Mark().line); !fresh) {
+        throw ConfigError(fmt::format("{}duplicate key '{}' (first set on line {})", where, full, first->second + 1));
+      }
+
+      const std::vector<KeySpec>& keys = schema_.keys();
+      if (const KeySpec* spec = schema_.find(full)) {
+        const std::optional<std::string> text = scalar_text(*spec, value);
+        if (!text) {
+          throw ConfigError(
+              fmt::format("{}'{}' expects {}, got {}", where, full, expected_text(spec->type), describe(value)));
+        }
+        // "model.layers: 2" and "model: {layers: 3}" in one file set the same key twice.
+        if (const auto [first, fresh] = leaf_lines_.emplace(full, key.Mark().line); !fresh) {
+          throw ConfigError(fmt::format("{}duplicate key '{}' (first set on line {})", where, full, first->second + 1));
+        }
+        values_[full] = normalize(*spec, *text, where);
+      } else if (is_section(keys, full)) {
+        if (value.IsNull()) continue;  // "model:" with every key commented out
+        if (!value.IsMap()) {
+          throw ConfigError(
+              fmt::format("{}'{}' is a section and expects a map of keys, got {}", where, full, describe(value)));
+        }
+        walk(value, full);
+      } else if (value.IsMap() && value.size() > 0) {
+        walk(value, full);  // unknown section: its first key's full path gives the best hint
+      } else {
+        const bool holds_map = value.IsMap() || value.IsNull();
+        throw ConfigError(
+            fmt::format("{}unknown key '{}'{}", where, full, did_you_mean(nearest_name(keys, full, holds_map))));
+      }
+    }
+  }
+
+  const Schema& schema_;
+  const std::string& source_;
+  std::map<std::string, std::string>& values_;
+  std::map<std::string, int> leaf_lines_;  // dotted key -> 0-based line where the file set it
+};
+
+// "a.b=v": v is parsed as one YAML scalar.
+void apply_override(const Schema& schema, const std::string& override_text,
+                    std::map<std::string, std::string>& values) {
+  const std::string where = fmt::format("--set {}: ", override_text);
+  const std::size_t eq = override_text.find('=');
+  const std::string key(trim(std::string_view(override_text).substr(0, eq)));
+  if (eq == std::string::npos || key.empty()) throw ConfigError(where + "expected KEY=VALUE");
+
+  const KeySpec* spec = schema.find(key);
+  if (spec == nullptr) {
+    if (is_section(schema.keys(), key)) {
+      throw ConfigError(fmt::format("{}'{}' is a section, not a key", where, key));
+    }
+    throw ConfigError(fmt::format("{}unknown key '{}'{}", where, key, did_you_mean(schema.nearest(key))));
+  }
+  YAML::Node value;
+  try {
+    value = YAML::Load(override_text.substr(eq + 1));
+  } catch (const YAML::Exception& e) {
+    throw ConfigError(fmt::format("{}invalid YAML value: {}", where, e.msg));
+  }
+  const std::optional<std::string> text = scalar_text(*spec, value);
+  if (!text) {
+    throw ConfigError(fmt::format("{}'{}' expects {}, got {}", where, key, expected_text(spec->type), describe(value)));
+  }
+  values[key] = normalize(*spec, *text, where);
+}
+
+// Whole file; the message carries strerror (ENOENT, EACCES, EISDIR, ...).
+std::string read_file(const std::string& path) {
+  std::FILE* file = std::fopen(path.c_str(), "rb");
+  if (file == nullptr) {
+    throw ConfigError(fmt::format("cannot read config file '{}': {}", path, std::strerror(errno)));
+  }
+  std::string text;
+  char buffer[8192];
+  std::size_t n = 0;
+  while ((n = std::fread(buffer, 1, sizeof buffer, file)) > 0) text.append(buffer, n);
+  const bool failed = std::ferror(file) != 0;
+  const int error = errno;
+  std::fclose(file);
+  if (failed) throw ConfigError(fmt::format("cannot read config file '{}': {}", path, std::strerror(error)));
+  return text;
+}
+
+// ---------------------------------------------------------------------------------------------
+// YAML output
+
+// Plain when unambiguous; otherwise double-quoted with escapes (so "true", "", "3", "a: b"
+// stay strings).
+std::string yaml_string(const std::string& s) {
+  static const char* const reserved[] = {"true", "false", "yes", "no", "on", "off", "y", "n", "null"};
+  bool plain = !s.empty() && (is_alpha(s[0]) || s[0] == '_' || s[0] == '/');
+  for (char c : s) {
+    if (!plain) break;
+    plain = is_alpha(c) || is_digit(c) || c == '_' || c == '-' || c == '.' || c == '/';
+  }
+  if (plain) {
+    std::string lower = s;
+    for (char& c : lower) c = static_cast<char>(c >= 'A' && c <= 'Z' ? c - 'A' + 'a' : c);
+    for (const char* word : reserved) plain = plain && lower != word;
+  }
+  if (plain) return s;
+  std::string out = "\"";
+  for (char c : s) {
+    switch (c) {
+      case '"':
+        out += "\\\"";
+        break;
+      case '\\':
+        out += "\\\\";
+        break;
+      case '\n':
+        out += "\\n";
+        break;
+      case '\t':
+        out += "\\t";
+        break;
+      case '\r':
+        out += "\\r";
+        break;
+      default:
+        if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) {
+          out += fmt::format("\\x{:02x}", static_cast<unsigned>(static_cast<unsigned char>(c)));
+        } else {
+          out += c;  // UTF-8 passes through
+        }
+    }
+  }
+  return out + "\"";
+}
+
+// Key components are [A-Za-z0-9_-]+ (see is_valid_key); only the null spellings would not
+// read back as the same name.
+std::string yaml_key(const std::string& name) {
+  return name == "null" || name == "Null" || name == "NULL" ? "\"" + name + "\"" : name;
+}
+
+// " # doc [range]" for one key; empty when there is nothing to say.
+std::string doc_comment(const KeySpec& spec) {
+  std::string text = spec.doc;
+  std::replace_if(
+      text.begin(), text.end(), [](char c) { return c == '\n' || c == '\r'; }, ' ');
+  std::string detail;
+  if (has_range(spec)) detail = format_range(spec);
+  if (spec.type == ValueType::string && !spec.choices.empty()) {
+    detail = fmt::format("[one of: {}]", join(spec.choices, ", "));
+  }
+  if (!text.empty() && !detail.empty()) text += ' ';
+  text += detail;
+  return text.empty() ? std::string() : "  # " + text;
+}
+
+// Keys grouped by section, each level in order of first appearance in the schema.
+struct TreeNode {
+  std::string name;
+  const KeySpec* spec = nullptr;  // leaves only
+  std::vector<TreeNode> children;
+};
+
+TreeNode build_tree(const std::vector<KeySpec>& keys) {
+  TreeNode root;
+  for (const KeySpec& spec : keys) {
+    TreeNode* node = &root;
+    for (const std::string& part : split_key(spec.key)) {
+      auto it = std::find_if(node->children.begin(), node->children.end(),
+                             [&](const TreeNode& child) { return child.name == part; });
+      if (it == node->children.end()) {
+        node->children.push_back(TreeNode{part, nullptr, {}});
+        it = node->children.end() - 1;
+      }
+      node = &*it;
+    }
+    node->spec = &spec;
+  }
+  return root;
+}
+
+void emit(const TreeNode& node, const std::map<std::string, std::string>& values, bool with_docs, int depth,
+          std::string& out) {
+  const std::string indent(static_cast<std::size_t>(depth) * 2, ' ');
+  for (const TreeNode& child : node.children) {
+    out += indent + yaml_key(child.name) + ":";
+    if (child.spec == nullptr) {
+      out += "\n";
+      emit(child, values, with_docs, depth + 1, out);
+      continue;
+    }
+    const std::string& value = values.at(child.spec->key);
+    out += " " + (child.spec->type == ValueType::string ? yaml_string(value) : value);
+    if (with_docs) out += doc_comment(*child.spec);
+    out += "\n";
+  }
+}
+
+}  // namespace
+
+// -------------------------------------------------------------------------------------------------
+// Schema
+
+Schema& Schema::integer(const std::string& key, std::int64_t def, std::int64_t min, std::int64_t max,
+                        const std::string& doc) {
+  add_key(keys_, KeySpec{key,
+                         ValueType::integer,
+                         fmt::format("{}", def),
+                         static_cast<double>(min),
+                         static_cast<double>(max),
+                         {},
+                         doc});
+  return *this;
+}
+
+Schema& Schema::real(const std::string& key, double def, double min, double max, const std::string& doc) {
+  add_key(keys_, KeySpec{key, ValueType::real, format_real(def), min, max, {}, doc});
+  return *this;
+}
+
+Schema& Schema::boolean(const std::string& key, bool def, const std::string& doc) {
+  add_key(keys_, KeySpec{key, ValueType::boolean, def ? "true" : "false", 0, 0, {}, doc});
+  return *this;
+}
+
+Schema& Schema::string(const std::string& key, const std::string& def, std::vector<std::string> choices,
+                       const std::string& doc) {
+  add_key(keys_, KeySpec{key, ValueType::string, def, 0, 0, std::move(choices), doc});
+  return *this;
+}
+
+const KeySpec* Schema::find(const std::string& key) const {
+  const auto it = std::find_if(keys_.begin(), keys_.end(), [&](const KeySpec& k) { return k.key == key; });
+  return it == keys_.end() ? nullptr : &*it;
+}
+
+std::string Schema::nearest(const std::string& key) const { return nearest_name(keys_, key, false); }
+
+// -------------------------------------------------------------------------------------------------
+// Config
+
+Config Config::load(const Schema& schema, const std::string& yaml_path, const std::vector<std::string>& overrides) {
+  const std::string text = yaml_path.empty() ? std::string() : read_file(yaml_path);
+  return parse(schema, text, yaml_path, overrides);
+}
+
+Config Config::parse(const Schema& schema, const std::string& yaml_text, const std::string& source_name,
+                     const std::vector<std::string>& overrides) {
+  Config config;
+  config.schema_ = &schema;
+  for (const KeySpec& spec : schema.keys()) config.values_[spec.key] = spec.default_value;
+  Loader(schema, source_name, config.values_).load_text(yaml_text);
+  for (const std::string& override_text : overrides) apply_override(schema, override_text, config.values_);
+  return config;
+}
+
+namespace {
+
+// The spec of `key` if it has the requested type; ConfigError naming the key otherwise.
+const KeySpec& typed_spec(const Schema* schema, const std::string& key, ValueType type) {
+  const KeySpec* spec = schema == nullptr ? nullptr : schema->find(key);
+  if (spec == nullptr) {
+    throw ConfigError(fmt::format("unknown config key '{}'{}", key,
+                                  did_you_mean(schema == nullptr ? std::string() : schema->nearest(key))));
+  }
+  if (spec->type != type) {
+    throw ConfigError(fmt::format("config key '{}' is {}, not {}", key, type_name(spec->type), type_name(type)));
+  }
+  return *spec;
+}
+
+}  // namespace
+
+std::int64_t Config::integer(const std::string& key) const {
+  typed_spec(schema_, key, ValueType::integer);
+  return *parse_integer(values_.at(key));  // canonical text always parses
+}
+
+double Config::real(const std::string& key) const {
+  typed_spec(schema_, key, ValueType::real);
+  return *parse_real(values_.at(key));
+}
+
+bool Config::boolean(const std::string& key) const {
+  typed_spec(schema_, key, ValueType::boolean);
+  return values_.at(key) == "true";
+}
+
+const std::string& Config::string(const std::string& key) const {
+  typed_spec(schema_, key, ValueType::string);
+  return values_.at(key);
+}
+
+std::string Config::to_yaml(bool with_docs) const {
+  if (schema_ == nullptr) return std::string();
+  std::string out;
+  emit(build_tree(schema_->keys()), values_, with_docs, 0, out);
+  return out;
+}
+
+}  // namespace tessera::io

@@ -108,6 +108,18 @@ Tensor Tensor::reshape(const Shape& shape) const {
   return t;
 }
 
+Tensor Tensor::narrow_rows(std::int64_t start, std::int64_t length) const {
+  check_defined("narrow_rows", *this, "input");
+  TESSERA_CHECK(dim() >= 1 && start >= 0 && length >= 0 && start + length <= shape_[0],
+                "narrow_rows: rows [{}, {}) out of range for shape {}", start, start + length, shape_str(shape_));
+  Tensor t = *this;
+  const std::int64_t row = numel_ / std::max<std::int64_t>(shape_[0], 1);
+  t.offset_bytes_ += static_cast<std::size_t>(start * row) * dtype_size(dtype_);
+  t.shape_[0] = length;
+  t.numel_ = row * length;
+  return t;
+}
+
 Tensor Tensor::clone() const {
   check_defined("clone", *this, "input");
   Tensor t = empty(shape_, dtype_, device_);

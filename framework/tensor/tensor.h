@@ -69,6 +69,8 @@ class Tensor {
 
   // A view with a new shape and the same elements (one dimension may be -1).
   Tensor reshape(const Shape& shape) const;
+  // A view of rows [start, start + length) of dimension 0 (contiguous, no copy).
+  Tensor narrow_rows(std::int64_t start, std::int64_t length) const;
   Tensor clone() const;
   Tensor to(DType dtype) const;    // converted copy (same tensor if dtype already matches)
   Tensor to(Device device) const;  // copy to another device (same tensor if already there)

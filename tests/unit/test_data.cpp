@@ -1,1 +1,606 @@
+// Data module: corpus reading, SentencePiece vocabulary, token-count batching, synthetic tasks.
 #include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "common/error.h"
+#include "data/batching.h"
+#include "data/corpus.h"
+#include "data/synthetic.h"
+#include "data/vocab.h"
+
+namespace fs = std::filesystem;
+using namespace tessera;
+using namespace tessera::data;
+
+namespace {
+
+const std::string kCorpusDir = std::string(TESSERA_TEST_DATA_DIR) + "/corpus";
+
+// A fresh folder under the system temp directory, removed at the end of the test.
+class TempDir {
+ public:
+  TempDir() {
+    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
+    path_ = fs::temp_directory_path() / (std::string("tessera_data_") + info->test_suite_name() + "_" + info->name() +
+                                         "_" + std::to_string(::getpid()));
+    fs::remove_all(path_);
+    fs::create_directories(path_);
+  }
+  ~TempDir() {
+    std::error_code ec;
+    fs::remove_all(path_, ec);
+  }
+  std::string file(const std::string& name, const std::string& bytes) const {
+    const std::string p = (path_ / name).string();
+    std::ofstream(p, std::ios::binary) << bytes;
+    return p;
+  }
+  std::string path(const std::string& name) const { return (path_ / name).string(); }
+
+ private:
+  fs::path path_;
+};
+
+// The message of the tessera::Error that `fn` throws ("" when it throws nothing).
+template <typename Fn>
+std::string error_of(Fn&& fn) {
+  try {
+    fn();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+std::vector<std::int32_t> row(const Tensor& t, std::int64_t r) {
+  const std::int64_t cols = t.size(1);
+  const std::int32_t* p = t.data<std::int32_t>() + r * cols;
+  return {p, p + cols};
+}
+
+std::vector<std::vector<std::int64_t>> epoch_batches(Batcher& b) {
+  std::vector<std::vector<std::int64_t>> out;
+  Batch batch;
+  while (b.next(batch)) out.push_back(batch.indices);
+  return out;
+}
+
+// Examples with varied lengths (1..60 source, correlated target) for the batcher tests.
+std::vector<Example> varied_examples(std::int64_t n) {
+  std::vector<Example> ex = make_synthetic(SyntheticTask::copy, n, 1, 60, 50, 7);
+  for (std::size_t i = 0; i < ex.size(); ++i) ex[i].tgt.resize(ex[i].tgt.size() + i % 5, 9);
+  return ex;
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------- corpus
+
+TEST(Corpus, ReadsPlainFixture) {
+  const auto lines = read_lines(kCorpusDir + "/tiny.txt");
+  const std::vector<std::string> want = {"alpha", "", "beta gamma", "\xC3\x84pfel und Birnen",
+                                         "last line without newline"};
+  EXPECT_EQ(lines, want);
+}
+
+TEST(Corpus, ReadsGzipFixtureWithCrlf) {
+  const auto lines = read_lines(kCorpusDir + "/tiny.txt.gz");
+  const std::vector<std::string> want = {"first line", "second line", "",
+                                         "fourth: Gr\xC3\xBC\xC3\x9F"
+                                         "e",
+                                         "no newline at end"};
+  EXPECT_EQ(lines, want);
+}
+
+TEST(Corpus, CrlfEmptyLinesAndFinalLine) {
+  TempDir dir;
+  EXPECT_EQ(read_lines(dir.file("a.txt", "a\r\n\r\nb\r\nc")), (std::vector<std::string>{"a", "", "b", "c"}));
+  EXPECT_EQ(read_lines(dir.file("b.txt", "a\n\n")), (std::vector<std::string>{"a", ""}));
+  EXPECT_EQ(read_lines(dir.file("c.txt", "")), std::vector<std::string>{});
+  EXPECT_EQ(read_lines(dir.file("d.txt", "\n")), std::vector<std::string>{""});
+  // Only the line end is stripped: a "\r" inside a line stays.
+  EXPECT_EQ(read_lines(dir.file("e.txt", "x\ry\r\n")), std::vector<std::string>{"x\ry"});
+}
+
+TEST(Corpus, LongLinesAcrossBufferBoundaries) {
+  TempDir dir;
+  std::string a(200000, 'a'), b(70000, 'b');
+  a.replace(65535, 2, "\xC3\xA9");  // a two-byte character split across the first 64 KiB read
+  const auto lines = read_lines(dir.file("long.txt", a + "\n" + b + "\r\n" + "z"));
+  ASSERT_EQ(lines.size(), 3u);
+  EXPECT_EQ(lines[0], a);
+  EXPECT_EQ(lines[1], b);
+  EXPECT_EQ(lines[2], "z");
+}
+
+TEST(Corpus, MissingFileNamesIt) {
+  EXPECT_EQ(error_of([] { read_lines("/nonexistent/train.en"); }),
+            "cannot read '/nonexistent/train.en': No such file or directory");
+  EXPECT_EQ(error_of([] { read_lines("/nonexistent/train.en.gz"); }),
+            "cannot read '/nonexistent/train.en.gz': No such file or directory");
+}
+
+TEST(Corpus, DirectoryIsNotAFile) {
+  TempDir dir;
+  EXPECT_EQ(error_of([&] { read_lines(dir.path("")); }), fmt::format("cannot read '{}': Is a directory", dir.path("")));
+}
+
+TEST(Corpus, TruncatedGzipIsAnError) {
+  std::ifstream in(kCorpusDir + "/tiny.txt.gz", std::ios::binary);
+  std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  ASSERT_GT(bytes.size(), 30u);
+  TempDir dir;
+  const std::string p = dir.file("cut.txt.gz", bytes.substr(0, bytes.size() - 12));
+  EXPECT_EQ(error_of([&] { read_lines(p); }), fmt::format("cannot read '{}': unexpected end of file", p));
+}
+
+TEST(Corpus, FindInvalidUtf8) {
+  EXPECT_EQ(find_invalid_utf8(""), -1);
+  EXPECT_EQ(find_invalid_utf8("plain ascii"), -1);
+  EXPECT_EQ(find_invalid_utf8("Gr\xC3\xBC\xC3\x9F"
+                              "e \xE2\x82\xAC \xF0\x9F\x98\x80"),
+            -1);                                         // ü ß € 😀
+  EXPECT_EQ(find_invalid_utf8("\xED\x9F\xBF"), -1);      // U+D7FF
+  EXPECT_EQ(find_invalid_utf8("\xEE\x80\x80"), -1);      // U+E000
+  EXPECT_EQ(find_invalid_utf8("\xF4\x8F\xBF\xBF"), -1);  // U+10FFFF
+  EXPECT_EQ(find_invalid_utf8("ab\x80"), 2);             // lone continuation byte
+  EXPECT_EQ(find_invalid_utf8("a\xC0\xAF"), 1);          // overlong '/'
+  EXPECT_EQ(find_invalid_utf8("\xC1\xBF"), 0);           // overlong
+  EXPECT_EQ(find_invalid_utf8("xy\xE0\x80\xAF"), 2);     // overlong, three bytes
+  EXPECT_EQ(find_invalid_utf8("\xF0\x80\x80\xAF"), 0);   // overlong, four bytes
+  EXPECT_EQ(find_invalid_utf8("ok \xED\xA0\x80"), 3);    // surrogate U+D800
+  EXPECT_EQ(find_invalid_utf8("\xED\xBF\xBF"), 0);       // surrogate U+DFFF
+  EXPECT_EQ(find_invalid_utf8("\xF4\x90\x80\x80"), 0);   // U+110000
+  EXPECT_EQ(find_invalid_utf8("\xF5\x80\x80\x80"), 0);   // F5 never starts a character
+  EXPECT_EQ(find_invalid_utf8("\xFF"), 0);
+  EXPECT_EQ(find_invalid_utf8("abc\xE2\x82"), 3);   // truncated at the end
+  EXPECT_EQ(find_invalid_utf8("\xE2\x82z"), 0);     // truncated before ASCII
+  EXPECT_EQ(find_invalid_utf8("\xC3\xA9\xC3"), 2);  // valid, then truncated
+}
+
+TEST(Corpus, InvalidUtf8NamesFileLineAndByte) {
+  TempDir dir;
+  const std::string p = dir.file("train.de", "gut\nauch gut\r\nok\nbad \xED\xA0\x80 line\n");
+  EXPECT_EQ(error_of([&] { read_lines(p); }), fmt::format("{}:4: invalid UTF-8 at byte 5", p));
+  const std::string q = dir.file("trunc.de", "\xC3\xA9\xC3");
+  EXPECT_EQ(error_of([&] { read_lines(q); }), fmt::format("{}:1: invalid UTF-8 at byte 3", q));
+  const std::string r = dir.file("overlong.de", "\n\nab\xC0\x80");
+  EXPECT_EQ(error_of([&] { read_lines(r); }), fmt::format("{}:3: invalid UTF-8 at byte 3", r));
+}
+
+TEST(Corpus, ReadParallel) {
+  const ParallelText t = read_parallel(kCorpusDir + "/multi30k_300.en", kCorpusDir + "/multi30k_300.de");
+  ASSERT_EQ(t.src.size(), 300u);
+  ASSERT_EQ(t.tgt.size(), 300u);
+  EXPECT_EQ(t.src[0], "Two young, White males are outside near many bushes.");
+  EXPECT_EQ(t.tgt[0],
+            "Zwei junge wei\xC3\x9F"
+            "e M\xC3\xA4nner sind im Freien in der N\xC3\xA4he vieler B\xC3\xBCsche.");
+}
+
+TEST(Corpus, ReadParallelMismatchedCounts) {
+  TempDir dir;
+  const std::string en = dir.file("train.en", "a\nb\nc\n");
+  const std::string de = dir.file("train.de", "x\ny\n");
+  EXPECT_EQ(error_of([&] { read_parallel(en, de); }), fmt::format("{} has 3 lines but {} has 2", en, de));
+}
+
+// ---------------------------------------------------------------- vocab
+
+namespace {
+
+// One small joint BPE model shared by the Vocab tests (training takes a moment).
+class VocabTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    dir_ = fs::temp_directory_path() / ("tessera_vocab_test_" + std::to_string(::getpid()));
+    fs::create_directories(dir_);
+    VocabTrainOptions opt;
+    opt.inputs = {kCorpusDir + "/multi30k_300.en", kCorpusDir + "/multi30k_300.de"};
+    opt.model_prefix = (dir_ / "bpe").string();
+    opt.vocab_size = 200;
+    opt.model_type = "bpe";
+    vocab_ = new Vocab(Vocab::train(opt));
+  }
+  static void TearDownTestSuite() {
+    delete vocab_;
+    vocab_ = nullptr;
+    std::error_code ec;
+    fs::remove_all(dir_, ec);
+  }
+  static fs::path dir_;
+  static Vocab* vocab_;
+};
+fs::path VocabTest::dir_;
+Vocab* VocabTest::vocab_ = nullptr;
+
+}  // namespace
+
+TEST_F(VocabTest, TrainsWithRequestedSizeAndFiles) {
+  EXPECT_EQ(vocab_->size(), 200);
+  EXPECT_TRUE(fs::exists(dir_ / "bpe.model"));
+  EXPECT_TRUE(fs::exists(dir_ / "bpe.vocab"));
+  EXPECT_EQ(vocab_->path(), (dir_ / "bpe.model").string());
+}
+
+TEST_F(VocabTest, SpecialIds) {
+  std::ifstream in(dir_ / "bpe.vocab");
+  std::vector<std::string> pieces;
+  for (std::string line; std::getline(in, line) && pieces.size() < 4;)
+    pieces.push_back(line.substr(0, line.find('\t')));
+  EXPECT_EQ(pieces, (std::vector<std::string>{"<pad>", "<unk>", "<s>", "</s>"}));
+  // Encoding adds neither bos nor eos, and ordinary text never yields pad/bos/eos.
+  const auto ids = vocab_->encode("A man in a blue shirt.");
+  ASSERT_FALSE(ids.empty());
+  for (const auto id : ids) {
+    EXPECT_GE(id, 4);
+    EXPECT_LT(id, 200);
+  }
+  // Characters never seen in training map to <unk>.
+  const auto unk = vocab_->encode("\xE6\xBC\xA2");  // 漢
+  EXPECT_NE(std::find(unk.begin(), unk.end(), kUnkId), unk.end());
+}
+
+TEST_F(VocabTest, RoundTripsCorpusSentences) {
+  const auto en = read_lines(kCorpusDir + "/multi30k_300.en");
+  const auto de = read_lines(kCorpusDir + "/multi30k_300.de");
+  for (const auto* lines : {&en, &de})
+    for (std::size_t i = 0; i < lines->size(); i += 37) {
+      const auto ids = vocab_->encode((*lines)[i]);
+      EXPECT_LT(ids.size(), (*lines)[i].size()) << (*lines)[i];  // subwords, not only characters
+      EXPECT_EQ(vocab_->decode(ids), (*lines)[i]);
+    }
+  EXPECT_EQ(vocab_->decode(vocab_->encode("")), "");
+}
+
+TEST_F(VocabTest, DecodeSkipsPadBosEos) {
+  const std::string s = "Zwei junge Frauen sitzen im Gras.";
+  auto ids = vocab_->encode(s);
+  ids.insert(ids.begin(), kBosId);
+  ids.push_back(kEosId);
+  ids.push_back(kPadId);
+  ids.push_back(kPadId);
+  EXPECT_EQ(vocab_->decode(ids), s);
+}
+
+TEST_F(VocabTest, DecodeOutOfRangeIdNamesIt) {
+  EXPECT_NE(error_of([&] { vocab_->decode({5, 200}); }).find("id 200"), std::string::npos);
+  EXPECT_NE(error_of([&] { vocab_->decode({-1}); }).find("id -1"), std::string::npos);
+}
+
+TEST_F(VocabTest, LoadsSavedModel) {
+  const Vocab again = Vocab::load((dir_ / "bpe.model").string());
+  EXPECT_EQ(again.size(), 200);
+  const std::string s = "Ein Hund rennt durch den Schnee.";
+  EXPECT_EQ(again.encode(s), vocab_->encode(s));
+}
+
+TEST_F(VocabTest, TrainingIsDeterministicAndReadsGzip) {
+  // The same corpus through a .gz file, sampled down to 250 sentences twice with one seed.
+  TempDir dir;
+  VocabTrainOptions opt;
+  opt.inputs = {kCorpusDir + "/multi30k_300.en", kCorpusDir + "/tiny.txt.gz"};
+  opt.vocab_size = 120;
+  opt.input_sentence_size = 250;
+  opt.seed = 3;
+  opt.model_prefix = dir.path("a");
+  const Vocab a = Vocab::train(opt);
+  opt.model_prefix = dir.path("b");
+  const Vocab b = Vocab::train(opt);
+  std::ifstream fa(dir.path("a.vocab")), fb(dir.path("b.vocab"));
+  const std::string va((std::istreambuf_iterator<char>(fa)), {}), vb((std::istreambuf_iterator<char>(fb)), {});
+  EXPECT_FALSE(va.empty());
+  EXPECT_EQ(va, vb);
+  EXPECT_EQ(a.size(), 120);
+}
+
+TEST(Vocab, UnigramModel) {
+  TempDir dir;
+  VocabTrainOptions opt;
+  opt.inputs = {kCorpusDir + "/multi30k_300.en"};
+  opt.model_prefix = dir.path("uni");
+  opt.vocab_size = 150;
+  opt.model_type = "unigram";
+  const Vocab v = Vocab::train(opt);
+  EXPECT_EQ(v.size(), 150);
+  const std::string s = "A little girl climbing into a wooden playhouse.";
+  EXPECT_EQ(v.decode(v.encode(s)), s);
+}
+
+TEST(Vocab, MissingModelFileNamesIt) {
+  EXPECT_EQ(error_of([] { Vocab::load("/nonexistent/spm.model"); }),
+            "cannot read vocabulary '/nonexistent/spm.model': No such file or directory");
+}
+
+TEST(Vocab, CorruptModelFileNamesIt) {
+  TempDir dir;
+  const std::string p = dir.file("junk.model", "this is not a model");
+  EXPECT_EQ(error_of([&] { Vocab::load(p); }).rfind(fmt::format("cannot read vocabulary '{}': ", p), 0), 0u);
+}
+
+TEST(Vocab, TooLargeVocabularyIsAClearError) {
+  TempDir dir;
+  VocabTrainOptions opt;
+  opt.inputs = {dir.file("small.txt", "a b c\nb c d\n")};
+  opt.model_prefix = dir.path("m");
+  opt.vocab_size = 5000;
+  for (const char* type : {"unigram", "bpe"}) {
+    opt.model_type = type;
+    const std::string msg = error_of([&] { Vocab::train(opt); });
+    EXPECT_NE(msg.find("vocab_size=5000"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("Vocabulary size too high (5000)"), std::string::npos) << msg;
+  }
+}
+
+TEST(Vocab, BadOptions) {
+  VocabTrainOptions opt;
+  opt.inputs = {kCorpusDir + "/tiny.txt"};
+  opt.model_prefix = "/tmp/never_written";
+  opt.model_type = "wordpiece";
+  EXPECT_EQ(error_of([&] { Vocab::train(opt); }), "vocab: model_type 'wordpiece' is not one of bpe, unigram");
+  opt.model_type = "bpe";
+  opt.inputs = {"/nonexistent/x.txt"};
+  EXPECT_EQ(error_of([&] { Vocab::train(opt); }), "cannot read '/nonexistent/x.txt': No such file or directory");
+}
+
+// ---------------------------------------------------------------- batching
+
+TEST(Batch, MakeBatchExactTensors) {
+  const std::vector<Example> ex = {{{10, 11, 12}, {20}}, {{13}, {21, 22, 23, 24}}, {{}, {}}};
+  const Batch b = make_batch(ex, {1, 0});
+  // Ls = 3 + 1 (eos), Lt = 4 + 1 (bos or eos).
+  ASSERT_EQ(b.src.shape(), (Shape{2, 4}));
+  ASSERT_EQ(b.src_padding.shape(), (Shape{2, 4}));
+  ASSERT_EQ(b.tgt_in.shape(), (Shape{2, 5}));
+  ASSERT_EQ(b.tgt_out.shape(), (Shape{2, 5}));
+  EXPECT_EQ(b.src.dtype(), DType::i32);
+  EXPECT_EQ(row(b.src, 0), (std::vector<std::int32_t>{13, kEosId, kPadId, kPadId}));
+  EXPECT_EQ(row(b.src, 1), (std::vector<std::int32_t>{10, 11, 12, kEosId}));
+  EXPECT_EQ(row(b.src_padding, 0), (std::vector<std::int32_t>{0, 0, 1, 1}));
+  EXPECT_EQ(row(b.src_padding, 1), (std::vector<std::int32_t>{0, 0, 0, 0}));
+  EXPECT_EQ(row(b.tgt_in, 0), (std::vector<std::int32_t>{kBosId, 21, 22, 23, 24}));
+  EXPECT_EQ(row(b.tgt_in, 1), (std::vector<std::int32_t>{kBosId, 20, kPadId, kPadId, kPadId}));
+  EXPECT_EQ(row(b.tgt_out, 0), (std::vector<std::int32_t>{21, 22, 23, 24, kEosId}));
+  EXPECT_EQ(row(b.tgt_out, 1), (std::vector<std::int32_t>{20, kEosId, kPadId, kPadId, kPadId}));
+  EXPECT_EQ(b.indices, (std::vector<std::int64_t>{1, 0}));
+  EXPECT_EQ(b.src_tokens, 2 + 4);
+  EXPECT_EQ(b.tgt_tokens, 5 + 2);
+  EXPECT_EQ(b.padded_slots, 2 * 4 + 2 * 5);
+  EXPECT_DOUBLE_EQ(b.padding_fraction(), 1.0 - 13.0 / 18.0);
+
+  const Batch e = make_batch(ex, {2});  // an empty pair: eos only, bos only
+  EXPECT_EQ(row(e.src, 0), (std::vector<std::int32_t>{kEosId}));
+  EXPECT_EQ(row(e.tgt_in, 0), (std::vector<std::int32_t>{kBosId}));
+  EXPECT_EQ(row(e.tgt_out, 0), (std::vector<std::int32_t>{kEosId}));
+  EXPECT_DOUBLE_EQ(e.padding_fraction(), 0.0);
+
+  EXPECT_EQ(error_of([&] { make_batch(ex, {0, 3}); }), "make_batch: example index 3 is outside [0, 3)");
+}
+
+TEST(Batch, TokenBudgetAndEveryExampleOncePerEpoch) {
+  const auto ex = varied_examples(3000);
+  for (const bool shuffle : {true, false}) {
+    BatcherOptions opt;
+    opt.batch_tokens = 400;
+    opt.shuffle = shuffle;
+    opt.window = 8;
+    Batcher b(&ex, opt);
+    for (int epoch = 0; epoch < 2; ++epoch) {
+      const std::int64_t planned = b.batches_per_epoch();
+      std::vector<int> seen(ex.size(), 0);
+      Batch batch;
+      std::int64_t count = 0;
+      while (b.next(batch)) {
+        ++count;
+        EXPECT_EQ(b.position(), count);
+        const std::int64_t rows = batch.src.size(0);
+        const std::int64_t width = std::max(batch.src.size(1), batch.tgt_in.size(1));
+        EXPECT_TRUE(rows * width <= opt.batch_tokens || rows == 1) << rows << " x " << width;
+        for (const auto i : batch.indices) ++seen[static_cast<std::size_t>(i)];
+      }
+      EXPECT_EQ(count, planned);
+      EXPECT_EQ(b.epoch(), epoch + 1);
+      EXPECT_EQ(b.position(), 0);
+      EXPECT_TRUE(std::all_of(seen.begin(), seen.end(), [](int s) { return s == 1; })) << "shuffle " << shuffle;
+    }
+  }
+}
+
+TEST(Batch, OverlongExampleGetsItsOwnBatch) {
+  std::vector<Example> ex = make_synthetic(SyntheticTask::copy, 20, 2, 4, 10, 1);
+  ex[7].src.assign(100, 5);
+  BatcherOptions opt;
+  opt.batch_tokens = 30;
+  Batcher b(&ex, opt);
+  Batch batch;
+  bool found = false;
+  while (b.next(batch))
+    if (std::find(batch.indices.begin(), batch.indices.end(), 7) != batch.indices.end()) {
+      EXPECT_EQ(batch.indices.size(), 1u);
+      found = true;
+    }
+  EXPECT_TRUE(found);
+}
+
+TEST(Batch, SortingLowersPadding) {
+  const auto ex = varied_examples(3000);
+  auto padding = [&](bool shuffle) {
+    BatcherOptions opt;
+    opt.batch_tokens = 600;
+    opt.shuffle = shuffle;
+    Batcher b(&ex, opt);
+    Batch batch;
+    std::int64_t tokens = 0, slots = 0;
+    while (b.next(batch)) {
+      tokens += batch.src_tokens + batch.tgt_tokens;
+      slots += batch.padded_slots;
+      EXPECT_GE(batch.padding_fraction(), 0.0);
+      EXPECT_LT(batch.padding_fraction(), 1.0);
+    }
+    return 1.0 - static_cast<double>(tokens) / static_cast<double>(slots);
+  };
+  const double sorted = padding(true), unsorted = padding(false);
+  EXPECT_LT(sorted, 0.15);
+  EXPECT_GT(unsorted, 0.3);
+  EXPECT_LT(sorted, unsorted / 2);
+}
+
+TEST(Batch, UnshuffledKeepsCorpusOrder) {
+  const auto ex = varied_examples(500);
+  BatcherOptions opt;
+  opt.batch_tokens = 300;
+  opt.shuffle = false;
+  Batcher b(&ex, opt);
+  const auto first = epoch_batches(b);
+  std::vector<std::int64_t> order;
+  for (const auto& batch : first) order.insert(order.end(), batch.begin(), batch.end());
+  std::vector<std::int64_t> want(ex.size());
+  for (std::size_t i = 0; i < want.size(); ++i) want[i] = static_cast<std::int64_t>(i);
+  EXPECT_EQ(order, want);
+  EXPECT_EQ(epoch_batches(b), first);  // the same batches every epoch
+}
+
+TEST(Batch, DeterministicForSeedAndVariesAcrossEpochsAndSeeds) {
+  const auto ex = varied_examples(2000);
+  BatcherOptions opt;
+  opt.batch_tokens = 500;
+  opt.seed = 11;
+  Batcher a(&ex, opt), b(&ex, opt);
+  const auto a0 = epoch_batches(a), a1 = epoch_batches(a);
+  EXPECT_EQ(a0, epoch_batches(b));
+  EXPECT_EQ(a1, epoch_batches(b));
+  EXPECT_NE(a0, a1);
+  opt.seed = 12;
+  Batcher c(&ex, opt);
+  EXPECT_NE(a0, epoch_batches(c));
+  // With one window holding the whole corpus, the batches come out sorted by length unless their
+  // order is shuffled too.
+  opt.window = 1000;
+  Batcher one_window(&ex, opt);
+  std::vector<std::size_t> first_len;
+  for (const auto& batch : epoch_batches(one_window))
+    first_len.push_back(ex[static_cast<std::size_t>(batch[0])].src.size());
+  EXPECT_GT(first_len.size(), 50u);
+  EXPECT_FALSE(std::is_sorted(first_len.begin(), first_len.end()));
+}
+
+TEST(Batch, SeekResumesExactly) {
+  const auto ex = varied_examples(1500);
+  BatcherOptions opt;
+  opt.batch_tokens = 500;
+  opt.seed = 5;
+  // The uninterrupted run: three epochs, with the epoch-end `false` marked by an empty entry.
+  Batcher full(&ex, opt);
+  std::vector<std::vector<std::int64_t>> stream;
+  std::vector<std::pair<std::int64_t, std::int64_t>> state;  // (epoch, position) before each call
+  Batch batch;
+  for (int e = 0; e < 3;) {
+    state.emplace_back(full.epoch(), full.position());
+    if (full.next(batch)) {
+      stream.push_back(batch.indices);
+    } else {
+      stream.emplace_back();
+      ++e;
+    }
+  }
+  // Resume from several points: mid-epoch, just before and after the epoch boundary.
+  const std::int64_t n0 =
+      static_cast<std::int64_t>(std::find(stream.begin(), stream.end(), std::vector<std::int64_t>{}) - stream.begin());
+  for (const std::int64_t k : {std::int64_t{0}, std::int64_t{3}, n0 - 1, n0, n0 + 1, n0 + 7}) {
+    Batcher resumed(&ex, opt);
+    resumed.seek(state[static_cast<std::size_t>(k)].first, state[static_cast<std::size_t>(k)].second);
+    for (std::size_t i = static_cast<std::size_t>(k); i < stream.size(); ++i) {
+      const bool got = resumed.next(batch);
+      ASSERT_EQ(got, !stream[i].empty()) << "resumed at " << k << ", call " << i;
+      if (got) {
+        ASSERT_EQ(batch.indices, stream[i]) << "resumed at " << k << ", call " << i;
+      }
+    }
+  }
+  // Seeking back into an earlier epoch works too.
+  Batcher back(&ex, opt);
+  epoch_batches(back);
+  epoch_batches(back);
+  back.seek(0, 2);
+  ASSERT_TRUE(back.next(batch));
+  EXPECT_EQ(batch.indices, stream[2]);
+
+  EXPECT_NE(error_of([&] { back.seek(0, 1000000); }).find("position 1000000"), std::string::npos);
+  EXPECT_EQ(back.epoch(), 0);  // a failed seek leaves the state as it was
+  EXPECT_EQ(back.position(), 3);
+}
+
+TEST(Batch, EmptyCorpus) {
+  const std::vector<Example> ex;
+  Batcher b(&ex, BatcherOptions{});
+  Batch batch;
+  EXPECT_EQ(b.batches_per_epoch(), 0);
+  EXPECT_FALSE(b.next(batch));
+  EXPECT_EQ(b.epoch(), 1);
+}
+
+// ---------------------------------------------------------------- synthetic
+
+TEST(Synthetic, TargetsPerTask) {
+  for (const auto task : {SyntheticTask::copy, SyntheticTask::reverse, SyntheticTask::sort}) {
+    const auto ex = make_synthetic(task, 200, 3, 12, 20, 42);
+    ASSERT_EQ(ex.size(), 200u);
+    for (const auto& e : ex) {
+      std::vector<std::int32_t> want = e.src;
+      if (task == SyntheticTask::reverse) std::reverse(want.begin(), want.end());
+      if (task == SyntheticTask::sort) std::sort(want.begin(), want.end());
+      EXPECT_EQ(e.tgt, want);
+    }
+  }
+  // Reverse and sort really change the order (for some examples).
+  const auto rev = make_synthetic(SyntheticTask::reverse, 50, 5, 10, 20, 1);
+  const auto srt = make_synthetic(SyntheticTask::sort, 50, 5, 10, 20, 1);
+  EXPECT_TRUE(std::any_of(rev.begin(), rev.end(), [](const Example& e) { return e.src != e.tgt; }));
+  EXPECT_TRUE(std::any_of(srt.begin(), srt.end(), [](const Example& e) { return e.src != e.tgt; }));
+}
+
+TEST(Synthetic, LengthsAndTokensInRange) {
+  const auto ex = make_synthetic(SyntheticTask::copy, 2000, 2, 9, 13, 3);
+  std::set<std::size_t> lengths;
+  std::set<std::int32_t> tokens;
+  for (const auto& e : ex) {
+    lengths.insert(e.src.size());
+    tokens.insert(e.src.begin(), e.src.end());
+  }
+  EXPECT_EQ(*lengths.begin(), 2u);
+  EXPECT_EQ(*lengths.rbegin(), 9u);
+  EXPECT_EQ(lengths.size(), 8u);
+  EXPECT_EQ(*tokens.begin(), kFirstSymbol);
+  EXPECT_EQ(*tokens.rbegin(), kFirstSymbol + 12);
+  EXPECT_EQ(tokens.size(), 13u);
+}
+
+TEST(Synthetic, DeterministicForSeed) {
+  auto flat = [](const std::vector<Example>& ex) {
+    std::vector<std::vector<std::int32_t>> out;
+    for (const auto& e : ex) out.push_back(e.src);
+    return out;
+  };
+  const auto a = make_synthetic(SyntheticTask::sort, 100, 1, 20, 30, 9);
+  const auto b = make_synthetic(SyntheticTask::sort, 100, 1, 20, 30, 9);
+  const auto c = make_synthetic(SyntheticTask::sort, 100, 1, 20, 30, 10);
+  EXPECT_EQ(flat(a), flat(b));
+  EXPECT_NE(flat(a), flat(c));
+}
+
+TEST(Synthetic, ParseTask) {
+  EXPECT_EQ(parse_synthetic_task("copy"), SyntheticTask::copy);
+  EXPECT_EQ(parse_synthetic_task("reverse"), SyntheticTask::reverse);
+  EXPECT_EQ(parse_synthetic_task("sort"), SyntheticTask::sort);
+  EXPECT_EQ(error_of([] { parse_synthetic_task("rotate"); }),
+            "unknown synthetic task 'rotate' (valid: copy, reverse, sort)");
+  EXPECT_NE(error_of([] { make_synthetic(SyntheticTask::copy, 1, 5, 2, 10, 1); }).find("[5, 2]"), std::string::npos);
+}

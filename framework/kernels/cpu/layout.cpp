@@ -12,6 +12,61 @@ std::vector<std::int64_t> inverse_permutation(const std::vector<std::int64_t>& d
   return inv;
 }
 
+Tensor concat(const std::vector<Tensor>& parts, std::int64_t dim) {
+  TESSERA_CHECK(!parts.empty(), "concat: no tensors");
+  const Tensor& first = parts[0];
+  check_cpu("concat", first);
+  const std::int64_t d = dim < 0 ? dim + first.dim() : dim;
+  TESSERA_CHECK(d >= 0 && d < first.dim(), "concat: dimension {} out of range for shape {}", dim,
+                shape_str(first.shape()));
+  Shape shape = first.shape();
+  shape[static_cast<std::size_t>(d)] = 0;
+  for (const Tensor& p : parts) {
+    check_cpu("concat", p);
+    check_same_dtype("concat", first, p);
+    Shape a = p.shape(), b = first.shape();
+    TESSERA_CHECK(a.size() == b.size(), "concat: shapes {} and {} differ in rank", shape_str(b), shape_str(a));
+    a[static_cast<std::size_t>(d)] = b[static_cast<std::size_t>(d)] = 0;
+    TESSERA_CHECK(a == b, "concat: shapes {} and {} differ outside dimension {}", shape_str(first.shape()),
+                  shape_str(p.shape()), d);
+    shape[static_cast<std::size_t>(d)] += p.size(d);
+  }
+  Tensor out = Tensor::empty(shape, first.dtype());
+  std::int64_t outer = 1, inner = 1;
+  for (std::int64_t i = 0; i < d; ++i) outer *= shape[static_cast<std::size_t>(i)];
+  for (std::int64_t i = d + 1; i < first.dim(); ++i) inner *= shape[static_cast<std::size_t>(i)];
+  const std::size_t esz = dtype_size(first.dtype());
+  char* o = static_cast<char*>(out.raw_data());
+  const std::size_t out_row = static_cast<std::size_t>(shape[static_cast<std::size_t>(d)] * inner) * esz;
+  std::size_t at = 0;  // byte offset of this part inside each output row
+  for (const Tensor& p : parts) {
+    const std::size_t part_row = static_cast<std::size_t>(p.size(d) * inner) * esz;
+    const char* src = static_cast<const char*>(p.raw_data());
+    for (std::int64_t r = 0; r < outer; ++r)
+      std::memcpy(o + static_cast<std::size_t>(r) * out_row + at, src + static_cast<std::size_t>(r) * part_row,
+                  part_row);
+    at += part_row;
+  }
+  return out;
+}
+
+Tensor index_rows(const Tensor& x, const std::vector<std::int64_t>& indices) {
+  check_cpu("index_rows", x);
+  TESSERA_CHECK(x.dim() >= 1, "index_rows: needs at least one dimension, got {}", shape_str(x.shape()));
+  Shape shape = x.shape();
+  shape[0] = static_cast<std::int64_t>(indices.size());
+  Tensor out = Tensor::empty(shape, x.dtype());
+  const std::size_t row = static_cast<std::size_t>(x.numel() / std::max<std::int64_t>(x.size(0), 1)) *
+                          dtype_size(x.dtype());
+  for (std::size_t i = 0; i < indices.size(); ++i) {
+    TESSERA_CHECK(indices[i] >= 0 && indices[i] < x.size(0), "index_rows: index {} out of range for shape {}",
+                  indices[i], shape_str(x.shape()));
+    std::memcpy(static_cast<char*>(out.raw_data()) + i * row,
+                static_cast<const char*>(x.raw_data()) + static_cast<std::size_t>(indices[i]) * row, row);
+  }
+  return out;
+}
+
 Tensor permute(const Tensor& x, const std::vector<std::int64_t>& dims) {
   check_cpu("permute", x);
   const std::size_t r = dims.size();

@@ -7,6 +7,10 @@ namespace tessera::cpu {
 
 // out has shape[i] = x.shape[dims[i]]; dims must be a permutation of 0..rank-1.
 Tensor permute(const Tensor& x, const std::vector<std::int64_t>& dims);
+// Concatenation along `dim` (all other dimensions equal).
+Tensor concat(const std::vector<Tensor>& parts, std::int64_t dim);
+// Rows of dimension 0 picked by `indices` (int64 positions): out[i] = x[indices[i]].
+Tensor index_rows(const Tensor& x, const std::vector<std::int64_t>& indices);
 // The permutation that undoes `dims`.
 std::vector<std::int64_t> inverse_permutation(const std::vector<std::int64_t>& dims);
 

@@ -1,0 +1,87 @@
+#include "launch/schema.h"
+
+namespace tessera::launch {
+
+const io::Schema& tessera_schema() {
+  static const io::Schema schema = [] {
+    io::Schema s;
+    // ---- model: the paper's base model by default
+    s.integer("model.layers", 6, 1, 64, "encoder and decoder layers (N)")
+        .integer("model.d_model", 512, 8, 16384, "model width (d_model)")
+        .integer("model.d_ff", 2048, 8, 65536, "inner width of the position-wise feed-forward network (d_ff)")
+        .integer("model.heads", 8, 1, 256, "attention heads (h); d_model must divide by it")
+        .real("model.dropout", 0.1, 0.0, 0.9, "dropout on sub-layer outputs and embedding + position sums (P_drop)")
+        .string("model.norm", "post", {"post", "pre"},
+                "layer norm after each residual sum (paper) or inside the branch")
+        .boolean("model.share_embeddings", true, "one embedding for source and target (needs a joint vocabulary)")
+        .boolean("model.tie_output", true, "pre-softmax weights = target embedding")
+        .integer("model.max_positions", 1024, 16, 65536, "longest sequence the positional table covers");
+    // ---- data
+    s.string("data.task", "translation", {"translation", "copy", "reverse", "sort"},
+             "parallel text, or a built-in synthetic task that needs no files")
+        .string("data.train_src", "", {}, "training source text, one sentence a line (.gz allowed)")
+        .string("data.train_tgt", "", {}, "training target text, line-aligned with train_src")
+        .string("data.valid_src", "", {}, "validation source text")
+        .string("data.valid_tgt", "", {}, "validation target text (the BLEU reference)")
+        .string("data.vocab", "", {}, "SentencePiece model; empty: train one into output.dir/vocab.model")
+        .integer("data.vocab_size", 8000, 16, 1000000,
+                 "size of the SentencePiece vocabulary trained when data.vocab is empty")
+        .string("data.vocab_type", "bpe", {"bpe", "unigram"}, "SentencePiece model type for a trained vocabulary")
+        .integer("data.max_len", 128, 1, 65536, "pairs longer than this (subword tokens) are skipped and counted")
+        .integer("data.synthetic_vocab", 20, 2, 100000, "synthetic tasks: number of distinct symbols")
+        .integer("data.synthetic_min_len", 10, 1, 10000, "synthetic tasks: shortest sequence")
+        .integer("data.synthetic_max_len", 20, 1, 10000, "synthetic tasks: longest sequence")
+        .integer("data.synthetic_train_size", 50000, 1, 100000000, "synthetic tasks: training examples")
+        .integer("data.synthetic_valid_size", 500, 1, 1000000, "synthetic tasks: validation examples");
+    // ---- training
+    s.integer("train.batch_tokens", 4096, 1, 10000000, "tokens per batch, padding included (rows x longest side)")
+        .integer("train.accumulate", 1, 1, 1024, "batches whose gradients are summed into one update")
+        .integer("train.max_steps", 100000, 1, 1000000000, "stop after this many updates")
+        .integer("train.max_epochs", 0, 0, 1000000, "stop after this many epochs (0: no limit)")
+        .real("train.max_minutes", 0.0, 0.0, 1e7, "stop after this much wall time (0: no limit)")
+        .real("train.lr_factor", 1.0, 0.0, 1000.0, "lr = factor * d_model^-0.5 * min(step^-0.5, step * warmup^-1.5)")
+        .integer("train.warmup", 4000, 1, 100000000, "warmup steps of the learning-rate schedule")
+        .real("train.adam_beta1", 0.9, 0.0, 0.999999, "Adam beta1")
+        .real("train.adam_beta2", 0.98, 0.0, 0.999999, "Adam beta2")
+        .real("train.adam_eps", 1e-9, 0.0, 1.0, "Adam epsilon")
+        .real("train.label_smoothing", 0.1, 0.0, 0.99, "label smoothing (epsilon_ls)")
+        .real("train.clip_norm", 0.0, 0.0, 1e6, "clip the global gradient norm to this (0: off)")
+        .integer("train.seed", 1, 0, 4294967295, "seed of initialization, data order and dropout")
+        .integer("train.log_every", 100, 1, 100000000, "steps between log lines")
+        .integer("train.valid_every", 1000, 0, 100000000, "steps between validations (0: only at the end)")
+        .integer("train.valid_max_sentences", 0, 0, 100000000, "validate BLEU on at most this many sentences (0: all)");
+    // ---- decoding
+    s.integer("decode.beam", 4, 1, 1000, "beam size (1: greedy)")
+        .real("decode.length_penalty", 0.6, 0.0, 10.0, "alpha of the length penalty ((5 + len) / 6)^alpha")
+        .integer("decode.max_extra_len", 50, 0, 100000, "a translation may be at most source length + this long")
+        .integer("decode.batch_sentences", 64, 1, 100000, "sentences decoded together");
+    // ---- output
+    s.string("output.dir", "checkpoints/run", {}, "folder for the checkpoint, config, vocabulary and metrics");
+    return s;
+  }();
+  return schema;
+}
+
+models::TransformerConfig model_config(const io::Config& cfg, std::int64_t src_vocab, std::int64_t tgt_vocab) {
+  models::TransformerConfig m;
+  m.src_vocab = src_vocab;
+  m.tgt_vocab = tgt_vocab;
+  m.encoder_layers = m.decoder_layers = cfg.integer("model.layers");
+  m.d_model = cfg.integer("model.d_model");
+  m.d_ff = cfg.integer("model.d_ff");
+  m.heads = cfg.integer("model.heads");
+  m.dropout = cfg.real("model.dropout");
+  m.pre_norm = cfg.string("model.norm") == "pre";
+  m.share_embeddings = cfg.boolean("model.share_embeddings");
+  m.tie_output = cfg.boolean("model.tie_output");
+  m.max_positions = cfg.integer("model.max_positions");
+  return m;
+}
+
+models::DecodeOptions decode_options(const io::Config& cfg) {
+  return {.beam = cfg.integer("decode.beam"),
+          .length_penalty = cfg.real("decode.length_penalty"),
+          .max_extra_len = cfg.integer("decode.max_extra_len")};
+}
+
+}  // namespace tessera::launch

@@ -1,0 +1,16 @@
+// The one schema of Tessera's experiment configs (configs/*.yaml): every key typed, with its
+// default, allowed range and one-line description.
+#pragma once
+
+#include "io/config.h"
+#include "models/decoding.h"
+#include "models/transformer.h"
+
+namespace tessera::launch {
+
+const io::Schema& tessera_schema();
+
+models::TransformerConfig model_config(const io::Config& cfg, std::int64_t src_vocab, std::int64_t tgt_vocab);
+models::DecodeOptions decode_options(const io::Config& cfg);
+
+}  // namespace tessera::launch

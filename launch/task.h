@@ -1,0 +1,49 @@
+// What a run trains on, built from the config: the text codec (SentencePiece for corpora,
+// symbol numbers for synthetic tasks) and the encoded training and validation examples.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "data/batching.h"
+#include "data/vocab.h"
+#include "io/config.h"
+#include "models/decoding.h"
+
+namespace tessera::launch {
+
+class TextCodec {
+ public:
+  static TextCodec sentencepiece(data::Vocab vocab);
+  static TextCodec symbols(std::int64_t vocab);  // synthetic tasks: "5 9 12" <-> ids
+
+  std::vector<std::int32_t> encode(const std::string& text) const;
+  std::string decode(const std::vector<std::int32_t>& ids) const;
+  std::int64_t size() const;  // ids in use, special ids included
+
+ private:
+  std::shared_ptr<data::Vocab> vocab_;
+  std::int64_t symbols_ = 0;
+};
+
+struct TaskData {
+  TextCodec codec;
+  std::vector<data::Example> train, valid;
+  std::vector<std::string> valid_refs;  // raw validation targets (BLEU references); empty for synthetic tasks
+  bool synthetic = false;
+};
+
+// The vocabulary path a run uses: data.vocab, or <output.dir>/vocab.model.
+std::string vocab_path(const io::Config& cfg);
+// Loads (or, for a corpus without a vocabulary yet, trains) everything a run needs. Logs what it
+// skipped (empty and over-long pairs).
+TaskData load_task_data(const io::Config& cfg);
+// The codec alone, for translation: needs the vocabulary to exist already.
+TextCodec load_codec(const io::Config& cfg);
+
+// Decodes many sources (ids without eos), batched by length for speed, results in input order.
+models::TokenRows translate_ids(const models::Transformer& model, const std::vector<std::vector<std::int32_t>>& sources,
+                                const models::DecodeOptions& opt, std::int64_t batch_sentences);
+
+}  // namespace tessera::launch

@@ -1,0 +1,212 @@
+#include "models/decoding.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <numeric>
+
+#include "data/vocab.h"
+#include "kernels/cpu/layout.h"
+
+namespace tessera::models {
+namespace {
+
+using data::kBosId;
+using data::kEosId;
+
+// Real (non-padding) source length of each row: it bounds the hypothesis length.
+std::vector<std::int64_t> source_lengths(const Tensor& src_padding) {
+  const std::int64_t b = src_padding.size(0), l = src_padding.size(1);
+  std::vector<std::int64_t> len(static_cast<std::size_t>(b), 0);
+  for (std::int64_t i = 0; i < b; ++i)
+    for (std::int64_t j = 0; j < l; ++j)
+      len[static_cast<std::size_t>(i)] += src_padding.data<std::int32_t>()[i * l + j] == 0;
+  return len;
+}
+
+std::int32_t argmax_row(const float* row, std::int64_t n) {
+  return static_cast<std::int32_t>(std::max_element(row, row + n) - row);
+}
+
+double length_penalty(std::int64_t len, double alpha) {
+  return std::pow((5.0 + static_cast<double>(len)) / 6.0, alpha);
+}
+
+Tensor encode_no_grad(const Transformer& model, const Tensor& src, const Tensor& src_padding) {
+  ag::NoGradGuard no_grad;
+  DropoutStream no_dropout;
+  return model.encode(src, src_padding, no_dropout).value();
+}
+
+}  // namespace
+
+TokenRows greedy_decode(const Transformer& model, const Tensor& src, const Tensor& src_padding,
+                        std::int64_t max_extra_len) {
+  const std::int64_t batch = src.size(0), vocab = model.config().tgt_vocab;
+  const auto src_len = source_lengths(src_padding);
+  DecoderCache cache = model.start_decoding(encode_no_grad(model, src, src_padding), src_padding);
+  TokenRows out(static_cast<std::size_t>(batch));
+  std::vector<std::int64_t> active(static_cast<std::size_t>(batch));  // sentence of each cache row
+  std::iota(active.begin(), active.end(), 0);
+  std::vector<std::int32_t> last(static_cast<std::size_t>(batch), kBosId);
+  while (!active.empty()) {
+    const Tensor logp = model.decode_step(cache, last);
+    std::vector<std::int64_t> keep_rows, keep_sent;
+    std::vector<std::int32_t> next;
+    for (std::size_t r = 0; r < active.size(); ++r) {
+      const auto s = static_cast<std::size_t>(active[r]);
+      const std::int32_t tok = argmax_row(logp.data<float>() + static_cast<std::int64_t>(r) * vocab, vocab);
+      if (tok == kEosId) continue;
+      out[s].push_back(tok);
+      if (static_cast<std::int64_t>(out[s].size()) >= src_len[s] + max_extra_len) continue;  // length limit
+      keep_rows.push_back(static_cast<std::int64_t>(r));
+      keep_sent.push_back(active[r]);
+      next.push_back(tok);
+    }
+    if (keep_rows.size() != active.size() && !keep_rows.empty()) cache.select_rows(keep_rows);  // drop finished rows
+    active = std::move(keep_sent);
+    last = std::move(next);
+  }
+  return out;
+}
+
+TokenRows greedy_decode_uncached(const Transformer& model, const Tensor& src, const Tensor& src_padding,
+                                 std::int64_t max_extra_len) {
+  ag::NoGradGuard no_grad;
+  DropoutStream no_dropout;
+  const std::int64_t batch = src.size(0), vocab = model.config().tgt_vocab;
+  const auto src_len = source_lengths(src_padding);
+  const ag::Var memory = model.encode(src, src_padding, no_dropout);
+  TokenRows out(static_cast<std::size_t>(batch));
+  std::vector<bool> done(static_cast<std::size_t>(batch), false);
+  std::vector<std::vector<std::int32_t>> prefix(static_cast<std::size_t>(batch), {kBosId});
+  for (std::int64_t step = 0; std::find(done.begin(), done.end(), false) != done.end(); ++step) {
+    std::vector<std::int32_t> ids;
+    for (const auto& p : prefix) ids.insert(ids.end(), p.begin(), p.end());
+    const Tensor logits = model.decode(memory, src_padding, Tensor::from(ids, {batch, step + 1}), no_dropout).value();
+    for (std::int64_t b = 0; b < batch; ++b) {
+      const auto s = static_cast<std::size_t>(b);
+      const std::int32_t tok = argmax_row(logits.data<float>() + (b * (step + 1) + step) * vocab, vocab);
+      prefix[s].push_back(tok);  // finished rows keep a (ignored) prefix so the batch stays rectangular
+      if (done[s]) continue;
+      if (tok == kEosId) {
+        done[s] = true;
+        continue;
+      }
+      out[s].push_back(tok);
+      if (static_cast<std::int64_t>(out[s].size()) >= src_len[s] + max_extra_len) done[s] = true;
+    }
+  }
+  return out;
+}
+
+TokenRows beam_search(const Transformer& model, const Tensor& src, const Tensor& src_padding,
+                      const DecodeOptions& opt) {
+  const std::int64_t batch = src.size(0), vocab = model.config().tgt_vocab, k = opt.beam;
+  TESSERA_CHECK(k >= 1, "beam_search: beam size {} must be >= 1", k);
+  const auto src_len = source_lengths(src_padding);
+  const double neg_inf = -std::numeric_limits<double>::infinity();
+
+  // Every sentence gets k cache rows (sentence-major); only beam 0 is alive at the start.
+  std::vector<std::int64_t> expand;
+  for (std::int64_t b = 0; b < batch; ++b)
+    for (std::int64_t j = 0; j < k; ++j) expand.push_back(b);
+  const Tensor memory = encode_no_grad(model, src, src_padding);
+  DecoderCache cache = model.start_decoding(cpu::index_rows(memory, expand), cpu::index_rows(src_padding, expand));
+
+  struct Hyp {
+    std::vector<std::int32_t> tokens;
+    double score;  // sum of log-probabilities
+  };
+  struct Finished {
+    std::vector<std::int32_t> tokens;
+    double normalized;
+  };
+  std::vector<std::vector<Hyp>> beams(static_cast<std::size_t>(batch));
+  std::vector<std::vector<Finished>> finished(static_cast<std::size_t>(batch));
+  for (auto& bm : beams) {
+    bm.assign(static_cast<std::size_t>(k), Hyp{{}, neg_inf});
+    bm[0].score = 0.0;
+  }
+  std::vector<std::int64_t> active(static_cast<std::size_t>(batch));
+  std::iota(active.begin(), active.end(), 0);
+  std::vector<std::int32_t> last(static_cast<std::size_t>(batch * k), kBosId);
+
+  struct Cand {
+    double score;
+    std::int64_t beam;
+    std::int32_t token;
+  };
+  for (std::int64_t step = 0; !active.empty(); ++step) {
+    const Tensor logp = model.decode_step(cache, last);
+    std::vector<std::int64_t> keep_rows, keep_active;
+    std::vector<std::int32_t> next_last;
+    for (std::size_t a = 0; a < active.size(); ++a) {
+      const auto s = static_cast<std::size_t>(active[a]);
+      const bool at_limit = step + 1 >= src_len[s] + opt.max_extra_len;
+      // The 2k best continuations over all beams of this sentence.
+      std::vector<Cand> cands;
+      cands.reserve(static_cast<std::size_t>(k * vocab));
+      for (std::int64_t j = 0; j < k; ++j) {
+        const Hyp& h = beams[s][static_cast<std::size_t>(j)];
+        if (h.score == neg_inf) continue;
+        const float* row = logp.data<float>() + (static_cast<std::int64_t>(a) * k + j) * vocab;
+        for (std::int64_t v = 0; v < vocab; ++v) cands.push_back({h.score + row[v], j, static_cast<std::int32_t>(v)});
+      }
+      const std::size_t top = std::min(cands.size(), static_cast<std::size_t>(2 * k));
+      std::partial_sort(cands.begin(), cands.begin() + static_cast<std::ptrdiff_t>(top), cands.end(),
+                        [](const Cand& x, const Cand& y) { return x.score > y.score; });
+      std::vector<Hyp> next;
+      for (std::size_t c = 0; c < top && static_cast<std::int64_t>(next.size()) < k; ++c) {
+        const Cand& cd = cands[c];
+        std::vector<std::int32_t> toks = beams[s][static_cast<std::size_t>(cd.beam)].tokens;
+        // eos among the k best ends a hypothesis; at the length limit every candidate ends.
+        if (cd.token == kEosId || at_limit) {
+          if (cd.token != kEosId) toks.push_back(cd.token);
+          if (static_cast<std::int64_t>(c) < k) {
+            const auto len = static_cast<std::int64_t>(toks.size()) + 1;  // + eos
+            finished[s].push_back({std::move(toks), cd.score / length_penalty(len, opt.length_penalty)});
+          }
+          continue;
+        }
+        toks.push_back(cd.token);
+        next.push_back({std::move(toks), cd.score});
+        keep_rows.push_back(static_cast<std::int64_t>(a) * k + cd.beam);
+        next_last.push_back(cd.token);
+      }
+      const bool done = at_limit || static_cast<std::int64_t>(finished[s].size()) >= k;
+      if (done) {  // drop the rows this sentence just claimed
+        keep_rows.resize(keep_rows.size() - next.size());
+        next_last.resize(next_last.size() - next.size());
+        continue;
+      }
+      while (static_cast<std::int64_t>(next.size()) < k) {  // fewer live candidates than beams: pad dead rows
+        next.push_back({{}, neg_inf});
+        keep_rows.push_back(static_cast<std::int64_t>(a) * k);
+        next_last.push_back(kEosId);
+      }
+      beams[s] = std::move(next);
+      keep_active.push_back(active[a]);
+    }
+    if (!keep_active.empty()) cache.select_rows(keep_rows);
+    active = std::move(keep_active);
+    last = std::move(next_last);
+  }
+
+  TokenRows out(static_cast<std::size_t>(batch));
+  for (std::size_t s = 0; s < out.size(); ++s) {
+    const auto best =
+        std::max_element(finished[s].begin(), finished[s].end(),
+                         [](const Finished& x, const Finished& y) { return x.normalized < y.normalized; });
+    if (best != finished[s].end()) out[s] = best->tokens;
+  }
+  return out;
+}
+
+TokenRows translate_batch(const Transformer& model, const Tensor& src, const Tensor& src_padding,
+                          const DecodeOptions& opt) {
+  return opt.beam == 1 ? greedy_decode(model, src, src_padding, opt.max_extra_len)
+                       : beam_search(model, src, src_padding, opt);
+}
+
+}  // namespace tessera::models

@@ -1,0 +1,34 @@
+// Greedy and beam-search decoding with the decoder's key/value cache: the encoder runs once,
+// and each new token costs one decoder step, not a recompute of the prefix.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "models/transformer.h"
+
+namespace tessera::models {
+
+struct DecodeOptions {
+  std::int64_t beam = 4;            // 1: greedy
+  double length_penalty = 0.6;      // alpha of GNMT's ((5 + len) / 6)^alpha
+  std::int64_t max_extra_len = 50;  // a hypothesis may have at most source length + this many tokens
+};
+
+using TokenRows = std::vector<std::vector<std::int32_t>>;
+
+// Hypotheses for a batch of int32 sources [B, Ls] (with eos, padded) and their padding mask.
+// Each result holds the target ids without bos/eos.
+TokenRows greedy_decode(const Transformer& model, const Tensor& src, const Tensor& src_padding,
+                        std::int64_t max_extra_len);
+TokenRows beam_search(const Transformer& model, const Tensor& src, const Tensor& src_padding, const DecodeOptions& opt);
+// Dispatches on opt.beam (1: greedy).
+TokenRows translate_batch(const Transformer& model, const Tensor& src, const Tensor& src_padding,
+                          const DecodeOptions& opt);
+
+// Greedy decoding that reruns the whole decoder on the prefix at every step (no cache):
+// the reference the cached decoder is tested against.
+TokenRows greedy_decode_uncached(const Transformer& model, const Tensor& src, const Tensor& src_padding,
+                                 std::int64_t max_extra_len);
+
+}  // namespace tessera::models

@@ -1,0 +1,127 @@
+// The encoder-decoder Transformer of Vaswani et al. (2017), written against the autograd ops.
+// No device or rank assumptions: the same code serves training, evaluation and decoding.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "autograd/ops.h"
+
+namespace tessera::models {
+
+struct TransformerConfig {
+  std::int64_t src_vocab = 0, tgt_vocab = 0;
+  std::int64_t encoder_layers = 6, decoder_layers = 6;
+  std::int64_t d_model = 512, d_ff = 2048, heads = 8;
+  double dropout = 0.1;          // on each sub-layer output and on embedding + position sums
+  bool pre_norm = false;         // false: the paper's post-norm; true: norm inside each residual branch
+  bool share_embeddings = true;  // one embedding for source and target (needs one shared vocabulary)
+  bool tie_output = true;        // pre-softmax weights = target embedding
+  double layer_norm_eps = 1e-5;
+  std::int64_t max_positions = 1024;  // sinusoidal table size
+};
+
+// Dropout randomness for one forward pass: every dropout site draws a disjoint range of the
+// Philox stream (seed, offset), so masks are reproducible from (seed, step) alone.
+struct DropoutStream {
+  std::uint64_t seed = 0;
+  std::uint64_t offset = 0;
+  bool training = false;
+  ag::Var apply(const ag::Var& x, double p);
+};
+
+// Keys and values cached for incremental decoding, per decoder layer.
+struct DecoderCache {
+  std::vector<Tensor> self_k, self_v;    // [B, H, t, dk] for the t tokens decoded so far
+  std::vector<Tensor> cross_k, cross_v;  // [B, H, Ls, dk] from the encoder output, computed once
+  Tensor src_padding;                    // [B, Ls] int32
+  std::int64_t steps = 0;
+  // Keeps only the given rows (beam search reorders hypotheses), in the given order.
+  void select_rows(const std::vector<std::int64_t>& rows);
+};
+
+class Transformer {
+ public:
+  Transformer(const TransformerConfig& config, std::uint64_t seed);
+
+  // Encoder output [B, Ls, d_model] for int32 src [B, Ls] with its padding mask [B, Ls].
+  ag::Var encode(const Tensor& src, const Tensor& src_padding, DropoutStream& drop) const;
+  // Decoder logits [B, Lt, tgt_vocab] for int32 tgt_in [B, Lt] (teacher forcing, causal).
+  ag::Var decode(const ag::Var& memory, const Tensor& src_padding, const Tensor& tgt_in, DropoutStream& drop) const;
+  ag::Var forward(const Tensor& src, const Tensor& src_padding, const Tensor& tgt_in, DropoutStream& drop) const {
+    return decode(encode(src, src_padding, drop), src_padding, tgt_in, drop);
+  }
+
+  // Incremental decoding (no graph is recorded): start from the encoder output, then each
+  // step feeds one token per row and returns log-probabilities [B, tgt_vocab] for the next.
+  DecoderCache start_decoding(const Tensor& memory, const Tensor& src_padding) const;
+  Tensor decode_step(DecoderCache& cache, const std::vector<std::int32_t>& tokens) const;
+
+  const TransformerConfig& config() const { return cfg_; }
+  // Every trainable parameter by dotted name, in a fixed order (a tied weight appears once).
+  const std::vector<ag::Var>& parameters() const { return params_; }
+  const ag::Var& parameter(const std::string& name) const;
+  std::int64_t num_parameters() const;
+
+ private:
+  struct Linear {
+    ag::Var w, b;  // w: [out, in] (PyTorch convention), b: [out]
+    ag::Var operator()(const ag::Var& x) const { return ag::linear(x, w, b); }
+  };
+  struct Norm {
+    ag::Var gamma, beta;
+  };
+  struct Attention {
+    Linear q, k, v, out;
+  };
+  struct FeedForward {
+    Linear fc1, fc2;
+  };
+  struct EncoderLayer {
+    Attention self_attn;
+    Norm self_attn_norm;
+    FeedForward ffn;
+    Norm ffn_norm;
+  };
+  struct DecoderLayer {
+    Attention self_attn;
+    Norm self_attn_norm;
+    Attention cross_attn;
+    Norm cross_attn_norm;
+    FeedForward ffn;
+    Norm ffn_norm;
+  };
+
+  ag::Var param(const std::string& name, Tensor init);
+  Linear make_linear(const std::string& name, std::int64_t in, std::int64_t out, std::uint64_t& seed);
+  Norm make_norm(const std::string& name);
+  Attention make_attention(const std::string& name, std::uint64_t& seed);
+
+  ag::Var embed(const ag::Var& table, const Tensor& ids, std::int64_t first_position, DropoutStream& drop) const;
+  ag::Var norm(const Norm& n, const ag::Var& x) const;
+  // One residual sub-layer, post-norm (LN(x + drop(f(x)))) or pre-norm (x + drop(f(LN(x)))).
+  template <typename F>
+  ag::Var residual(const Norm& n, const ag::Var& x, DropoutStream& drop, F&& sublayer) const;
+  ag::Var split_heads(const ag::Var& x) const;  // [B, L, d] -> [B, H, L, dk]
+  ag::Var merge_heads(const ag::Var& x) const;  // [B, H, L, dk] -> [B, L, d]
+  ag::Var attend(const Attention& a, const ag::Var& x_q, const ag::Var& x_kv, const Tensor& key_padding,
+                 bool causal) const;
+  ag::Var feed_forward(const FeedForward& f, const ag::Var& x) const;
+  ag::Var output_logits(const ag::Var& h) const;
+
+  TransformerConfig cfg_;
+  std::vector<ag::Var> params_;
+  std::map<std::string, std::size_t> index_;
+  ag::Var src_embed_, tgt_embed_, out_proj_;
+  std::vector<EncoderLayer> encoder_;
+  std::vector<DecoderLayer> decoder_;
+  Norm encoder_final_norm_, decoder_final_norm_;  // pre-norm only
+  Tensor positions_;                              // [max_positions, d_model]
+};
+
+// Checks a config before any work (heads divide d_model, sizes positive, ...); throws naming the field.
+void validate(const TransformerConfig& config);
+
+}  // namespace tessera::models

@@ -1,0 +1,107 @@
+// The Transformer: parameter counts against the paper, shapes, and decoding consistency.
+#include <gtest/gtest.h>
+
+#include <random>
+
+#include "data/vocab.h"
+#include "models/decoding.h"
+
+namespace tessera {
+namespace {
+
+using models::Transformer;
+using models::TransformerConfig;
+
+TransformerConfig paper_config(bool big) {
+  TransformerConfig c;
+  c.src_vocab = c.tgt_vocab = 37000;  // the paper's shared BPE vocabulary (WMT14 En-De)
+  c.d_model = big ? 1024 : 512;
+  c.d_ff = big ? 4096 : 2048;
+  c.heads = big ? 16 : 8;
+  c.encoder_layers = c.decoder_layers = 6;
+  return c;
+}
+
+TEST(Transformer, ParameterCountsMatchThePaper) {
+  // Table 3 of the paper: base ~65M, big ~213M parameters.
+  const double base = static_cast<double>(Transformer(paper_config(false), 1).num_parameters());
+  const double big = static_cast<double>(Transformer(paper_config(true), 1).num_parameters());
+  EXPECT_NEAR(base / 65e6, 1.0, 0.03) << base;
+  EXPECT_NEAR(big / 213e6, 1.0, 0.03) << big;
+}
+
+TransformerConfig tiny_config() {
+  TransformerConfig c;
+  c.src_vocab = c.tgt_vocab = 23;
+  c.encoder_layers = 2;
+  c.decoder_layers = 2;
+  c.d_model = 16;
+  c.d_ff = 32;
+  c.heads = 4;
+  c.dropout = 0.0;
+  return c;
+}
+
+// A batch of random sources with ragged lengths: ids in [4, vocab), eos, then padding.
+void random_sources(std::int64_t batch, std::int64_t len, std::int64_t vocab, Tensor& src, Tensor& pad) {
+  std::mt19937 rng(3);
+  src = Tensor::zeros({batch, len}, DType::i32);
+  pad = Tensor::zeros({batch, len}, DType::i32);
+  for (std::int64_t b = 0; b < batch; ++b) {
+    const std::int64_t n = 2 + static_cast<std::int64_t>(rng() % static_cast<unsigned>(len - 2));
+    for (std::int64_t j = 0; j < len; ++j) {
+      std::int32_t id = data::kPadId;
+      if (j < n) id = 4 + static_cast<std::int32_t>(rng() % static_cast<unsigned>(vocab - 4));
+      if (j == n) id = data::kEosId;
+      src.data<std::int32_t>()[b * len + j] = id;
+      pad.data<std::int32_t>()[b * len + j] = j > n;
+    }
+  }
+}
+
+TEST(Transformer, ForwardShapesAndNamedParameters) {
+  for (bool pre_norm : {false, true}) {
+    TransformerConfig c = tiny_config();
+    c.pre_norm = pre_norm;
+    c.share_embeddings = !pre_norm;
+    Transformer m(c, 7);
+    Tensor src, pad;
+    random_sources(3, 6, c.src_vocab, src, pad);
+    models::DropoutStream drop;
+    const ag::Var logits = m.forward(src, pad, Tensor::full({3, 5}, 5, DType::i32), drop);
+    EXPECT_EQ(logits.shape(), (Shape{3, 5, 23}));
+    EXPECT_EQ(m.parameter("encoder.layers.1.self_attn.q_proj.weight").shape(), (Shape{16, 16}));
+    EXPECT_EQ(m.parameter("decoder.layers.0.encoder_attn.out_proj.bias").shape(), (Shape{16}));
+    EXPECT_THROW((void)m.parameter("decoder.layers.9.fc1.weight"), Error);
+  }
+}
+
+TEST(Transformer, CachedDecoderEqualsUncachedAndBeamOneEqualsGreedy) {
+  Transformer m(tiny_config(), 11);
+  Tensor src, pad;
+  random_sources(5, 7, 23, src, pad);
+  const auto cached = models::greedy_decode(m, src, pad, 6);
+  const auto uncached = models::greedy_decode_uncached(m, src, pad, 6);
+  EXPECT_EQ(cached, uncached);
+  const auto beam1 = models::beam_search(m, src, pad, {.beam = 1, .length_penalty = 0.6, .max_extra_len = 6});
+  EXPECT_EQ(beam1, cached);
+  // A wider beam finds hypotheses whose length-normalized score is at least as good; at least
+  // it must return one hypothesis per sentence within the length limit.
+  const auto beam4 = models::beam_search(m, src, pad, {.beam = 4, .length_penalty = 0.6, .max_extra_len = 6});
+  ASSERT_EQ(beam4.size(), 5u);
+  for (const auto& h : beam4) EXPECT_LE(h.size(), 7u + 6u);
+}
+
+TEST(Transformer, BadConfigsAreNamed) {
+  TransformerConfig c = tiny_config();
+  c.heads = 5;
+  try {
+    Transformer m(c, 1);
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_STREQ(e.what(), "model: d_model 16 is not divisible by heads 5");
+  }
+}
+
+}  // namespace
+}  // namespace tessera
