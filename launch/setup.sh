@@ -5,7 +5,7 @@ set -euo pipefail
 
 packages=(
   build-essential cmake pkg-config
-  libopenblas-dev            # BLAS (cblas) for the CPU kernels
+  libopenblas-openmp-dev     # BLAS (cblas) for the CPU kernels, threaded with OpenMP like them
   libopenmpi-dev openmpi-bin # MPI communicator and mpirun
   libhdf5-openmpi-dev hdf5-tools  # parallel HDF5 checkpoints; h5ls/h5dump
   libyaml-cpp-dev            # configs

@@ -11,7 +11,6 @@
 #include "data/vocab.h"
 #include "eval/bleu.h"
 #include "io/checkpoint.h"
-#include "kernels/cpu/nn_kernels.h"
 #include "launch/schema.h"
 #include "launch/task.h"
 #include "optim/adam.h"
@@ -43,15 +42,10 @@ LossSums run_batch(const models::Transformer& model, const data::Batch& b, doubl
   ag::Var logits = model.forward(b.src, b.src_padding, b.tgt_in, drop);
   logits = ag::reshape(logits, {rows, model.config().tgt_vocab});
   const Tensor targets = b.tgt_out.reshape({rows});
-  ag::Var loss = ag::cross_entropy(logits, targets, smoothing, data::kPadId);
   LossSums s;
+  ag::Var loss = ag::cross_entropy(logits, targets, smoothing, data::kPadId, &s.nll);
   s.smoothed = loss.value().item();
   s.tokens = b.tgt_tokens;
-  {
-    // Perplexity comes from the unsmoothed negative log-likelihood of the same logits.
-    const auto nll = cpu::cross_entropy_forward(logits.value(), targets, 0.0, data::kPadId);
-    for (double v : nll.loss.to_doubles()) s.nll += v;
-  }
   if (grad_scale > 0) ag::scale(loss, grad_scale).backward();
   return s;
 }
@@ -259,6 +253,8 @@ double noam_learning_rate(double factor, std::int64_t d_model, std::int64_t warm
 }
 
 TrainResult run_training(const io::Config& cfg) {
+  // The model's own constraints (heads divide d_model, ...) fail now, before data is read.
+  models::validate(model_config(cfg, 1000, 1000));
   const std::filesystem::path dir(cfg.string("output.dir"));
   std::filesystem::create_directories(dir);
   const std::string yaml = cfg.to_yaml(false);

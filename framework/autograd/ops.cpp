@@ -217,9 +217,11 @@ Var dropout(const Var& x, double p, std::uint64_t seed, std::uint64_t offset) {
   });
 }
 
-Var cross_entropy(const Var& logits, const Tensor& targets, double smoothing, std::int32_t ignore_index) {
+Var cross_entropy(const Var& logits, const Tensor& targets, double smoothing, std::int32_t ignore_index,
+                  double* nll_sum) {
   const Tensor vz = logits.value();
   CrossEntropyOutput f = cross_entropy_forward(vz, targets, smoothing, ignore_index);
+  if (nll_sum) *nll_sum = sum_all(f.nll).item();
   const Tensor lse = f.lse;
   return make_result(
       sum_all(f.loss), "cross_entropy", {logits}, [vz, targets, lse, smoothing, ignore_index](const Tensor& g) {

@@ -45,7 +45,9 @@ Var embedding(const Var& weight, const Tensor& ids);
 // Inverted dropout with the counter-based RNG; identity when p == 0.
 Var dropout(const Var& x, double p, std::uint64_t seed, std::uint64_t offset);
 // Sum over rows of the label-smoothed cross entropy (ignored rows add 0). logits [N, V], targets int32 [N].
-Var cross_entropy(const Var& logits, const Tensor& targets, double smoothing, std::int32_t ignore_index);
+// When nll_sum is given it receives the summed unsmoothed negative log-likelihood (for perplexity).
+Var cross_entropy(const Var& logits, const Tensor& targets, double smoothing, std::int32_t ignore_index,
+                  double* nll_sum = nullptr);
 // Flash-style scaled dot-product attention (see kernels/cpu/attention.h for shapes and masks).
 Var attention(const Var& q, const Var& k, const Var& v, const Tensor& key_padding, const cpu::AttentionOptions& opt);
 

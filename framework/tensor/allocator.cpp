@@ -85,11 +85,15 @@ class HostCache {
     limit_ = (env ? std::stoull(env) : 4096ull) << 20;
   }
 
-  // Multiples of 64 bytes (aligned_alloc's rule); large blocks round to 4 KiB so that
-  // nearly equal sizes share a bucket.
+  // Multiples of 64 bytes (aligned_alloc's rule). Blocks of 1 MiB and more round up to a size
+  // class (eight classes per power of two, at most 12.5% larger), so that the slightly
+  // different shapes of successive batches reuse the same blocks.
   static std::size_t block_size(std::size_t bytes) {
-    const std::size_t granule = bytes >= (std::size_t{1} << 20) ? 4096 : kTensorAlignment;
-    return (bytes + granule - 1) / granule * granule;
+    if (bytes < (std::size_t{1} << 20)) return (bytes + kTensorAlignment - 1) / kTensorAlignment * kTensorAlignment;
+    std::size_t pow2 = std::size_t{1} << 20;
+    while (pow2 * 2 <= bytes) pow2 *= 2;
+    const std::size_t step = pow2 / 8;
+    return (bytes + step - 1) / step * step;
   }
 
   void note_in_use(std::size_t size) {

@@ -50,8 +50,20 @@ void gemm_strided_batched(bool trans_a, bool trans_b, std::int64_t m, std::int64
                           std::int64_t batch) {
   const auto ta = trans_a ? CblasTrans : CblasNoTrans;
   const auto tb = trans_b ? CblasTrans : CblasNoTrans;
-  // One BLAS call per batch: BLAS threads each call internally, which keeps large
-  // GEMMs fast; the attention kernel, whose GEMMs are small, parallelizes itself.
+  // Large GEMMs: one BLAS call per batch, BLAS threads each call. Many small ones (attention
+  // heads): the batches run in parallel, each on one thread (BLAS stays serial inside an OpenMP
+  // region). A shared output (stride_c == 0) accumulates, so its batches stay in order.
+  const bool small = static_cast<double>(m) * static_cast<double>(n) * static_cast<double>(k) < 262144.0;
+  if (small && batch > 1 && stride_c != 0) {
+    ScopedSerialBlas serial;
+#pragma omp parallel for schedule(static)
+    for (std::int64_t i = 0; i < batch; ++i) {
+      blas_gemm(ta, tb, static_cast<blasint>(m), static_cast<blasint>(n), static_cast<blasint>(k), alpha,
+                a + i * stride_a, static_cast<blasint>(lda), b + i * stride_b, static_cast<blasint>(ldb), beta,
+                c + i * stride_c, static_cast<blasint>(ldc));
+    }
+    return;
+  }
   for (std::int64_t i = 0; i < batch; ++i) {
     blas_gemm(ta, tb, static_cast<blasint>(m), static_cast<blasint>(n), static_cast<blasint>(k), alpha,
               a + i * stride_a, static_cast<blasint>(lda), b + i * stride_b, static_cast<blasint>(ldb), beta,
@@ -99,7 +111,14 @@ Tensor matmul(const Tensor& a, const Tensor& b, bool trans_a, bool trans_b) {
   return out;
 }
 
-ScopedSerialBlas::ScopedSerialBlas() : saved_threads_(openblas_get_num_threads()) { openblas_set_num_threads(1); }
-ScopedSerialBlas::~ScopedSerialBlas() { openblas_set_num_threads(saved_threads_); }
+// openblas_get_parallel(): 0 sequential, 1 pthreads, 2 OpenMP. The OpenMP build already runs
+// single-threaded inside a parallel region, and its openblas_set_num_threads would also change
+// OpenMP's own thread count, so only the pthreads build needs limiting.
+ScopedSerialBlas::ScopedSerialBlas() : saved_threads_(openblas_get_parallel() == 1 ? openblas_get_num_threads() : 0) {
+  if (saved_threads_ > 0) openblas_set_num_threads(1);
+}
+ScopedSerialBlas::~ScopedSerialBlas() {
+  if (saved_threads_ > 0) openblas_set_num_threads(saved_threads_);
+}
 
 }  // namespace tessera::cpu

@@ -176,9 +176,19 @@ Tensor dropout_forward(const Tensor& x, double p, std::uint64_t seed, std::uint6
     const T scale = static_cast<T>(1.0 / (1.0 - p));
     const float pf = static_cast<float>(p);
     const std::int64_t n = x.numel();
+    // One Philox block gives the uniforms of 4 consecutive elements (philox::uniform's layout).
+    const std::int64_t blocks = (n + 3) / 4;
 #pragma omp parallel for schedule(static) if (n > 8192)
-    for (std::int64_t i = 0; i < n; ++i) {
-      out[i] = philox::dropout_keep(seed, offset, static_cast<std::uint64_t>(i), pf) ? in[i] * scale : T(0);
+    for (std::int64_t blk = 0; blk < blocks; ++blk) {
+      const std::uint64_t ctr = offset + static_cast<std::uint64_t>(blk);
+      const philox::Block r =
+          philox::philox4x32_10(static_cast<std::uint32_t>(ctr), static_cast<std::uint32_t>(ctr >> 32), 0u, 0u,
+                                static_cast<std::uint32_t>(seed), static_cast<std::uint32_t>(seed >> 32));
+      const std::int64_t end = std::min(n, 4 * blk + 4);
+      for (std::int64_t i = 4 * blk; i < end; ++i) {
+        const float u = static_cast<float>(r.v[i - 4 * blk] >> 8) * (1.0f / 16777216.0f);
+        out[i] = u >= pf ? in[i] * scale : T(0);
+      }
     }
   });
   return y;
@@ -206,12 +216,14 @@ XentDims xent_dims(const char* op, const Tensor& logits, const Tensor& targets, 
 CrossEntropyOutput cross_entropy_forward(const Tensor& logits, const Tensor& targets, double smoothing,
                                          std::int32_t ignore_index) {
   const XentDims dm = xent_dims("cross_entropy", logits, targets, smoothing, ignore_index);
-  CrossEntropyOutput out{Tensor::empty({dm.n}, logits.dtype()), Tensor::empty({dm.n}, logits.dtype())};
+  CrossEntropyOutput out{Tensor::empty({dm.n}, logits.dtype()), Tensor::empty({dm.n}, logits.dtype()),
+                         Tensor::empty({dm.n}, logits.dtype())};
   dispatch_float("cross_entropy", logits.dtype(), [&]<typename T>() {
     const T* z = logits.data<T>();
     const std::int32_t* t = targets.data<std::int32_t>();
     T* loss = out.loss.data<T>();
     T* lse = out.lse.data<T>();
+    T* nll = out.nll.data<T>();
     const T eps = static_cast<T>(smoothing);
     const T vocab = static_cast<T>(dm.v);
 #pragma omp parallel for schedule(static) if (dm.n * dm.v > 32768)
@@ -222,9 +234,10 @@ CrossEntropyOutput cross_entropy_forward(const Tensor& logits, const Tensor& tar
       for (std::int64_t j = 0; j < dm.v; ++j) sum_z += row[j];
       lse[i] = m + log_sum;
       if (t[i] == ignore_index) {
-        loss[i] = 0;
+        loss[i] = nll[i] = 0;
         continue;
       }
+      nll[i] = (m - row[t[i]]) + log_sum;
       // -sum_j q_j log p_j with log p_j = z_j - lse and q = (1-eps) onehot + eps/V.
       loss[i] = (T(1) - eps) * ((m - row[t[i]]) + log_sum) + eps * ((m - sum_z / vocab) + log_sum);
     }

@@ -37,6 +37,7 @@ inline Tensor dropout_backward(const Tensor& dy, double p, std::uint64_t seed, s
 struct CrossEntropyOutput {
   Tensor loss;  // [N] per-row loss (0 for ignored rows)
   Tensor lse;   // [N] log-sum-exp of each row, kept for the backward
+  Tensor nll;   // [N] unsmoothed negative log-likelihood of the target (0 for ignored rows): perplexity
 };
 CrossEntropyOutput cross_entropy_forward(const Tensor& logits, const Tensor& targets, double smoothing,
                                          std::int32_t ignore_index);
