@@ -6,6 +6,7 @@
 #include <random>
 
 #include "common/error.h"
+#include "data/random.h"
 #include "data/vocab.h"
 
 namespace tessera::data {
@@ -17,17 +18,6 @@ std::uint64_t splitmix64(std::uint64_t x) {
   x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
   x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
   return x ^ (x >> 31);
-}
-
-// Uniform in [0, n) from the engine's raw output (rejection sampling): the same on every
-// standard library, unlike std::uniform_int_distribution and std::shuffle.
-std::uint64_t uniform_below(std::mt19937_64& rng, std::uint64_t n) {
-  const std::uint64_t max = std::numeric_limits<std::uint64_t>::max();
-  const std::uint64_t limit = max - max % n;
-  std::uint64_t x = 0;
-  do x = rng();
-  while (x >= limit);
-  return x % n;
 }
 
 template <typename T>

@@ -5,22 +5,11 @@
 #include <random>
 
 #include "common/error.h"
+#include "data/random.h"
 
 namespace tessera::data {
 
-namespace {
-
-// Uniform in [0, n) from the engine's raw output, the same on every standard library.
-std::uint64_t uniform_below(std::mt19937_64& rng, std::uint64_t n) {
-  const std::uint64_t max = std::numeric_limits<std::uint64_t>::max();
-  const std::uint64_t limit = max - max % n;
-  std::uint64_t x = 0;
-  do x = rng();
-  while (x >= limit);
-  return x % n;
-}
-
-}  // namespace
+namespace {}  // namespace
 
 SyntheticTask parse_synthetic_task(const std::string& name) {
   if (name == "copy") return SyntheticTask::copy;

@@ -11,6 +11,7 @@
 
 #include "common/error.h"
 #include "data/corpus.h"
+#include "data/random.h"
 
 namespace tessera::data {
 
@@ -29,16 +30,6 @@ class VectorSentenceIterator : public sentencepiece::SentenceIterator {
   const std::vector<std::string>* v_;
   std::size_t i_ = 0;
 };
-
-// Uniform in [0, n) from the engine's raw output (rejection sampling), so the sample does not
-// depend on the standard library's distributions.
-std::uint64_t uniform_below(std::mt19937_64& rng, std::uint64_t n) {
-  const std::uint64_t limit = std::numeric_limits<std::uint64_t>::max() - std::numeric_limits<std::uint64_t>::max() % n;
-  std::uint64_t x = 0;
-  do x = rng();
-  while (x >= limit);
-  return x % n;
-}
 
 // Reservoir sample of at most `cap` non-empty lines over all inputs (all lines when they fit),
 // deterministic for a seed; sentences keep their corpus order when nothing is dropped.

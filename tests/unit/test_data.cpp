@@ -15,6 +15,7 @@
 #include "data/corpus.h"
 #include "data/synthetic.h"
 #include "data/vocab.h"
+#include "test_util.h"
 
 namespace fs = std::filesystem;
 using namespace tessera;
@@ -49,16 +50,7 @@ class TempDir {
   fs::path path_;
 };
 
-// The message of the tessera::Error that `fn` throws ("" when it throws nothing).
-template <typename Fn>
-std::string error_of(Fn&& fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
+using testing::error_of;
 
 std::vector<std::int32_t> row(const Tensor& t, std::int64_t r) {
   const std::int64_t cols = t.size(1);

@@ -10,6 +10,7 @@
 #include "kernels/cpu/nn_kernels.h"
 #include "kernels/cpu/reduce.h"
 #include "kernels/philox.h"
+#include "test_util.h"
 
 namespace tessera {
 namespace {
@@ -22,15 +23,7 @@ Tensor random_t(const Shape& s, std::uint64_t seed, DType dt = DType::f32) {
   return Tensor::from_doubles(v, s, dt);
 }
 
-template <typename Fn>
-std::string error_of(Fn&& fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
+using testing::error_of;
 
 // ---------------------------------------------------------------- GEMM
 TEST(Gemm, AllTransposeCasesStridedBatchesAgainstNaive) {
