@@ -50,7 +50,7 @@ class TempDir {
   fs::path path_;
 };
 
-using testing::error_of;
+using tessera::testing::error_of;
 
 std::vector<std::int32_t> row(const Tensor& t, std::int64_t r) {
   const std::int64_t cols = t.size(1);

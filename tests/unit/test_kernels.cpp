@@ -23,7 +23,7 @@ Tensor random_t(const Shape& s, std::uint64_t seed, DType dt = DType::f32) {
   return Tensor::from_doubles(v, s, dt);
 }
 
-using testing::error_of;
+using tessera::testing::error_of;
 
 // ---------------------------------------------------------------- GEMM
 TEST(Gemm, AllTransposeCasesStridedBatchesAgainstNaive) {
