@@ -1,6 +1,7 @@
 // The Transformer: parameter counts against the paper, shapes, and decoding consistency.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <random>
 
 #include "data/vocab.h"
@@ -101,6 +102,26 @@ TEST(Transformer, BadConfigsAreNamed) {
   } catch (const Error& e) {
     EXPECT_STREQ(e.what(), "model: d_model 16 is not divisible by heads 5");
   }
+}
+
+}  // namespace
+}  // namespace tessera
+
+#include "launch/trainer.h"
+
+namespace tessera {
+namespace {
+
+TEST(NoamSchedule, WarmsUpLinearlyThenDecaysAsInverseSquareRoot) {
+  const double d = 512, w = 4000;
+  // Peak at step = warmup: d^-0.5 * warmup^-0.5.
+  EXPECT_NEAR(launch::noam_learning_rate(1.0, 512, 4000, 4000), 1.0 / std::sqrt(d) / std::sqrt(w), 1e-15);
+  // Linear warmup: step * warmup^-1.5 * d^-0.5.
+  EXPECT_NEAR(launch::noam_learning_rate(2.0, 512, 4000, 100), 2.0 / std::sqrt(d) * 100 * std::pow(w, -1.5), 1e-15);
+  // Then step^-0.5.
+  EXPECT_NEAR(launch::noam_learning_rate(1.0, 512, 4000, 16000), 1.0 / std::sqrt(d) / std::sqrt(16000.0), 1e-15);
+  EXPECT_LT(launch::noam_learning_rate(1.0, 512, 4000, 3999), launch::noam_learning_rate(1.0, 512, 4000, 4000));
+  EXPECT_LT(launch::noam_learning_rate(1.0, 512, 4000, 4001), launch::noam_learning_rate(1.0, 512, 4000, 4000));
 }
 
 }  // namespace
