@@ -15,11 +15,11 @@ struct Example {
 };
 
 struct Batch {
-  Tensor src;          // int32 [B, Ls]: source ids + eos, padded with kPadId
-  Tensor src_padding;  // int32 [B, Ls]: 1 where src is padding
-  Tensor tgt_in;       // int32 [B, Lt]: bos + target ids (decoder input), padded
-  Tensor tgt_out;      // int32 [B, Lt]: target ids + eos (what to predict), padded with kPadId
-  std::vector<std::int64_t> indices;  // which examples, in row order
+  Tensor src;                                   // int32 [B, Ls]: source ids + eos, padded with kPadId
+  Tensor src_padding;                           // int32 [B, Ls]: 1 where src is padding
+  Tensor tgt_in;                                // int32 [B, Lt]: bos + target ids (decoder input), padded
+  Tensor tgt_out;                               // int32 [B, Lt]: target ids + eos (what to predict), padded with kPadId
+  std::vector<std::int64_t> indices;            // which examples, in row order
   std::int64_t src_tokens = 0, tgt_tokens = 0;  // non-padding tokens (tgt: of tgt_out)
   std::int64_t padded_slots = 0;                // B*Ls + B*Lt
   double padding_fraction() const;
@@ -31,8 +31,8 @@ Batch make_batch(const std::vector<Example>& examples, const std::vector<std::in
 struct BatcherOptions {
   std::int64_t batch_tokens = 4096;  // per batch: rows * max(Ls, Lt) <= batch_tokens (at least one row)
   std::uint64_t seed = 1;
-  bool shuffle = true;               // false: corpus order, sorted by length within windows off
-  std::int64_t window = 100;         // batches' worth of examples sorted by length together
+  bool shuffle = true;        // false: corpus order, sorted by length within windows off
+  std::int64_t window = 100;  // batches' worth of examples sorted by length together
 };
 
 class Batcher {
@@ -40,7 +40,7 @@ class Batcher {
   Batcher(const std::vector<Example>* examples, BatcherOptions opt);
   // The next batch of the current epoch; false (and the epoch advances) when the epoch ends.
   bool next(Batch& out);
-  std::int64_t epoch() const { return epoch_; }  // 0-based, counts completed epochs
+  std::int64_t epoch() const { return epoch_; }        // 0-based, counts completed epochs
   std::int64_t position() const { return position_; }  // batches already returned this epoch
   // Restores the state saved as (epoch, position): the following batches are exactly those an
   // uninterrupted run would have produced.

@@ -22,9 +22,9 @@ struct VocabTrainOptions {
   std::vector<std::string> inputs;  // text files, one sentence a line (.gz allowed)
   std::string model_prefix;         // writes <prefix>.model and <prefix>.vocab
   std::int64_t vocab_size = 8000;
-  std::string model_type = "bpe";   // bpe | unigram
+  std::string model_type = "bpe";  // bpe | unigram
   double character_coverage = 1.0;
-  std::uint64_t seed = 1;           // for input sentence sampling when the corpus is large
+  std::uint64_t seed = 1;  // for input sentence sampling when the corpus is large
   // At most this many sentences (over all inputs, sampled uniformly with `seed`) train the model.
   std::int64_t input_sentence_size = 2000000;
 };
@@ -36,8 +36,8 @@ class Vocab {
   // Loads <path> (a .model file); throws tessera::Error naming the file when it cannot.
   static Vocab load(const std::string& path);
 
-  std::vector<std::int32_t> encode(const std::string& text) const;   // no bos/eos added
-  std::string decode(const std::vector<std::int32_t>& ids) const;    // stops at nothing; skips pad/bos/eos
+  std::vector<std::int32_t> encode(const std::string& text) const;  // no bos/eos added
+  std::string decode(const std::vector<std::int32_t>& ids) const;   // stops at nothing; skips pad/bos/eos
   std::int64_t size() const;
   const std::string& path() const { return path_; }
 

@@ -13,13 +13,14 @@ namespace tessera::eval {
 std::string tokenize_13a(const std::string& line);
 
 struct BleuScore {
-  double score = 0;                   // 0..100
+  double score = 0;                    // 0..100
   std::array<double, 4> precisions{};  // percent
   double brevity_penalty = 0;
-  double ratio = 0;                   // hyp_len / ref_len
+  double ratio = 0;  // hyp_len / ref_len
   std::int64_t hyp_len = 0, ref_len = 0;
   std::array<std::int64_t, 4> matches{}, totals{};
-  // sacreBLEU's one-line summary: "BLEU = 34.20 66.3/41.0/27.6/19.0 (BP = 0.977 ratio = 0.977 hyp_len = ... ref_len = ...)"
+  // sacreBLEU's one-line summary: "BLEU = 34.20 66.3/41.0/27.6/19.0 (BP = 0.977 ratio = 0.977 hyp_len = ... ref_len =
+  // ...)"
   std::string summary() const;
 };
 

@@ -25,12 +25,12 @@ class ConfigError : public Error {
 enum class ValueType { integer, real, boolean, string };
 
 struct KeySpec {
-  std::string key;            // dotted path
+  std::string key;  // dotted path
   ValueType type = ValueType::integer;
-  std::string default_value;  // as it would be written in YAML ("6", "0.1", "true", "post")
-  double min = 0, max = 0;    // inclusive range for integer / real (ignored when min > max)
+  std::string default_value;         // as it would be written in YAML ("6", "0.1", "true", "post")
+  double min = 0, max = 0;           // inclusive range for integer / real (ignored when min > max)
   std::vector<std::string> choices;  // allowed values for strings (empty: any string)
-  std::string doc;            // one line
+  std::string doc;                   // one line
 };
 
 class Schema {

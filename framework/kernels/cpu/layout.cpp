@@ -56,8 +56,8 @@ Tensor index_rows(const Tensor& x, const std::vector<std::int64_t>& indices) {
   Shape shape = x.shape();
   shape[0] = static_cast<std::int64_t>(indices.size());
   Tensor out = Tensor::empty(shape, x.dtype());
-  const std::size_t row = static_cast<std::size_t>(x.numel() / std::max<std::int64_t>(x.size(0), 1)) *
-                          dtype_size(x.dtype());
+  const std::size_t row =
+      static_cast<std::size_t>(x.numel() / std::max<std::int64_t>(x.size(0), 1)) * dtype_size(x.dtype());
   for (std::size_t i = 0; i < indices.size(); ++i) {
     TESSERA_CHECK(indices[i] >= 0 && indices[i] < x.size(0), "index_rows: index {} out of range for shape {}",
                   indices[i], shape_str(x.shape()));
