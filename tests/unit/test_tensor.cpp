@@ -125,5 +125,17 @@ TEST(HostAllocator, ReusesFreedBlocksAndCountsBytes) {
   EXPECT_EQ(host_memory_stats().cached, 0u);
 }
 
+// Batches of slightly different shapes (here 14,800 and 15,200 bytes) share one size class, so
+// the second reuses the first's block instead of faulting in new pages.
+TEST(HostAllocator, NearbySizesShareABlock) {
+  const void* first = nullptr;
+  {
+    Tensor t = Tensor::empty({100, 37});
+    first = t.raw_data();
+  }
+  Tensor again = Tensor::empty({100, 38});
+  EXPECT_EQ(again.raw_data(), first);
+}
+
 }  // namespace
 }  // namespace tessera
