@@ -1,6 +1,7 @@
 // `tessera score`: corpus BLEU of a hypothesis file (or stdin) against one or more reference
 // files, as sacreBLEU's default score (13a, mixed case, exp smoothing).
 //   tessera score --ref newstest.de [--ref second.de] [--hyp out.de] [--score-only | --json]
+//   tessera score --ref newstest.de --checkpoint run/model.h5 --src newstest.en   (translate, then score)
 // Files are read as sacreBLEU reads them: UTF-8, lines split on "\n" only; each line is
 // right-stripped of whitespace (so "\r\n" line ends do not matter) before tokenization.
 #include <fmt/format.h>
@@ -17,6 +18,8 @@
 #include "common/error.h"
 #include "eval/bleu.h"
 #include "launch/commands.h"
+#include "launch/schema.h"
+#include "launch/task.h"
 
 namespace tessera::launch {
 namespace {
@@ -24,6 +27,7 @@ namespace {
 struct ScoreOptions {
   std::vector<std::string> refs;
   std::string hyp = "-";
+  std::string checkpoint, src;  // translate src with the checkpoint instead of reading hypotheses
   bool score_only = false;
   bool json = false;
 };
@@ -91,10 +95,18 @@ std::string json_int_list(const std::array<std::int64_t, 4>& v) {
 int run_score(const ScoreOptions& opt) {
   const bool from_stdin = opt.hyp == "-";
   const std::string hyp_name = from_stdin ? std::string("<stdin>") : opt.hyp;
-  const std::string hyp_source =
-      from_stdin ? std::string("standard input") : fmt::format("hypothesis file '{}'", opt.hyp);
-  const std::vector<std::string> hyps =
-      from_stdin ? read_lines(std::cin, hyp_name) : read_file_lines(opt.hyp, "hypothesis");
+  std::string hyp_source = from_stdin ? std::string("standard input") : fmt::format("hypothesis file '{}'", opt.hyp);
+  std::vector<std::string> hyps;
+  if (!opt.checkpoint.empty()) {
+    // Translate the source with the checkpoint's own decoding settings, then score that.
+    const Translator translator(opt.checkpoint, "");
+    const io::Config& cfg = translator.config();
+    hyps = translator.translate(read_file_lines(opt.src, "source"), decode_options(cfg),
+                                cfg.integer("decode.batch_sentences"));
+    hyp_source = fmt::format("the translation of '{}'", opt.src);
+  } else {
+    hyps = from_stdin ? read_lines(std::cin, hyp_name) : read_file_lines(opt.hyp, "hypothesis");
+  }
   if (hyps.empty()) fail("score: no hypothesis lines in {}", hyp_source);
   std::vector<std::vector<std::string>> refs;
   for (const auto& path : opt.refs) {
@@ -128,7 +140,13 @@ Command add_score_command(CLI::App& parent) {
   cmd->add_option("--ref,-r", opt->refs,
                   "Reference file(s), one segment per line; several files: several reference sets")
       ->required();
-  cmd->add_option("--hyp,-i", opt->hyp, "Hypothesis file, one segment per line ('-' or absent: standard input)");
+  auto* hyp =
+      cmd->add_option("--hyp,-i", opt->hyp, "Hypothesis file, one segment per line ('-' or absent: standard input)");
+  auto* checkpoint = cmd->add_option("--checkpoint", opt->checkpoint,
+                                     "Instead of --hyp: translate --src with this checkpoint (any kind) and score that")
+                         ->excludes(hyp);
+  cmd->add_option("--src,-s", opt->src, "Source file translated with --checkpoint")->needs(checkpoint);
+  checkpoint->needs(cmd->get_option("--src"));
   auto* score_only = cmd->add_flag("--score-only,-b", opt->score_only, "Print only the score, with 2 decimals");
   cmd->add_flag("--json", opt->json, "Print a JSON object: score, precisions, bp, ratio, hyp_len, ref_len, ...")
       ->excludes(score_only);

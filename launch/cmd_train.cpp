@@ -11,6 +11,7 @@ Command add_train_command(CLI::App& parent) {
     std::string config;
     std::vector<std::string> overrides;
     bool print_config = false;
+    std::string resume_path;
   };
   auto opt = std::make_shared<Options>();
   CLI::App* cmd = parent.add_subcommand("train", "Train a Transformer from a YAML config (see configs/)");
@@ -18,14 +19,20 @@ Command add_train_command(CLI::App& parent) {
   cmd->add_option("--set", opt->overrides, "Override one key, e.g. --set model.layers=2 (repeatable)");
   cmd->add_flag("--print-config", opt->print_config,
                 "Print the effective config with each key's description and range, then exit");
-  return {cmd, [opt] {
+  CLI::Option* resume = cmd->add_option("--resume", opt->resume_path,
+                                        "Continue an interrupted run: from PATH, or without a value from the latest "
+                                        "checkpoint_<step>.h5 in output.dir (none there: start from scratch)")
+                            ->expected(0, 1);
+  return {cmd, [opt, resume] {
             const io::Config cfg = io::Config::load(tessera_schema(), opt->config, opt->overrides);
             if (opt->print_config) {
               fmt::print("{}", cfg.to_yaml(true));
               return 0;
             }
-            run_training(cfg);
-            return 0;
+            const TrainResult result =
+                run_training(cfg, {.resume = resume->count() > 0, .resume_path = opt->resume_path});
+            // Stopped by SIGTERM / SIGINT after checkpointing: the shell convention for "killed by signal".
+            return result.stop_signal != 0 ? 128 + result.stop_signal : 0;
           }};
 }
 

@@ -1,6 +1,7 @@
 // The `tessera` executable: one binary, one subcommand per job.
 #include <fmt/core.h>
 
+#include <cstdio>
 #include <exception>
 
 #include "common/error.h"
@@ -18,12 +19,13 @@ int main(int argc, char** argv) {
                                         (tessera::cuda_available() ? " (CUDA: GPU found)" : " (CPU)"));
   app.require_subcommand(1);
   const std::vector<Command> commands = {add_train_command(app), add_translate_command(app), add_score_command(app),
-                                         add_vocab_command(app), add_bench_command(app)};
+                                         add_vocab_command(app), add_average_command(app),   add_bench_command(app)};
   CLI11_PARSE(app, argc, argv);
   try {
     for (const auto& c : commands)
       if (c.app->parsed()) return c.run();
   } catch (const std::exception& e) {
+    std::fflush(stdout);  // what was logged comes before the error, also when both go to one pipe
     fmt::print(stderr, "tessera: error: {}\n", e.what());
     return 1;
   }

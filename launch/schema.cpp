@@ -55,6 +55,12 @@ const io::Schema& tessera_schema() {
         .real("decode.length_penalty", 0.6, 0.0, 10.0, "alpha of the length penalty ((5 + len) / 6)^alpha")
         .integer("decode.max_extra_len", 50, 0, 100000, "a translation may be at most source length + this long")
         .integer("decode.batch_sentences", 64, 1, 100000, "sentences decoded together");
+    // ---- checkpoints
+    s.integer("checkpoint.every", 1000, 0, 100000000,
+              "steps between checkpoints (0: only at the end, on a signal and at a new best)")
+        .integer("checkpoint.keep_last", 5, 0, 1000000, "step checkpoints kept; older ones are deleted (0: keep all)")
+        .boolean("checkpoint.keep_best", true,
+                 "also keep checkpoint_best.h5: the best validation BLEU (or exact match) so far");
     // ---- output
     s.string("output.dir", "checkpoints/run", {}, "folder for the checkpoint, config, vocabulary and metrics");
     return s;

@@ -9,6 +9,8 @@
 
 #include "data/corpus.h"
 #include "data/synthetic.h"
+#include "io/checkpoint.h"
+#include "launch/schema.h"
 
 namespace tessera::launch {
 
@@ -156,6 +158,40 @@ models::TokenRows translate_ids(const models::Transformer& model, const std::vec
     models::TokenRows hyps = models::translate_batch(model, b.src, b.src_padding, opt);
     for (std::size_t i = 0; i < idx.size(); ++i) out[static_cast<std::size_t>(idx[i])] = std::move(hyps[i]);
   }
+  return out;
+}
+
+Translator::Translator(const std::string& checkpoint, const std::string& vocab) {
+  const io::Checkpoint w = io::load_checkpoint(checkpoint, /*weights_only=*/true);
+  std::vector<std::string> overrides;
+  if (!vocab.empty()) overrides.push_back("data.vocab=" + vocab);
+  cfg_ = io::Config::parse(tessera_schema(), w.config_yaml, checkpoint, overrides);
+  std::string vpath = vocab_path(cfg_);
+  const auto beside = std::filesystem::path(checkpoint).parent_path() / "vocab.model";
+  if (vocab.empty() && !std::filesystem::exists(vpath) && std::filesystem::exists(beside)) vpath = beside.string();
+  codec_ =
+      cfg_.string("data.task") == "translation" ? TextCodec::sentencepiece(data::Vocab::load(vpath)) : load_codec(cfg_);
+  model_ = std::make_unique<models::Transformer>(model_config(cfg_, codec_.size(), codec_.size()), 0);
+  std::vector<ag::Var> params = model_->parameters();
+  io::assign_weights(w, checkpoint, params);
+}
+
+std::vector<std::string> Translator::translate(const std::vector<std::string>& lines, const models::DecodeOptions& opt,
+                                               std::int64_t batch_sentences) const {
+  const auto limit = static_cast<std::size_t>(cfg_.integer("model.max_positions") - 1);
+  std::vector<std::vector<std::int32_t>> sources;
+  for (const auto& line : lines) {
+    auto ids = codec_.encode(line);
+    // Cut rather than fail the whole batch.
+    if (ids.size() > limit) {
+      fmt::print(stderr, "translate: line {} has {} tokens; keeping the first {}\n", sources.size() + 1, ids.size(),
+                 limit);
+      ids.resize(limit);
+    }
+    sources.push_back(std::move(ids));
+  }
+  std::vector<std::string> out;
+  for (const auto& h : translate_ids(*model_, sources, opt, batch_sentences)) out.push_back(codec_.decode(h));
   return out;
 }
 

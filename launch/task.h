@@ -46,4 +46,22 @@ TextCodec load_codec(const io::Config& cfg);
 models::TokenRows translate_ids(const models::Transformer& model, const std::vector<std::vector<std::int32_t>>& sources,
                                 const models::DecodeOptions& opt, std::int64_t batch_sentences);
 
+// A trained model ready to translate text: the weights of any checkpoint (full, weights-only or
+// averaged), the config saved in it, and its vocabulary (`vocab`, else the config's, else the
+// vocab.model beside the checkpoint).
+class Translator {
+ public:
+  Translator(const std::string& checkpoint, const std::string& vocab);
+  // Detokenized translations of `lines`, in order. Inputs longer than the positional table
+  // allows are cut to fit (and said so on stderr).
+  std::vector<std::string> translate(const std::vector<std::string>& lines, const models::DecodeOptions& opt,
+                                     std::int64_t batch_sentences) const;
+  const io::Config& config() const { return cfg_; }
+
+ private:
+  io::Config cfg_;
+  TextCodec codec_;
+  std::unique_ptr<models::Transformer> model_;
+};
+
 }  // namespace tessera::launch

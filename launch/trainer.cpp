@@ -3,10 +3,13 @@
 #include <fmt/core.h>
 #include <fmt/os.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <csignal>
 #include <filesystem>
 #include <fstream>
+#include <regex>
 
 #include "data/vocab.h"
 #include "eval/bleu.h"
@@ -19,6 +22,61 @@ namespace tessera::launch {
 namespace {
 
 using Clock = std::chrono::steady_clock;
+namespace fs = std::filesystem;
+
+// SIGTERM / SIGINT: the first asks the loop to finish its step, checkpoint and exit; a second
+// one (an impatient Ctrl-C) ends the process at once.
+volatile std::sig_atomic_t g_stop_signal = 0;
+
+extern "C" void on_stop_signal(int sig) {
+  if (g_stop_signal != 0) {
+    std::signal(sig, SIG_DFL);
+    std::raise(sig);
+    return;
+  }
+  g_stop_signal = sig;
+}
+
+// Installs the handlers for the lifetime of one training run.
+class StopSignals {
+ public:
+  StopSignals() {
+    g_stop_signal = 0;
+    struct sigaction sa {};
+    sa.sa_handler = on_stop_signal;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGTERM, &sa, &old_term_);
+    sigaction(SIGINT, &sa, &old_int_);
+  }
+  ~StopSignals() {
+    sigaction(SIGTERM, &old_term_, nullptr);
+    sigaction(SIGINT, &old_int_, nullptr);
+  }
+  StopSignals(const StopSignals&) = delete;
+  StopSignals& operator=(const StopSignals&) = delete;
+
+ private:
+  struct sigaction old_term_ {
+  }, old_int_{};
+};
+
+}  // namespace
+
+std::vector<std::pair<std::int64_t, fs::path>> step_checkpoints(const fs::path& dir) {
+  static const std::regex name(R"(checkpoint_(\d+)\.h5)");
+  std::vector<std::pair<std::int64_t, fs::path>> out;
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(dir, ec)) {
+    std::smatch m;
+    const std::string file = entry.path().filename().string();
+    if (entry.is_regular_file() && std::regex_match(file, m, name))
+      out.emplace_back(std::stoll(m[1].str()), entry.path());
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+namespace {
 
 std::string format_duration(double seconds) {
   const auto s = static_cast<std::int64_t>(std::max(0.0, seconds));
@@ -54,6 +112,7 @@ class Run {
  public:
   explicit Run(const io::Config& cfg)
       : cfg_(cfg),
+        seed_(static_cast<std::uint64_t>(cfg.integer("train.seed"))),
         dir_(cfg.string("output.dir")),
         task_(load_task_data(cfg)),
         model_(model_config(cfg, task_.codec.size(), task_.codec.size()),
@@ -62,10 +121,7 @@ class Run {
                                     .beta1 = cfg.real("train.adam_beta1"),
                                     .beta2 = cfg.real("train.adam_beta2"),
                                     .eps = cfg.real("train.adam_eps")}),
-        batcher_(&task_.train, {.batch_tokens = cfg.integer("train.batch_tokens"),
-                                .seed = static_cast<std::uint64_t>(cfg.integer("train.seed")),
-                                .shuffle = true,
-                                .window = 100}),
+        batcher_(make_batcher()),
         metrics_(dir_ / "metrics.jsonl", std::ios::app) {
     TESSERA_CHECK(!task_.train.empty(), "data: no training pairs left after filtering");
     TESSERA_CHECK(!task_.valid.empty(), "data: no validation pairs left after filtering");
@@ -76,19 +132,50 @@ class Run {
                batcher_.batches_per_epoch());
   }
 
+  // Continues from a full checkpoint: weights, Adam moments and step, data position, seeds,
+  // elapsed time and best validation score, so the run goes on as if it had never stopped.
+  void resume(const std::string& path) {
+    const io::Checkpoint c = io::load_checkpoint(path);
+    if (!c.state || c.exp_avg.empty())
+      fail(
+          "cannot resume from '{}': it holds weights only, no optimizer or training state (it is a final model or "
+          "an average; resume from a checkpoint_<step>.h5)",
+          path);
+    warn_config_changes(c.config_yaml, path);
+    std::vector<ag::Var> params = model_.parameters();
+    io::assign_weights(c, path, params);
+    adam_.set_state(static_cast<long>(c.state->optimizer_step),
+                    io::match_parameters(c.exp_avg, params, path, "/optimizer/exp_avg"),
+                    io::match_parameters(c.exp_avg_sq, params, path, "/optimizer/exp_avg_sq"));
+    const io::TrainingState& s = *c.state;
+    seed_ = s.dropout_seed;
+    batcher_seed_ = s.shuffle_seed;
+    batcher_ = make_batcher();
+    batcher_.seek(s.epoch, s.position);
+    step_ = s.step;
+    elapsed_before_ = s.elapsed_seconds;
+    best_valid_ = s.best_valid;
+    best_valid_step_ = s.best_valid_step;
+    fmt::print("train: resumed from {} at step {} (epoch {}, batch {} of the epoch)\n", path, s.step, s.epoch + 1,
+               s.position);
+    metrics_ << fmt::format("{{\"resumed_from\": \"{}\", \"step\": {}}}\n", path, s.step);
+    metrics_.flush();
+  }
+
   TrainResult train() {
     const std::int64_t max_steps = cfg_.integer("train.max_steps"), max_epochs = cfg_.integer("train.max_epochs");
     const std::int64_t log_every = cfg_.integer("train.log_every"), valid_every = cfg_.integer("train.valid_every");
     const std::int64_t accumulate = cfg_.integer("train.accumulate");
     const double max_seconds = 60.0 * cfg_.real("train.max_minutes");
     const double smoothing = cfg_.real("train.label_smoothing"), clip = cfg_.real("train.clip_norm");
-    const auto seed = static_cast<std::uint64_t>(cfg_.integer("train.seed"));
+    const std::int64_t checkpoint_every = cfg_.integer("checkpoint.every");
     start_ = Clock::now();
     auto window_start = start_;
     LossSums window;
     std::int64_t window_padded = 0, window_slots = 0;
     TrainResult result;
-    std::int64_t step = 0;
+    const std::int64_t first_step = step_;
+    std::int64_t& step = step_;
     bool out_of_data = false;
     while (step < max_steps && !out_of_data) {
       // Gather the update's batches first: the loss is normalized by all their target tokens.
@@ -106,7 +193,7 @@ class Run {
       ++step;
       std::int64_t tokens = 0;
       for (const auto& b : batches) tokens += b.tgt_tokens;
-      models::DropoutStream drop{.seed = seed, .offset = static_cast<std::uint64_t>(step) << 32, .training = true};
+      models::DropoutStream drop{.seed = seed_, .offset = static_cast<std::uint64_t>(step) << 32, .training = true};
       for (const auto& b : batches) {
         const LossSums s = run_batch(model_, b, smoothing, drop, 1.0 / static_cast<double>(tokens));
         window.smoothed += s.smoothed;
@@ -116,15 +203,17 @@ class Run {
         window_slots += b.padded_slots;
       }
       const double gnorm = clip_gradients(clip);
-      const double lr = noam_learning_rate(cfg_.real("train.lr_factor"), cfg_.integer("model.d_model"),
-                                           cfg_.integer("train.warmup"), step);
-      adam_.step(lr);
+      lr_ = noam_learning_rate(cfg_.real("train.lr_factor"), cfg_.integer("model.d_model"),
+                               cfg_.integer("train.warmup"), step);
+      adam_.step(lr_);
+      const double lr = lr_;
 
-      const double elapsed = std::chrono::duration<double>(Clock::now() - start_).count();
+      const double elapsed = elapsed_seconds();
       const bool out_of_time = max_seconds > 0 && elapsed >= max_seconds;
       if (step % log_every == 0 || step == max_steps || out_of_time) {
         const double wsecs = std::chrono::duration<double>(Clock::now() - window_start).count();
-        double eta = elapsed / static_cast<double>(step) * static_cast<double>(max_steps - step);
+        const double session = std::chrono::duration<double>(Clock::now() - start_).count();
+        double eta = session / static_cast<double>(step - first_step) * static_cast<double>(max_steps - step);
         if (max_seconds > 0) eta = std::min(eta, max_seconds - elapsed);
         const double loss = window.smoothed / static_cast<double>(window.tokens);
         const double ppl = std::exp(window.nll / static_cast<double>(window.tokens));
@@ -148,6 +237,20 @@ class Run {
         window_start = Clock::now();
       }
       if (valid_every > 0 && step % valid_every == 0 && step != max_steps && !out_of_time) validate(step, result);
+      if (checkpoint_every > 0 && step % checkpoint_every == 0 && step != max_steps) save_step_checkpoint();
+      if (g_stop_signal != 0) {
+        const int sig = g_stop_signal;
+        const std::string path = last_saved_step_ == step ? step_checkpoint_path(step) : save_step_checkpoint();
+        fmt::print(
+            "train: {} received: stopped after step {}; {} holds the run (resume with --resume); exiting with "
+            "status {}\n",
+            sig == SIGINT ? "SIGINT" : "SIGTERM", step, path, 128 + sig);
+        std::fflush(stdout);
+        result.steps = step;
+        result.stop_signal = sig;
+        result.checkpoint = path;
+        return result;
+      }
       if (out_of_time) {
         fmt::print("train: stopping at step {}: train.max_minutes = {} reached\n", step,
                    cfg_.real("train.max_minutes"));
@@ -156,15 +259,85 @@ class Run {
     }
     if (out_of_data) fmt::print("train: stopping after {} epochs (train.max_epochs)\n", max_epochs);
     validate(step, result);
+    if (last_saved_step_ != step) save_step_checkpoint();
     result.steps = step;
     result.checkpoint = (dir_ / "model.h5").string();
-    io::save_weights(result.checkpoint, model_.parameters(), cfg_.to_yaml(false), step);
-    fmt::print("train: saved {} after {} steps ({})\n", result.checkpoint, step,
-               format_duration(std::chrono::duration<double>(Clock::now() - start_).count()));
+    io::Checkpoint weights = snapshot(false);
+    io::save_checkpoint(result.checkpoint, weights);
+    fmt::print("train: saved {} after {} steps ({})\n", result.checkpoint, step, format_duration(elapsed_seconds()));
     return result;
   }
 
  private:
+  data::Batcher make_batcher() const {
+    return data::Batcher(
+        &task_.train,
+        {.batch_tokens = cfg_.integer("train.batch_tokens"), .seed = batcher_seed_, .shuffle = true, .window = 100});
+  }
+
+  double elapsed_seconds() const {
+    return elapsed_before_ + std::chrono::duration<double>(Clock::now() - start_).count();
+  }
+
+  // The run as it stands; with_state adds the Adam moments and the training state.
+  io::Checkpoint snapshot(bool with_state) const {
+    io::Checkpoint c;
+    c.step = step_;
+    c.config_yaml = cfg_.to_yaml(false);
+    c.model = io::named_values(model_.parameters());
+    if (!with_state) return c;
+    const std::vector<ag::Var>& params = adam_.params();
+    for (std::size_t i = 0; i < params.size(); ++i) {
+      c.exp_avg.emplace(params[i].name(), adam_.first_moments()[i]);
+      c.exp_avg_sq.emplace(params[i].name(), adam_.second_moments()[i]);
+    }
+    c.state = io::TrainingState{.step = step_,
+                                .epoch = batcher_.epoch(),
+                                .position = batcher_.position(),
+                                .shuffle_seed = batcher_seed_,
+                                .dropout_seed = seed_,
+                                .optimizer_step = adam_.steps(),
+                                .learning_rate = lr_,
+                                .elapsed_seconds = elapsed_seconds(),
+                                .best_valid = best_valid_,
+                                .best_valid_step = best_valid_step_};
+    return c;
+  }
+
+  std::string step_checkpoint_path(std::int64_t step) const {
+    return (dir_ / fmt::format("checkpoint_{:08d}.h5", step)).string();
+  }
+
+  // Writes checkpoint_<step>.h5, then deletes the step checkpoints beyond checkpoint.keep_last.
+  std::string save_step_checkpoint() {
+    const auto t0 = Clock::now();
+    const std::string path = step_checkpoint_path(step_);
+    io::save_checkpoint(path, snapshot(true));
+    last_saved_step_ = step_;
+    const std::int64_t keep = cfg_.integer("checkpoint.keep_last");
+    std::vector<std::pair<std::int64_t, fs::path>> saved = step_checkpoints(dir_);
+    std::string removed;
+    for (std::size_t i = 0; keep > 0 && i + static_cast<std::size_t>(keep) < saved.size(); ++i) {
+      std::error_code ec;
+      fs::remove(saved[i].second, ec);
+      if (!ec) removed += fmt::format(" {}", saved[i].second.filename().string());
+    }
+    fmt::print("checkpoint: saved {} ({:.2f}s){}\n", path, std::chrono::duration<double>(Clock::now() - t0).count(),
+               removed.empty() ? std::string() : fmt::format("; removed{}", removed));
+    std::fflush(stdout);
+    return path;
+  }
+
+  // Notes, once, each config key whose value differs from the one the checkpoint was written with.
+  void warn_config_changes(const std::string& saved_yaml, const std::string& path) const {
+    const io::Config saved = io::Config::parse(tessera_schema(), saved_yaml, path);
+    for (const auto& [key, value] : cfg_.values()) {
+      auto it = saved.values().find(key);
+      if (it != saved.values().end() && it->second != value)
+        fmt::print("resume: {} = {} (the checkpoint was written with {})\n", key, value, it->second);
+    }
+  }
+
   // Global gradient norm; scales the gradients down to `clip` when it is exceeded (clip > 0).
   double clip_gradients(double clip) {
     double sq = 0;
@@ -223,6 +396,12 @@ class Run {
       extra = fmt::format("BLEU {:.2f} on {} sentences", bleu.score, n);
     }
     const double secs = std::chrono::duration<double>(Clock::now() - t0).count();
+    const double score = task_.synthetic ? result.valid_accuracy : result.valid_bleu;
+    const bool best = std::isnan(best_valid_) || score > best_valid_;
+    if (best) {
+      best_valid_ = score;
+      best_valid_step_ = step;
+    }
     fmt::print("valid {} | loss {:.4f} | ppl {:.2f} | {} | beam {} | {:.1f}s\n", step, result.valid_loss,
                result.valid_ppl, extra, cfg_.integer("decode.beam"), secs);
     std::fflush(stdout);
@@ -232,16 +411,27 @@ class Run {
         step, json_number(result.valid_loss), json_number(result.valid_ppl), json_number(result.valid_bleu),
         json_number(result.valid_accuracy), json_number(secs));
     metrics_.flush();
+    if (best && cfg_.boolean("checkpoint.keep_best")) {
+      const std::string path = (dir_ / "checkpoint_best.h5").string();
+      io::save_checkpoint(path, snapshot(true));
+      fmt::print("checkpoint: saved {} (best so far)\n", path);
+    }
   }
 
   const io::Config& cfg_;
-  std::filesystem::path dir_;
+  std::uint64_t seed_;                  // dropout (Philox key)
+  std::uint64_t batcher_seed_ = seed_;  // data order
+  fs::path dir_;
   TaskData task_;
   models::Transformer model_;
   optim::Adam adam_;
   data::Batcher batcher_;
   std::ofstream metrics_;
   Clock::time_point start_;
+  std::int64_t step_ = 0, last_saved_step_ = -1;
+  double lr_ = 0, elapsed_before_ = 0;
+  double best_valid_ = std::numeric_limits<double>::quiet_NaN();
+  std::int64_t best_valid_step_ = -1;
 };
 
 }  // namespace
@@ -252,7 +442,7 @@ double noam_learning_rate(double factor, std::int64_t d_model, std::int64_t warm
          std::min(1.0 / std::sqrt(s), s * std::pow(static_cast<double>(warmup), -1.5));
 }
 
-TrainResult run_training(const io::Config& cfg) {
+TrainResult run_training(const io::Config& cfg, const TrainOptions& options) {
   // The model's own constraints (heads divide d_model, ...) fail now, before data is read.
   models::validate(model_config(cfg, 1000, 1000));
   const std::filesystem::path dir(cfg.string("output.dir"));
@@ -264,7 +454,22 @@ TrainResult run_training(const io::Config& cfg) {
     out << cfg.to_yaml(true);
     TESSERA_CHECK(out.good(), "cannot write '{}'", (dir / "config.yaml").string());
   }
+  // A crash mid-save leaves "<name>.tmp" behind: never a valid checkpoint, so it goes.
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(dir, ec))
+    if (entry.path().extension() == ".tmp" && entry.path().stem().extension() == ".h5") fs::remove(entry.path(), ec);
+
+  std::string resume_path = options.resume_path;
+  if (options.resume && resume_path.empty()) {
+    const auto saved = step_checkpoints(dir);
+    if (saved.empty())
+      fmt::print("train: --resume: no checkpoint_<step>.h5 in {}; starting from scratch\n", dir.string());
+    else
+      resume_path = saved.back().second.string();
+  }
+  StopSignals signals;
   Run run(cfg);
+  if (!resume_path.empty()) run.resume(resume_path);
   return run.train();
 }
 

@@ -4,8 +4,11 @@
 #pragma once
 
 #include <cstdint>
+#include <filesystem>
 #include <limits>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "io/config.h"
 
@@ -17,12 +20,22 @@ struct TrainResult {
   double valid_ppl = std::numeric_limits<double>::quiet_NaN();       // exp(NLL per token)
   double valid_bleu = std::numeric_limits<double>::quiet_NaN();      // translation tasks
   double valid_accuracy = std::numeric_limits<double>::quiet_NaN();  // synthetic tasks: exact match
-  std::string checkpoint;
+  std::string checkpoint;  // the final model.h5, or the checkpoint written on a stop signal
+  int stop_signal = 0;     // SIGTERM or SIGINT when one stopped the run (exit with 128 + it)
 };
+
+struct TrainOptions {
+  bool resume = false;      // continue from resume_path, or else the latest checkpoint_<step>.h5 in output.dir
+  std::string resume_path;  // a full checkpoint
+};
+
+// The step checkpoints (checkpoint_<step>.h5) in a run's folder, by step, oldest first.
+std::vector<std::pair<std::int64_t, std::filesystem::path>> step_checkpoints(const std::filesystem::path& dir);
 
 // lr = factor * d_model^-0.5 * min(step^-0.5, step * warmup^-1.5)
 double noam_learning_rate(double factor, std::int64_t d_model, std::int64_t warmup, std::int64_t step);
 
-TrainResult run_training(const io::Config& cfg);
+// Trains; on SIGTERM / SIGINT finishes the step, writes a checkpoint and returns with stop_signal set.
+TrainResult run_training(const io::Config& cfg, const TrainOptions& options = {});
 
 }  // namespace tessera::launch

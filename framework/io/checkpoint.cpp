@@ -3,149 +3,437 @@
 #include <fcntl.h>
 #include <hdf5.h>
 #include <unistd.h>
+#include <zlib.h>
 
+#include <algorithm>
 #include <cerrno>
-#include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <functional>
 
 namespace tessera::io {
 namespace {
 
-// Closes an HDF5 handle at scope exit.
-struct H5Handle {
-  hid_t id;
-  herr_t (*close)(hid_t);
-  ~H5Handle() {
-    if (id >= 0) close(id);
+namespace fs = std::filesystem;
+
+// Closes an HDF5 handle at scope exit (close() closes it earlier and reports failure).
+class H5Handle {
+ public:
+  H5Handle(hid_t id, herr_t (*close_fn)(hid_t)) : id_(id), close_(close_fn) {}
+  H5Handle(const H5Handle&) = delete;
+  H5Handle& operator=(const H5Handle&) = delete;
+  ~H5Handle() { close(); }
+  bool close() {
+    const bool ok = id_ < 0 || close_(id_) >= 0;
+    id_ = -1;
+    return ok;
   }
+  hid_t id() const { return id_; }
+  bool valid() const { return id_ >= 0; }
+
+ private:
+  hid_t id_;
+  herr_t (*close_)(hid_t);
 };
 
-void write_string_attr(hid_t obj, const char* name, const std::string& value) {
-  H5Handle type{H5Tcopy(H5T_C_S1), H5Tclose};
-  H5Tset_size(type.id, std::max<std::size_t>(value.size(), 1));
-  H5Handle space{H5Screate(H5S_SCALAR), H5Sclose};
-  H5Handle attr{H5Acreate2(obj, name, type.id, space.id, H5P_DEFAULT, H5P_DEFAULT), H5Aclose};
-  H5Awrite(attr.id, type.id, value.empty() ? "" : value.c_str());
+// The innermost HDF5 error description (e.g. "truncated file: eof = 96, ..."), for our messages.
+std::string h5_error() {
+  std::string text;
+  H5Ewalk2(
+      H5E_DEFAULT, H5E_WALK_UPWARD,
+      [](unsigned n, const H5E_error2_t* err, void* out) -> herr_t {
+        if (n == 0 && err->desc != nullptr) *static_cast<std::string*>(out) = err->desc;
+        return 0;
+      },
+      &text);
+  H5Eclear2(H5E_DEFAULT);
+  return text.empty() ? "" : " (HDF5: " + text + ")";
 }
 
-void write_int_attr(hid_t obj, const char* name, std::int64_t value) {
-  H5Handle space{H5Screate(H5S_SCALAR), H5Sclose};
-  H5Handle attr{H5Acreate2(obj, name, H5T_NATIVE_INT64, space.id, H5P_DEFAULT, H5P_DEFAULT), H5Aclose};
-  H5Awrite(attr.id, H5T_NATIVE_INT64, &value);
-}
-
-std::string read_string_attr(hid_t obj, const char* name, const std::string& path) {
-  TESSERA_CHECK(H5Aexists(obj, name) > 0, "checkpoint '{}': attribute '{}' is missing", path, name);
-  H5Handle attr{H5Aopen(obj, name, H5P_DEFAULT), H5Aclose};
-  H5Handle type{H5Aget_type(attr.id), H5Tclose};
-  const std::size_t size = H5Tget_size(type.id);
-  std::string s(size, '\0');
-  H5Handle mem{H5Tcopy(H5T_C_S1), H5Tclose};
-  H5Tset_size(mem.id, size);
-  TESSERA_CHECK(H5Aread(attr.id, mem.id, s.data()) >= 0, "checkpoint '{}': cannot read attribute '{}'", path, name);
-  while (!s.empty() && s.back() == '\0') s.pop_back();
-  return s;
-}
-
-std::int64_t read_int_attr(hid_t obj, const char* name, const std::string& path) {
-  TESSERA_CHECK(H5Aexists(obj, name) > 0, "checkpoint '{}': attribute '{}' is missing", path, name);
-  H5Handle attr{H5Aopen(obj, name, H5P_DEFAULT), H5Aclose};
-  std::int64_t v = 0;
-  TESSERA_CHECK(H5Aread(attr.id, H5T_NATIVE_INT64, &v) >= 0, "checkpoint '{}': cannot read attribute '{}'", path, name);
-  return v;
-}
-
-void fsync_path(const std::string& path) {
-  const int fd = ::open(path.c_str(), O_RDONLY);
-  if (fd >= 0) {
-    ::fsync(fd);
-    ::close(fd);
+// CRC-32 of a buffer, computed in 4 MiB chunks on all threads and combined.
+std::uint32_t crc32_of(const void* data, std::size_t bytes) {
+  constexpr std::size_t kChunk = std::size_t{1} << 22;
+  const auto* p = static_cast<const Bytef*>(data);
+  const std::size_t chunks = std::max<std::size_t>((bytes + kChunk - 1) / kChunk, 1);
+  std::vector<uLong> part(chunks);
+  const auto n = static_cast<std::int64_t>(chunks);
+#pragma omp parallel for schedule(static) if (n > 1)
+  for (std::int64_t i = 0; i < n; ++i) {
+    const std::size_t begin = static_cast<std::size_t>(i) * kChunk;
+    part[static_cast<std::size_t>(i)] = crc32_z(crc32_z(0L, Z_NULL, 0), p + begin, std::min(kChunk, bytes - begin));
   }
+  uLong crc = part[0];
+  for (std::size_t i = 1; i < chunks; ++i)
+    crc = crc32_combine(crc, part[i], static_cast<z_off_t>(std::min(kChunk, bytes - i * kChunk)));
+  return static_cast<std::uint32_t>(crc);
 }
+
+// ---- writing
+
+class Writer {
+ public:
+  explicit Writer(std::string path) : path_(std::move(path)) {}
+
+  void string_attr(hid_t obj, const char* name, const std::string& value) {
+    H5Handle type{H5Tcopy(H5T_C_S1), H5Tclose};
+    H5Tset_size(type.id(), std::max<std::size_t>(value.size(), 1));
+    H5Handle space{H5Screate(H5S_SCALAR), H5Sclose};
+    H5Handle attr{H5Acreate2(obj, name, type.id(), space.id(), H5P_DEFAULT, H5P_DEFAULT), H5Aclose};
+    check(attr.valid() && H5Awrite(attr.id(), type.id(), value.empty() ? "" : value.c_str()) >= 0, name);
+  }
+  void int_attr(hid_t obj, const char* name, std::int64_t value) {
+    scalar_attr(obj, name, H5T_STD_I64LE, H5T_NATIVE_INT64, &value);
+  }
+  void real_attr(hid_t obj, const char* name, double value) {
+    scalar_attr(obj, name, H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, &value);
+  }
+  hid_t group(hid_t parent, const char* name) {
+    const hid_t g = H5Gcreate2(parent, name, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+    check(g >= 0, name);
+    return g;
+  }
+  // One float32 dataset with its checksum attribute.
+  void tensor(hid_t group, const std::string& group_path, const std::string& name, const Tensor& value) {
+    const Tensor v = value.to(Device::cpu).to(DType::f32);
+    const std::string where = group_path + "/" + name;
+    std::vector<hsize_t> dims(v.shape().begin(), v.shape().end());
+    H5Handle space{H5Screate_simple(static_cast<int>(dims.size()), dims.data(), nullptr), H5Sclose};
+    H5Handle ds{H5Dcreate2(group, name.c_str(), H5T_IEEE_F32LE, space.id(), H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT),
+                H5Dclose};
+    check(ds.valid(), where);
+    check(H5Dwrite(ds.id(), H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, v.raw_data()) >= 0, where);
+    int_attr(ds.id(), "crc32", crc32_of(v.raw_data(), static_cast<std::size_t>(v.numel()) * sizeof(float)));
+    check(ds.close(), where);
+  }
+  void check(bool ok, const std::string& what) const {
+    if (!ok) fail("cannot write checkpoint '{}': building '{}' failed (out of memory?){}", path_, what, h5_error());
+  }
+
+ private:
+  void scalar_attr(hid_t obj, const char* name, hid_t file_type, hid_t mem_type, const void* value) {
+    H5Handle space{H5Screate(H5S_SCALAR), H5Sclose};
+    H5Handle attr{H5Acreate2(obj, name, file_type, space.id(), H5P_DEFAULT, H5P_DEFAULT), H5Aclose};
+    check(attr.valid() && H5Awrite(attr.id(), mem_type, value) >= 0, name);
+  }
+  std::string path_;
+};
+
+void write_tensors(Writer& w, hid_t parent, const char* name, const std::string& group_path, const TensorMap& tensors) {
+  H5Handle g{w.group(parent, name), H5Gclose};
+  for (const auto& [key, value] : tensors) w.tensor(g.id(), group_path, key, value);
+}
+
+std::size_t tensor_bytes(const TensorMap& tensors) {
+  std::size_t n = 0;
+  for (const auto& [name, t] : tensors) n += static_cast<std::size_t>(t.numel()) * sizeof(float);
+  return n;
+}
+
+// Builds the whole HDF5 file in memory (HDF5's core driver, no backing store) and returns its
+// bytes. The HDF5 library never writes to disk itself: when a write to a full disk failed inside
+// it, its file handle could not be closed any more and the process crashed at exit.
+std::vector<char> build_image(const std::string& tmp, const Checkpoint& c) {
+  Writer w(tmp);
+  // One allocation for all the data plus room for the metadata: no regrowth while writing.
+  const std::size_t data = tensor_bytes(c.model) + tensor_bytes(c.exp_avg) + tensor_bytes(c.exp_avg_sq);
+  const std::size_t datasets = c.model.size() + c.exp_avg.size() + c.exp_avg_sq.size();
+  H5Handle fapl{H5Pcreate(H5P_FILE_ACCESS), H5Pclose};
+  w.check(H5Pset_fapl_core(fapl.id(), data + 4096 * datasets + (std::size_t{1} << 20), /*backing_store=*/0) >= 0,
+          "/ (in-memory file)");
+  H5Handle file{H5Fcreate(tmp.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl.id()), H5Fclose};
+  w.check(file.valid(), "/ (in-memory file)");
+  w.int_attr(file.id(), "format_version", kCheckpointFormatVersion);
+  w.int_attr(file.id(), "step", c.step);
+  w.string_attr(file.id(), "config", c.config_yaml);
+  w.string_attr(file.id(), "created_by", "tessera");
+  write_tensors(w, file.id(), "model", "/model", c.model);
+  if (!c.exp_avg.empty() || !c.exp_avg_sq.empty()) {
+    H5Handle opt{w.group(file.id(), "optimizer"), H5Gclose};
+    write_tensors(w, opt.id(), "exp_avg", "/optimizer/exp_avg", c.exp_avg);
+    write_tensors(w, opt.id(), "exp_avg_sq", "/optimizer/exp_avg_sq", c.exp_avg_sq);
+  }
+  if (c.state) {
+    const TrainingState& s = *c.state;
+    H5Handle g{w.group(file.id(), "train"), H5Gclose};
+    w.int_attr(g.id(), "step", s.step);
+    w.int_attr(g.id(), "epoch", s.epoch);
+    w.int_attr(g.id(), "position", s.position);
+    w.int_attr(g.id(), "shuffle_seed", static_cast<std::int64_t>(s.shuffle_seed));
+    w.int_attr(g.id(), "dropout_seed", static_cast<std::int64_t>(s.dropout_seed));
+    w.int_attr(g.id(), "optimizer_step", s.optimizer_step);
+    w.real_attr(g.id(), "learning_rate", s.learning_rate);
+    w.real_attr(g.id(), "elapsed_seconds", s.elapsed_seconds);
+    w.real_attr(g.id(), "best_valid", s.best_valid);
+    w.int_attr(g.id(), "best_valid_step", s.best_valid_step);
+  }
+  w.check(H5Fflush(file.id(), H5F_SCOPE_GLOBAL) >= 0, "/ (flush)");
+  const ssize_t size = H5Fget_file_image(file.id(), nullptr, 0);
+  w.check(size > 0, "/ (file image)");
+  std::vector<char> image(static_cast<std::size_t>(size));
+  w.check(H5Fget_file_image(file.id(), image.data(), image.size()) == size, "/ (file image)");
+  w.check(file.close(), "/ (close)");
+  return image;
+}
+
+// Writes the bytes to `path` and flushes them to disk; throws with the system's reason.
+void write_and_sync(const std::string& path, const std::vector<char>& bytes) {
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) fail("cannot write checkpoint '{}': {} (is the folder writable?)", path, std::strerror(errno));
+  std::size_t done = 0;
+  while (done < bytes.size()) {
+    const ssize_t n = ::write(fd, bytes.data() + done, std::min<std::size_t>(bytes.size() - done, 1u << 30));
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      const int err = n < 0 ? errno : ENOSPC;
+      ::close(fd);
+      fail("cannot write checkpoint '{}': {} after {} of {} bytes (disk full?)", path, std::strerror(err), done,
+           bytes.size());
+    }
+    done += static_cast<std::size_t>(n);
+  }
+  if (::fsync(fd) != 0) {
+    const int err = errno;
+    ::close(fd);
+    fail("cannot write checkpoint '{}': flushing to disk failed: {}", path, std::strerror(err));
+  }
+  if (::close(fd) != 0) fail("cannot write checkpoint '{}': closing failed: {}", path, std::strerror(errno));
+}
+
+// Flushes a folder's entries (a rename) to disk; best effort.
+void sync_folder(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return;
+  ::fsync(fd);
+  ::close(fd);
+}
+
+// ---- reading
+
+class Reader {
+ public:
+  Reader(std::string path, hid_t file) : path_(std::move(path)), file_(file) {}
+
+  std::string string_attr(hid_t obj, const char* name) const {
+    require_attr(obj, name);
+    H5Handle attr{H5Aopen(obj, name, H5P_DEFAULT), H5Aclose};
+    H5Handle type{H5Aget_type(attr.id()), H5Tclose};
+    check(H5Tget_class(type.id()) == H5T_STRING, fmt::format("attribute '{}' is not a string", name));
+    const std::size_t size = H5Tget_size(type.id());
+    std::string s(size, '\0');
+    H5Handle mem{H5Tcopy(H5T_C_S1), H5Tclose};
+    H5Tset_size(mem.id(), size);
+    check(H5Aread(attr.id(), mem.id(), s.data()) >= 0, fmt::format("cannot read attribute '{}'", name));
+    while (!s.empty() && s.back() == '\0') s.pop_back();
+    return s;
+  }
+  std::int64_t int_attr(hid_t obj, const char* name) const {
+    std::int64_t v = 0;
+    scalar_attr(obj, name, H5T_NATIVE_INT64, &v);
+    return v;
+  }
+  double real_attr(hid_t obj, const char* name) const {
+    double v = 0;
+    scalar_attr(obj, name, H5T_NATIVE_DOUBLE, &v);
+    return v;
+  }
+  bool has(hid_t parent, const std::string& name) const { return H5Lexists(parent, name.c_str(), H5P_DEFAULT) > 0; }
+
+  // Every dataset of the group at `group_path`, each checked against its CRC-32.
+  TensorMap tensors(const std::string& group_path) const {
+    check(has(file_, group_path), fmt::format("group '{}' is missing", group_path));
+    H5Handle group{H5Gopen2(file_, group_path.c_str(), H5P_DEFAULT), H5Gclose};
+    check(group.valid(), fmt::format("cannot open group '{}'", group_path));
+    H5G_info_t info;
+    check(H5Gget_info(group.id(), &info) >= 0, fmt::format("cannot list group '{}'", group_path));
+    TensorMap out;
+    for (hsize_t i = 0; i < info.nlinks; ++i) {
+      const ssize_t len = H5Lget_name_by_idx(group.id(), ".", H5_INDEX_NAME, H5_ITER_INC, i, nullptr, 0, H5P_DEFAULT);
+      check(len > 0, fmt::format("cannot list group '{}'", group_path));
+      std::string name(static_cast<std::size_t>(len) + 1, '\0');
+      H5Lget_name_by_idx(group.id(), ".", H5_INDEX_NAME, H5_ITER_INC, i, name.data(), name.size(), H5P_DEFAULT);
+      name.resize(static_cast<std::size_t>(len));
+      out.emplace(name, dataset(group.id(), group_path + "/" + name, name));
+    }
+    return out;
+  }
+
+  void check(bool ok, const std::string& what) const {
+    if (!ok) fail("checkpoint '{}': {}{}", path_, what, h5_error());
+  }
+
+ private:
+  void require_attr(hid_t obj, const char* name) const {
+    check(H5Aexists(obj, name) > 0, fmt::format("attribute '{}' is missing", name));
+  }
+  void scalar_attr(hid_t obj, const char* name, hid_t mem_type, void* out) const {
+    require_attr(obj, name);
+    H5Handle attr{H5Aopen(obj, name, H5P_DEFAULT), H5Aclose};
+    check(attr.valid() && H5Aread(attr.id(), mem_type, out) >= 0, fmt::format("cannot read attribute '{}'", name));
+  }
+  Tensor dataset(hid_t group, const std::string& where, const std::string& name) const {
+    H5Handle ds{H5Dopen2(group, name.c_str(), H5P_DEFAULT), H5Dclose};
+    check(ds.valid(), fmt::format("cannot open dataset '{}'", where));
+    H5Handle type{H5Dget_type(ds.id()), H5Tclose};
+    check(H5Tget_class(type.id()) == H5T_FLOAT, fmt::format("dataset '{}' is not floating point", where));
+    H5Handle space{H5Dget_space(ds.id()), H5Sclose};
+    const int rank = H5Sget_simple_extent_ndims(space.id());
+    check(rank >= 0, fmt::format("cannot read the shape of '{}'", where));
+    std::vector<hsize_t> dims(static_cast<std::size_t>(rank));
+    H5Sget_simple_extent_dims(space.id(), dims.data(), nullptr);
+    Tensor t = Tensor::empty(Shape(dims.begin(), dims.end()), DType::f32);
+    check(H5Dread(ds.id(), H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, t.raw_data()) >= 0,
+          fmt::format("cannot read dataset '{}' (truncated or corrupted file?)", where));
+    const auto expected = static_cast<std::uint32_t>(int_attr(ds.id(), "crc32"));
+    const std::uint32_t actual = crc32_of(t.raw_data(), static_cast<std::size_t>(t.numel()) * sizeof(float));
+    check(actual == expected, fmt::format("dataset '{}' fails its checksum (stored crc32 {:08x}, data has {:08x}): "
+                                          "the file is corrupted",
+                                          where, expected, actual));
+    return t;
+  }
+
+  std::string path_;
+  hid_t file_;
+};
 
 }  // namespace
 
-void save_weights(const std::string& path, const std::vector<ag::Var>& params, const std::string& config_yaml,
-                  std::int64_t step) {
-  namespace fs = std::filesystem;
+void save_checkpoint(const std::string& path, const Checkpoint& ckpt) {
   const fs::path final_path(path);
-  if (final_path.has_parent_path()) fs::create_directories(final_path.parent_path());
-  const std::string tmp = path + ".tmp";
-  H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);  // errors are reported by us, with the file named
-  {
-    H5Handle file{H5Fcreate(tmp.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT), H5Fclose};
-    TESSERA_CHECK(file.id >= 0, "cannot create checkpoint '{}' (is the folder writable?)", tmp);
-    write_int_attr(file.id, "format_version", kCheckpointFormatVersion);
-    write_int_attr(file.id, "step", step);
-    write_string_attr(file.id, "config", config_yaml);
-    write_string_attr(file.id, "created_by", "tessera");
-    H5Handle group{H5Gcreate2(file.id, "model", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT), H5Gclose};
-    for (const ag::Var& p : params) {
-      const Tensor v = p.value().to(DType::f32);
-      std::vector<hsize_t> dims(v.shape().begin(), v.shape().end());
-      H5Handle space{H5Screate_simple(static_cast<int>(dims.size()), dims.data(), nullptr), H5Sclose};
-      H5Handle ds{
-          H5Dcreate2(group.id, p.name().c_str(), H5T_IEEE_F32LE, space.id, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT),
-          H5Dclose};
-      TESSERA_CHECK(ds.id >= 0, "checkpoint '{}': cannot create dataset '{}'", tmp, p.name());
-      TESSERA_CHECK(H5Dwrite(ds.id, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, v.raw_data()) >= 0,
-                    "checkpoint '{}': writing '{}' failed (disk full?)", tmp, p.name());
-    }
-    TESSERA_CHECK(H5Fflush(file.id, H5F_SCOPE_GLOBAL) >= 0, "checkpoint '{}': flush failed (disk full?)", tmp);
+  if (final_path.has_parent_path()) {
+    std::error_code ec;
+    fs::create_directories(final_path.parent_path(), ec);
+    if (ec)
+      fail("cannot write checkpoint '{}': cannot create folder '{}': {}", path, final_path.parent_path().string(),
+           ec.message());
   }
-  fsync_path(tmp);
+  H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);  // errors are reported by us, with the file named
+  const std::string tmp = path + ".tmp";
+  try {
+    write_and_sync(tmp, build_image(tmp, ckpt));
+  } catch (...) {
+    std::error_code ec;
+    fs::remove(tmp, ec);
+    throw;
+  }
   std::error_code ec;
   fs::rename(tmp, final_path, ec);
-  TESSERA_CHECK(!ec, "checkpoint: cannot rename '{}' to '{}': {}", tmp, path, ec.message());
-  if (final_path.has_parent_path()) fsync_path(final_path.parent_path().string());
+  if (ec) {
+    fs::remove(tmp, ec);
+    fail("cannot write checkpoint '{}': renaming '{}' to it failed: {}", path, tmp, ec.message());
+  }
+  // The rename itself must reach the disk too.
+  sync_folder(final_path.has_parent_path() ? final_path.parent_path().string() : ".");
 }
 
-WeightsFile load_weights(const std::string& path) {
-  TESSERA_CHECK(std::filesystem::exists(path), "checkpoint '{}' does not exist", path);
+Checkpoint load_checkpoint(const std::string& path, bool weights_only) {
+  std::error_code ec;
+  if (!fs::exists(path, ec)) fail("checkpoint '{}' does not exist", path);
+  if (fs::is_directory(path, ec)) fail("checkpoint '{}' is a folder, not a file", path);
   H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);
-  TESSERA_CHECK(H5Fis_hdf5(path.c_str()) > 0, "checkpoint '{}' is not an HDF5 file (truncated or corrupted?)", path);
-  H5Handle file{H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT), H5Fclose};
-  TESSERA_CHECK(file.id >= 0, "checkpoint '{}' cannot be opened (truncated or corrupted?)", path);
-  WeightsFile w;
-  w.format_version = read_int_attr(file.id, "format_version", path);
-  TESSERA_CHECK(w.format_version == kCheckpointFormatVersion, "checkpoint '{}' has format version {}, expected {}",
-                path, w.format_version, kCheckpointFormatVersion);
-  w.step = read_int_attr(file.id, "step", path);
-  w.config_yaml = read_string_attr(file.id, "config", path);
-  TESSERA_CHECK(H5Lexists(file.id, "model", H5P_DEFAULT) > 0, "checkpoint '{}' has no /model group", path);
-  H5Handle group{H5Gopen2(file.id, "model", H5P_DEFAULT), H5Gclose};
-  H5G_info_t info;
-  H5Gget_info(group.id, &info);
-  for (hsize_t i = 0; i < info.nlinks; ++i) {
-    char name[1024];
-    H5Lget_name_by_idx(group.id, ".", H5_INDEX_NAME, H5_ITER_INC, i, name, sizeof(name), H5P_DEFAULT);
-    H5Handle ds{H5Dopen2(group.id, name, H5P_DEFAULT), H5Dclose};
-    TESSERA_CHECK(ds.id >= 0, "checkpoint '{}': cannot open dataset '/model/{}'", path, name);
-    H5Handle space{H5Dget_space(ds.id), H5Sclose};
-    const int rank = H5Sget_simple_extent_ndims(space.id);
-    std::vector<hsize_t> dims(static_cast<std::size_t>(std::max(rank, 0)));
-    H5Sget_simple_extent_dims(space.id, dims.data(), nullptr);
-    Tensor t = Tensor::empty(Shape(dims.begin(), dims.end()), DType::f32);
-    TESSERA_CHECK(H5Dread(ds.id, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, t.raw_data()) >= 0,
-                  "checkpoint '{}': cannot read '/model/{}' (truncated or corrupted?)", path, name);
-    w.tensors.emplace(name, std::move(t));
+  if (H5Fis_hdf5(path.c_str()) <= 0) {
+    H5Eclear2(H5E_DEFAULT);
+    fail("checkpoint '{}' is not an HDF5 file (empty, truncated or corrupted?)", path);
   }
-  return w;
+  H5Handle file{H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT), H5Fclose};
+  if (!file.valid()) fail("checkpoint '{}' cannot be opened (truncated or corrupted?){}", path, h5_error());
+  const Reader r(path, file.id());
+  const std::int64_t version = r.int_attr(file.id(), "format_version");
+  r.check(version == kCheckpointFormatVersion,
+          fmt::format("format version {} is not the one this build reads ({})", version, kCheckpointFormatVersion));
+  Checkpoint c;
+  c.step = r.int_attr(file.id(), "step");
+  c.config_yaml = r.string_attr(file.id(), "config");
+  c.model = r.tensors("/model");
+  if (!weights_only && r.has(file.id(), "optimizer")) {
+    c.exp_avg = r.tensors("/optimizer/exp_avg");
+    c.exp_avg_sq = r.tensors("/optimizer/exp_avg_sq");
+  }
+  if (r.has(file.id(), "train")) {
+    H5Handle g{H5Gopen2(file.id(), "train", H5P_DEFAULT), H5Gclose};
+    r.check(g.valid(), "cannot open group '/train'");
+    TrainingState s;
+    s.step = r.int_attr(g.id(), "step");
+    s.epoch = r.int_attr(g.id(), "epoch");
+    s.position = r.int_attr(g.id(), "position");
+    s.shuffle_seed = static_cast<std::uint64_t>(r.int_attr(g.id(), "shuffle_seed"));
+    s.dropout_seed = static_cast<std::uint64_t>(r.int_attr(g.id(), "dropout_seed"));
+    s.optimizer_step = r.int_attr(g.id(), "optimizer_step");
+    s.learning_rate = r.real_attr(g.id(), "learning_rate");
+    s.elapsed_seconds = r.real_attr(g.id(), "elapsed_seconds");
+    s.best_valid = r.real_attr(g.id(), "best_valid");
+    s.best_valid_step = r.int_attr(g.id(), "best_valid_step");
+    c.state = s;
+  }
+  r.check(file.close(), "closing the file failed");
+  return c;
 }
 
-void assign_weights(const WeightsFile& file, const std::string& path, std::vector<ag::Var>& params) {
-  for (ag::Var& p : params) {
-    auto it = file.tensors.find(p.name());
-    TESSERA_CHECK(it != file.tensors.end(), "checkpoint '{}' has no weights for parameter '{}' of the configured model",
-                  path, p.name());
-    TESSERA_CHECK(it->second.shape() == p.shape(), "checkpoint '{}': '{}' has shape {}, the configured model needs {}",
-                  path, p.name(), shape_str(it->second.shape()), shape_str(p.shape()));
-    p.value().copy_from(it->second.to(p.value().dtype()));
+Checkpoint average_checkpoints(const std::vector<std::string>& paths) {
+  TESSERA_CHECK(!paths.empty(), "average: no checkpoints given");
+  Checkpoint first = load_checkpoint(paths[0], /*weights_only=*/true);
+  std::map<std::string, std::vector<double>> sums;
+  for (const auto& [name, t] : first.model) sums[name] = t.to_doubles();
+  std::int64_t step = first.step;
+  for (std::size_t i = 1; i < paths.size(); ++i) {
+    const Checkpoint c = load_checkpoint(paths[i], /*weights_only=*/true);
+    for (const auto& [name, t] : c.model) {
+      auto it = first.model.find(name);
+      if (it == first.model.end())
+        fail("average: '{}' has '/model/{}', which '{}' does not have", paths[i], name, paths[0]);
+      if (it->second.shape() != t.shape())
+        fail("average: '/model/{}' has shape {} in '{}' but {} in '{}'", name, shape_str(t.shape()), paths[i],
+             shape_str(it->second.shape()), paths[0]);
+      const std::vector<double> v = t.to_doubles();
+      std::vector<double>& sum = sums[name];
+      for (std::size_t j = 0; j < v.size(); ++j) sum[j] += v[j];
+    }
+    if (c.model.size() != first.model.size())
+      fail("average: '{}' holds {} weights but '{}' holds {}", paths[i], c.model.size(), paths[0], first.model.size());
+    step = c.step;
   }
-  TESSERA_CHECK(file.tensors.size() == params.size(),
-                "checkpoint '{}' holds {} tensors but the configured model has {} parameters", path,
-                file.tensors.size(), params.size());
+  Checkpoint out;
+  out.step = step;
+  out.config_yaml = first.config_yaml;
+  const double n = static_cast<double>(paths.size());
+  for (auto& [name, sum] : sums) {
+    Tensor t = Tensor::empty(first.model.at(name).shape(), DType::f32);
+    float* d = t.data<float>();
+    for (std::size_t j = 0; j < sum.size(); ++j) d[j] = static_cast<float>(sum[j] / n);
+    out.model.emplace(name, std::move(t));
+  }
+  return out;
+}
+
+TensorMap named_values(const std::vector<ag::Var>& params) {
+  TensorMap out;
+  for (const ag::Var& p : params) out.emplace(p.name(), p.value());
+  return out;
+}
+
+std::vector<Tensor> match_parameters(const TensorMap& tensors, const std::vector<ag::Var>& params,
+                                     const std::string& path, const std::string& group) {
+  std::vector<Tensor> out;
+  for (const ag::Var& p : params) {
+    auto it = tensors.find(p.name());
+    if (it == tensors.end())
+      fail("checkpoint '{}' has no '{}/{}': it does not fit the configured model", path, group, p.name());
+    if (it->second.shape() != p.shape())
+      fail("checkpoint '{}': '{}/{}' has shape {}, the configured model needs {}", path, group, p.name(),
+           shape_str(it->second.shape()), shape_str(p.shape()));
+    out.push_back(it->second.to(p.value().dtype()));
+  }
+  if (tensors.size() != params.size()) {
+    for (const auto& [name, t] : tensors) {
+      const bool known = std::any_of(params.begin(), params.end(), [&](const ag::Var& p) { return p.name() == name; });
+      if (!known) fail("checkpoint '{}' has '{}/{}', which the configured model does not have", path, group, name);
+    }
+  }
+  return out;
+}
+
+void assign_weights(const Checkpoint& ckpt, const std::string& path, std::vector<ag::Var>& params) {
+  const std::vector<Tensor> values = match_parameters(ckpt.model, params, path, "/model");
+  for (std::size_t i = 0; i < params.size(); ++i) params[i].value().copy_from(values[i]);
 }
 
 }  // namespace tessera::io

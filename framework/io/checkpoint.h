@@ -1,11 +1,21 @@
-// Model weights in HDF5: /model/<dotted.parameter.name> as full float32 datasets, and root
-// attributes format_version, step, config (the effective YAML) and created_by. Written to
-// "<path>.tmp" in the same folder, flushed to disk, then renamed: a crash never leaves a
-// partial file under the final name.
+// Checkpoints in HDF5: one file holds everything a run needs to continue exactly where it stopped.
+//
+//   /                                   attrs: format_version, step, config (effective YAML), created_by
+//   /model/<dotted.parameter.name>      float32, the full logical tensor          attr: crc32
+//   /optimizer/exp_avg/<name>           Adam first moment  (full checkpoints)    attr: crc32
+//   /optimizer/exp_avg_sq/<name>        Adam second moment (full checkpoints)    attr: crc32
+//   /train                              attrs: the TrainingState fields (full checkpoints)
+//
+// Weights-only files (the final model.h5, `tessera average` output) hold / and /model alone.
+// Writes go to "<path>.tmp" in the same folder, are flushed to disk, then renamed: a crash at any
+// instant leaves earlier files untouched and never a partial file under the final name. Loading
+// verifies every dataset's CRC-32 (zlib's, over its little-endian float32 bytes).
 #pragma once
 
 #include <cstdint>
+#include <limits>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -13,20 +23,55 @@
 
 namespace tessera::io {
 
-inline constexpr std::int64_t kCheckpointFormatVersion = 1;
+inline constexpr std::int64_t kCheckpointFormatVersion = 2;
 
-struct WeightsFile {
-  std::int64_t format_version = 0;
-  std::int64_t step = 0;
-  std::string config_yaml;
-  std::map<std::string, Tensor> tensors;  // by dotted parameter name
+using TensorMap = std::map<std::string, Tensor>;  // by dotted parameter name
+
+// Beside the weights and moments: what makes a resumed run continue as if it had never stopped.
+struct TrainingState {
+  std::int64_t step = 0;            // updates done
+  std::int64_t epoch = 0;           // data loader: completed epochs
+  std::int64_t position = 0;        // data loader: batches already taken from the current epoch
+  std::uint64_t shuffle_seed = 0;   // data loader: seed of the epoch shuffles
+  std::uint64_t dropout_seed = 0;   // Philox key; the counter is derived from the step
+  std::int64_t optimizer_step = 0;  // Adam's t (bias correction)
+  double learning_rate = 0;         // of the last update (the schedule itself is a function of step)
+  double elapsed_seconds = 0;       // training wall time so far (train.max_minutes counts all of it)
+  double best_valid = std::numeric_limits<double>::quiet_NaN();  // best validation score so far
+  std::int64_t best_valid_step = -1;
 };
 
-void save_weights(const std::string& path, const std::vector<ag::Var>& params, const std::string& config_yaml,
-                  std::int64_t step);
-WeightsFile load_weights(const std::string& path);
-// Copies the file's tensors into `params` by name; throws naming the file and the parameter
-// when one is missing or has another shape.
-void assign_weights(const WeightsFile& file, const std::string& path, std::vector<ag::Var>& params);
+struct Checkpoint {
+  std::int64_t step = 0;
+  std::string config_yaml;
+  TensorMap model;
+  TensorMap exp_avg, exp_avg_sq;       // empty in weights-only files
+  std::optional<TrainingState> state;  // absent in weights-only files
+};
+
+// Writes atomically (see above). Throws naming the file on any failure (unwritable folder,
+// disk full, ...); the temporary file is removed and nothing under `path` changes.
+void save_checkpoint(const std::string& path, const Checkpoint& ckpt);
+
+// Reads and verifies a checkpoint; with weights_only, the optimizer moments are not read.
+// Throws naming the file and what is wrong (missing, not HDF5, truncated, checksum, ...).
+Checkpoint load_checkpoint(const std::string& path, bool weights_only = false);
+
+// The element-wise mean of the checkpoints' weights (accumulated in float64), as a weights-only
+// checkpoint with the first file's config and the last file's step. All must hold the same
+// names and shapes; throws naming the file that differs.
+Checkpoint average_checkpoints(const std::vector<std::string>& paths);
+
+// The parameters' current values by name (shares storage, no copy).
+TensorMap named_values(const std::vector<ag::Var>& params);
+
+// For each parameter, the tensor of the same name in `tensors` (converted to the parameter's
+// dtype), in parameter order. Throws naming the file, the group and the parameter when one is
+// missing, has another shape, or when `tensors` holds names the model does not have.
+std::vector<Tensor> match_parameters(const TensorMap& tensors, const std::vector<ag::Var>& params,
+                                     const std::string& path, const std::string& group);
+
+// Copies the checkpoint's /model tensors into `params` (checked as match_parameters does).
+void assign_weights(const Checkpoint& ckpt, const std::string& path, std::vector<ag::Var>& params);
 
 }  // namespace tessera::io

@@ -70,6 +70,8 @@ class Config {
   // The effective config as YAML (nested maps, schema order). With docs, each key carries its
   // one-line description and range as a comment. Parsing it back gives the same config.
   std::string to_yaml(bool with_docs) const;
+  // Every key's value as canonical text (what to_yaml writes), by dotted key.
+  const std::map<std::string, std::string>& values() const { return values_; }
 
  private:
   const Schema* schema_ = nullptr;

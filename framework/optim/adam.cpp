@@ -38,6 +38,22 @@ void Adam::step(double lr) {
   zero_grad();
 }
 
+void Adam::set_state(long steps, std::vector<Tensor> first_moments, std::vector<Tensor> second_moments) {
+  TESSERA_CHECK(steps >= 0, "Adam::set_state: negative step count {}", steps);
+  TESSERA_CHECK(first_moments.size() == params_.size() && second_moments.size() == params_.size(),
+                "Adam::set_state: {} and {} moments for {} parameters", first_moments.size(), second_moments.size(),
+                params_.size());
+  for (std::size_t i = 0; i < params_.size(); ++i) {
+    for (const Tensor* m : {&first_moments[i], &second_moments[i]})
+      TESSERA_CHECK(m->shape() == params_[i].shape() && m->dtype() == params_[i].value().dtype(),
+                    "Adam::set_state: moment of '{}' has shape {}, the parameter {}", params_[i].name(),
+                    shape_str(m->shape()), shape_str(params_[i].shape()));
+  }
+  t_ = steps;
+  m_ = std::move(first_moments);
+  v_ = std::move(second_moments);
+}
+
 void Adam::zero_grad() {
   for (auto& p : params_) p.zero_grad();
 }

@@ -26,6 +26,8 @@ class Adam {
   const std::vector<ag::Var>& params() const { return params_; }
   const std::vector<Tensor>& first_moments() const { return m_; }
   const std::vector<Tensor>& second_moments() const { return v_; }
+  // Restores a saved state: t and the moments, in params() order with the parameters' shapes.
+  void set_state(long steps, std::vector<Tensor> first_moments, std::vector<Tensor> second_moments);
 
  private:
   std::vector<ag::Var> params_;

@@ -20,7 +20,7 @@ TEST(TrainE2E, ReverseTaskReachesNinetyNinePercentExactMatch) {
                                     << " held-out sequences";
   EXPECT_LT(r.valid_ppl, 1.05);
   // The saved weights load back with the run's config.
-  const io::WeightsFile w = io::load_weights(r.checkpoint);
+  const io::Checkpoint w = io::load_checkpoint(r.checkpoint);
   EXPECT_EQ(w.step, r.steps);
   EXPECT_NE(w.config_yaml.find("task: reverse"), std::string::npos);
 }

@@ -1,0 +1,74 @@
+#!/bin/sh
+# A run's checkpoint files: keep-last-K, the best, the documented HDF5 layout as h5ls shows it,
+# `tessera average`, translate/score from any checkpoint, and each resume error named.
+# Usage: checkpoint_files.sh TESSERA CONFIG WORKDIR
+set -eu
+tessera=$1 config=$2 work=$3
+rm -rf "$work" && mkdir -p "$work"
+fail() { echo "FAIL: $*"; exit 1; }
+dir="$work/run"
+common="--config $config --set train.log_every=10 --set data.synthetic_train_size=2000 --set data.synthetic_valid_size=50"
+"$tessera" train $common --set output.dir="$dir" --set train.max_steps=50 --set train.valid_every=20 \
+  --set checkpoint.every=10 --set checkpoint.keep_last=2 > "$work/train.log"
+
+# Keep the last 2 step checkpoints, the best one, the final weights.
+ls "$dir"
+[ "$(ls "$dir" | grep -c '^checkpoint_[0-9]*\.h5$')" -eq 2 ] || fail "keep_last=2 kept another number of checkpoints"
+for f in checkpoint_00000040.h5 checkpoint_00000050.h5 checkpoint_best.h5 model.h5 config.yaml metrics.jsonl; do
+  [ -f "$dir/$f" ] || fail "$f is missing"
+done
+ls "$dir" | grep -q '\.tmp$' && fail "a temporary file was left behind"
+
+# The documented layout, as h5ls prints it (d_model 64, d_ff 256, 2 layers, 4 heads).
+h5ls -r "$dir/checkpoint_00000050.h5" > "$work/h5ls.txt"
+for line in \
+  '^/model/encoder\.layers\.0\.self_attn\.q_proj\.weight  *Dataset {64, 64}$' \
+  '^/model/encoder\.layers\.1\.fc1\.weight  *Dataset {256, 64}$' \
+  '^/model/decoder\.layers\.1\.encoder_attn\.v_proj\.bias  *Dataset {64}$' \
+  '^/model/embed_tokens\.weight  *Dataset {[0-9]*, 64}$' \
+  '^/optimizer/exp_avg/decoder\.layers\.0\.fc2\.weight  *Dataset {64, 256}$' \
+  '^/optimizer/exp_avg_sq/encoder\.layers\.0\.self_attn\.out_proj\.weight  *Dataset {64, 64}$' \
+  '^/train *Group$'; do
+  grep -q "$line" "$work/h5ls.txt" || { cat "$work/h5ls.txt"; fail "h5ls does not show $line"; }
+done
+h5ls -r "$dir/model.h5" | grep -q '^/optimizer' && fail "model.h5 should hold weights only"
+h5dump -a /train/step "$dir/checkpoint_00000050.h5" | grep -q '(0): 50' || fail "/train/step is not 50"
+h5dump -a /model/embed_tokens.weight/crc32 "$dir/model.h5" | grep -q '(0): [0-9]' || fail "no crc32 attribute"
+
+# Average two checkpoints; the result translates and scores.
+"$tessera" average "$dir/checkpoint_00000040.h5" "$dir/checkpoint_00000050.h5" -o "$work/avg.h5"
+echo "1 2 3 4 5 6 7 8 9 10" > "$work/src.txt"
+echo "10 9 8 7 6 5 4 3 2 1" > "$work/ref.txt"
+for ckpt in "$work/avg.h5" "$dir/checkpoint_best.h5" "$dir/checkpoint_00000040.h5"; do
+  "$tessera" translate --checkpoint "$ckpt" -i "$work/src.txt" | grep -q '^[0-9 ]*$' || fail "translate with $ckpt"
+  "$tessera" score --checkpoint "$ckpt" --src "$work/src.txt" --ref "$work/ref.txt" | grep -q '^BLEU = ' || fail "score with $ckpt"
+done
+
+expect_error() {  # expect_error PATTERN COMMAND...: fails with status 1 and prints PATTERN
+  pattern=$1 && shift
+  status=0
+  "$@" > "$work/err.txt" 2>&1 || status=$?
+  [ $status -eq 1 ] || { cat "$work/err.txt"; fail "exit status $status for: $*"; }
+  grep -q "$pattern" "$work/err.txt" || { cat "$work/err.txt"; fail "no '$pattern' in the error of: $*"; }
+}
+expect_error "cannot resume from '[^']*model\.h5': it holds weights only" \
+  "$tessera" train $common --set output.dir="$dir" --set train.max_steps=60 --resume "$dir/model.h5"
+expect_error "'/model/embed_tokens\.weight' has shape \[24, 64\], the configured model needs \[24, 32\]" \
+  "$tessera" train $common --set output.dir="$work/other" --set model.d_model=32 --resume "$dir/checkpoint_00000050.h5"
+expect_error "checkpoint '[^']*no_such\.h5' does not exist" \
+  "$tessera" train $common --set output.dir="$dir" --resume "$work/no_such.h5"
+expect_error "average: '/model/decoder\.layer_norm\.bias' has shape \[32\] in '[^']*small/model\.h5' but \[64\]" \
+  sh -c "'$tessera' train $common --set output.dir='$work/small' --set model.d_model=32 --set train.max_steps=2 > /dev/null &&
+         '$tessera' average '$dir/model.h5' '$work/small/model.h5' -o '$work/bad_avg.h5'"
+[ ! -e "$work/bad_avg.h5" ] || fail "a failed average wrote its output"
+# A corrupted checkpoint (bytes of one dataset overwritten): resume names the file and the
+# dataset that fails its checksum; the older checkpoint still resumes.
+cp "$dir/checkpoint_00000050.h5" "$work/corrupt.h5"
+offset=$(h5dump -p -H -d /optimizer/exp_avg/embed_tokens.weight "$work/corrupt.h5" | sed -n 's/^ *OFFSET \([0-9]*\)$/\1/p')
+[ -n "$offset" ] || fail "no dataset offset from h5dump"
+printf '\377\377\377\377\377\377\377\377' | dd of="$work/corrupt.h5" bs=1 seek=$((offset + 16)) conv=notrunc 2> /dev/null
+expect_error "checkpoint '[^']*corrupt\.h5': dataset '/optimizer/exp_avg/embed_tokens\.weight' fails its checksum" \
+  "$tessera" train $common --set output.dir="$dir" --set train.max_steps=60 --resume "$work/corrupt.h5"
+"$tessera" train $common --set output.dir="$dir" --set train.max_steps=52 --resume "$dir/checkpoint_00000040.h5" \
+  | grep -q "resumed from .*checkpoint_00000040.h5 at step 40" || fail "resume from the older checkpoint"
+echo PASS

@@ -1,0 +1,278 @@
+// HDF5 checkpoints: exact round trips, checksums, and every failure we can produce named clearly
+// without losing the previous file.
+#include <gtest/gtest.h>
+#include <hdf5.h>
+#include <sys/resource.h>
+
+#include <csignal>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+
+#include "io/checkpoint.h"
+#include "optim/adam.h"
+#include "unit/test_util.h"
+
+namespace tessera {
+namespace {
+
+namespace fs = std::filesystem;
+using testing::error_of;
+
+// A fresh folder per test, removed afterwards.
+class CheckpointTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() / fmt::format("tessera_ckpt_{}_{}", ::getpid(),
+                                                   ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+  std::string path(const std::string& name) const { return (dir_ / name).string(); }
+  fs::path dir_;
+};
+
+Tensor filled(const Shape& shape, float start) {
+  Tensor t = Tensor::empty(shape, DType::f32);
+  for (std::int64_t i = 0; i < t.numel(); ++i) t.data<float>()[i] = start + 0.37f * static_cast<float>(i);
+  return t;
+}
+
+io::Checkpoint sample_checkpoint() {
+  io::Checkpoint c;
+  c.step = 42;
+  c.config_yaml = "model:\n  layers: 2\n";
+  c.model = {{"encoder.layers.0.fc1.weight", filled({3, 4}, 1.0f)}, {"embed_tokens.weight", filled({5, 2}, -2.0f)}};
+  c.exp_avg = {{"encoder.layers.0.fc1.weight", filled({3, 4}, 0.5f)}, {"embed_tokens.weight", filled({5, 2}, 0.25f)}};
+  c.exp_avg_sq = {{"encoder.layers.0.fc1.weight", filled({3, 4}, 9.0f)}, {"embed_tokens.weight", filled({5, 2}, 7.0f)}};
+  c.state = io::TrainingState{.step = 42,
+                              .epoch = 3,
+                              .position = 17,
+                              .shuffle_seed = 4294967295u,
+                              .dropout_seed = 12345,
+                              .optimizer_step = 42,
+                              .learning_rate = 1.25e-4,
+                              .elapsed_seconds = 61.5,
+                              .best_valid = 27.5,
+                              .best_valid_step = 40};
+  return c;
+}
+
+void expect_same(const io::TensorMap& a, const io::TensorMap& b) {
+  ASSERT_EQ(a.size(), b.size());
+  for (const auto& [name, t] : a) {
+    ASSERT_TRUE(b.count(name)) << name;
+    const Tensor& u = b.at(name);
+    ASSERT_EQ(t.shape(), u.shape()) << name;
+    EXPECT_EQ(std::memcmp(t.raw_data(), u.raw_data(), static_cast<std::size_t>(t.numel()) * sizeof(float)), 0) << name;
+  }
+}
+
+// The file offset of a dataset's data (contiguous layout), to corrupt it on purpose.
+haddr_t dataset_offset(const std::string& file, const std::string& dataset) {
+  const hid_t f = H5Fopen(file.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
+  const hid_t d = H5Dopen2(f, dataset.c_str(), H5P_DEFAULT);
+  const haddr_t off = H5Dget_offset(d);
+  H5Dclose(d);
+  H5Fclose(f);
+  return off;
+}
+
+TEST_F(CheckpointTest, FullCheckpointRoundTripsExactly) {
+  const io::Checkpoint c = sample_checkpoint();
+  io::save_checkpoint(path("c.h5"), c);
+  EXPECT_FALSE(fs::exists(path("c.h5.tmp")));
+  const io::Checkpoint r = io::load_checkpoint(path("c.h5"));
+  EXPECT_EQ(r.step, 42);
+  EXPECT_EQ(r.config_yaml, c.config_yaml);
+  expect_same(c.model, r.model);
+  expect_same(c.exp_avg, r.exp_avg);
+  expect_same(c.exp_avg_sq, r.exp_avg_sq);
+  ASSERT_TRUE(r.state.has_value());
+  EXPECT_EQ(r.state->epoch, 3);
+  EXPECT_EQ(r.state->position, 17);
+  EXPECT_EQ(r.state->shuffle_seed, 4294967295u);
+  EXPECT_EQ(r.state->dropout_seed, 12345u);
+  EXPECT_EQ(r.state->optimizer_step, 42);
+  EXPECT_EQ(r.state->learning_rate, 1.25e-4);
+  EXPECT_EQ(r.state->elapsed_seconds, 61.5);
+  EXPECT_EQ(r.state->best_valid, 27.5);
+  EXPECT_EQ(r.state->best_valid_step, 40);
+}
+
+TEST_F(CheckpointTest, WeightsOnlyFilesAndWeightsOnlyLoads) {
+  io::Checkpoint c = sample_checkpoint();
+  io::save_checkpoint(path("full.h5"), c);
+  const io::Checkpoint w = io::load_checkpoint(path("full.h5"), /*weights_only=*/true);
+  expect_same(c.model, w.model);
+  EXPECT_TRUE(w.exp_avg.empty());
+  c.exp_avg.clear();
+  c.exp_avg_sq.clear();
+  c.state.reset();
+  io::save_checkpoint(path("weights.h5"), c);
+  const io::Checkpoint r = io::load_checkpoint(path("weights.h5"));
+  expect_same(c.model, r.model);
+  EXPECT_TRUE(r.exp_avg.empty());
+  EXPECT_FALSE(r.state.has_value());
+}
+
+TEST_F(CheckpointTest, LargeTensorsUseChunkedChecksumsConsistently) {
+  io::Checkpoint c;
+  c.model = {{"big", filled({3, 1 << 21}, 0.0f)}};  // 24 MiB: several 4 MiB checksum chunks
+  io::save_checkpoint(path("big.h5"), c);
+  expect_same(c.model, io::load_checkpoint(path("big.h5")).model);
+}
+
+TEST_F(CheckpointTest, MissingAndNonHdf5FilesAreNamed) {
+  EXPECT_EQ(error_of([&] { io::load_checkpoint(path("none.h5")); }),
+            fmt::format("checkpoint '{}' does not exist", path("none.h5")));
+  std::ofstream(path("text.h5")) << "not a checkpoint\n";
+  EXPECT_EQ(error_of([&] { io::load_checkpoint(path("text.h5")); }),
+            fmt::format("checkpoint '{}' is not an HDF5 file (empty, truncated or corrupted?)", path("text.h5")));
+  EXPECT_EQ(error_of([&] { io::load_checkpoint(dir_.string()); }),
+            fmt::format("checkpoint '{}' is a folder, not a file", dir_.string()));
+}
+
+TEST_F(CheckpointTest, TruncatedFileIsRejected) {
+  io::save_checkpoint(path("c.h5"), sample_checkpoint());
+  const auto size = fs::file_size(path("c.h5"));
+  for (const std::uintmax_t keep : {size - 16, size / 2, std::uintmax_t{100}}) {
+    fs::copy_file(path("c.h5"), path("cut.h5"), fs::copy_options::overwrite_existing);
+    fs::resize_file(path("cut.h5"), keep);
+    const std::string msg = error_of([&] { io::load_checkpoint(path("cut.h5")); });
+    EXPECT_NE(msg.find(fmt::format("checkpoint '{}'", path("cut.h5"))), std::string::npos) << msg;
+    EXPECT_TRUE(msg.find("truncated") != std::string::npos || msg.find("corrupted") != std::string::npos) << msg;
+  }
+}
+
+TEST_F(CheckpointTest, CorruptedDataFailsItsChecksum) {
+  io::save_checkpoint(path("c.h5"), sample_checkpoint());
+  const haddr_t off = dataset_offset(path("c.h5"), "/optimizer/exp_avg_sq/embed_tokens.weight");
+  ASSERT_NE(off, HADDR_UNDEF);
+  {
+    std::fstream f(path("c.h5"), std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(static_cast<std::streamoff>(off + 5));
+    f.put('\x5a');
+  }
+  const std::string msg = error_of([&] { io::load_checkpoint(path("c.h5")); });
+  EXPECT_NE(msg.find(fmt::format("checkpoint '{}': dataset '/optimizer/exp_avg_sq/embed_tokens.weight' fails its "
+                                 "checksum",
+                                 path("c.h5"))),
+            std::string::npos)
+      << msg;
+  // A weights-only load does not read the optimizer group, so it still succeeds.
+  EXPECT_EQ(io::load_checkpoint(path("c.h5"), true).model.size(), 2u);
+}
+
+TEST_F(CheckpointTest, ParametersMustFitTheModel) {
+  io::save_checkpoint(path("c.h5"), sample_checkpoint());
+  const io::Checkpoint c = io::load_checkpoint(path("c.h5"));
+  const ag::Var fc1 = ag::Var::parameter(Tensor::zeros({3, 4}), "encoder.layers.0.fc1.weight");
+  const ag::Var emb = ag::Var::parameter(Tensor::zeros({5, 2}), "embed_tokens.weight");
+  std::vector<ag::Var> params = {fc1, emb};
+  io::assign_weights(c, path("c.h5"), params);
+  expect_same(c.model, io::named_values(params));
+
+  std::vector<ag::Var> wrong_shape = {fc1, ag::Var::parameter(Tensor::zeros({6, 2}), "embed_tokens.weight")};
+  EXPECT_EQ(error_of([&] { io::assign_weights(c, path("c.h5"), wrong_shape); }),
+            fmt::format("checkpoint '{}': '/model/embed_tokens.weight' has shape [5, 2], the configured model needs "
+                        "[6, 2]",
+                        path("c.h5")));
+  std::vector<ag::Var> missing = {fc1, emb, ag::Var::parameter(Tensor::zeros({2}), "decoder.layer_norm.bias")};
+  EXPECT_EQ(error_of([&] { io::match_parameters(c.exp_avg, missing, path("c.h5"), "/optimizer/exp_avg"); }),
+            fmt::format("checkpoint '{}' has no '/optimizer/exp_avg/decoder.layer_norm.bias': it does not fit the "
+                        "configured model",
+                        path("c.h5")));
+  std::vector<ag::Var> fewer = {emb};
+  EXPECT_EQ(error_of([&] { io::assign_weights(c, path("c.h5"), fewer); }),
+            fmt::format("checkpoint '{}' has '/model/encoder.layers.0.fc1.weight', which the configured model does "
+                        "not have",
+                        path("c.h5")));
+}
+
+TEST_F(CheckpointTest, UnwritableFolderIsNamedAndNothingIsLeft) {
+  std::ofstream(path("plain_file")) << "x";
+  const std::string target = path("plain_file") + "/sub/c.h5";
+  const std::string msg = error_of([&] { io::save_checkpoint(target, sample_checkpoint()); });
+  EXPECT_NE(msg.find(fmt::format("cannot write checkpoint '{}': cannot create folder", target)), std::string::npos)
+      << msg;
+}
+
+// A full disk, simulated with a file-size limit: the save fails with a clear message, the
+// temporary file is gone and the previous checkpoint under the same name is intact.
+TEST_F(CheckpointTest, FullDiskKeepsThePreviousCheckpoint) {
+  io::Checkpoint old = sample_checkpoint();
+  io::save_checkpoint(path("c.h5"), old);
+  io::Checkpoint big = sample_checkpoint();
+  big.model["embed_tokens.weight"] = filled({1024, 256}, 3.0f);  // 1 MiB: over the limit below
+
+  rlimit saved{};
+  ASSERT_EQ(getrlimit(RLIMIT_FSIZE, &saved), 0);
+  auto* old_handler = std::signal(SIGXFSZ, SIG_IGN);  // writes past the limit fail with EFBIG instead
+  rlimit small = saved;
+  small.rlim_cur = 256 * 1024;
+  ASSERT_EQ(setrlimit(RLIMIT_FSIZE, &small), 0);
+  const std::string msg = error_of([&] { io::save_checkpoint(path("c.h5"), big); });
+  setrlimit(RLIMIT_FSIZE, &saved);
+  std::signal(SIGXFSZ, old_handler);
+
+  EXPECT_NE(msg.find(fmt::format("cannot write checkpoint '{}.tmp'", path("c.h5"))), std::string::npos) << msg;
+  EXPECT_NE(msg.find("disk full"), std::string::npos) << msg;
+  EXPECT_FALSE(fs::exists(path("c.h5.tmp")));
+  expect_same(old.model, io::load_checkpoint(path("c.h5")).model);
+}
+
+TEST_F(CheckpointTest, OtherFormatVersionsAreRefused) {
+  io::save_checkpoint(path("c.h5"), sample_checkpoint());
+  {
+    const hid_t f = H5Fopen(path("c.h5").c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
+    const hid_t a = H5Aopen(f, "format_version", H5P_DEFAULT);
+    const std::int64_t v = 99;
+    H5Awrite(a, H5T_NATIVE_INT64, &v);
+    H5Aclose(a);
+    H5Fclose(f);
+  }
+  EXPECT_EQ(error_of([&] { io::load_checkpoint(path("c.h5")); }),
+            fmt::format("checkpoint '{}': format version 99 is not the one this build reads ({})", path("c.h5"),
+                        io::kCheckpointFormatVersion));
+}
+
+// Saving Adam's state and restoring it into a fresh optimizer continues bit-exactly.
+TEST_F(CheckpointTest, AdamStateResumesBitExactly) {
+  auto make = [] { return ag::Var::parameter(filled({4, 3}, 0.5f), "w"); };
+  auto grad_step = [](optim::Adam& adam, ag::Var& w, int k) {
+    w.set_grad(filled({4, 3}, 0.1f * static_cast<float>(k)));
+    adam.step(1e-2);
+  };
+  ag::Var straight = make();
+  optim::Adam a({straight}, {});
+  for (int k = 1; k <= 6; ++k) grad_step(a, straight, k);
+
+  ag::Var first = make();
+  optim::Adam b({first}, {});
+  for (int k = 1; k <= 3; ++k) grad_step(b, first, k);
+  io::Checkpoint c;
+  c.model = io::named_values(b.params());
+  c.exp_avg = {{"w", b.first_moments()[0]}};
+  c.exp_avg_sq = {{"w", b.second_moments()[0]}};
+  c.state = io::TrainingState{.step = 3, .optimizer_step = b.steps()};
+  io::save_checkpoint(path("adam.h5"), c);
+
+  const io::Checkpoint r = io::load_checkpoint(path("adam.h5"));
+  ag::Var resumed = ag::Var::parameter(Tensor::zeros({4, 3}), "w");
+  std::vector<ag::Var> params = {resumed};
+  io::assign_weights(r, path("adam.h5"), params);
+  optim::Adam d(params, {});
+  d.set_state(static_cast<long>(r.state->optimizer_step), io::match_parameters(r.exp_avg, params, "adam.h5", "m"),
+              io::match_parameters(r.exp_avg_sq, params, "adam.h5", "v"));
+  for (int k = 4; k <= 6; ++k) grad_step(d, resumed, k);
+  expect_same(io::named_values({straight}), io::named_values({resumed}));
+  EXPECT_EQ(error_of([&] {
+              d.set_state(1, {Tensor::zeros({2})}, {Tensor::zeros({4, 3})});
+            }),
+            "Adam::set_state: moment of 'w' has shape [2], the parameter [4, 3]");
+}
+
+}  // namespace
+}  // namespace tessera
