@@ -5,7 +5,10 @@
 #include <exception>
 
 #include "common/error.h"
+#include "dist/mpi_communicator.h"
+#include "io/config.h"
 #include "launch/commands.h"
+#include "launch/process_grid.h"
 #include "tensor/allocator.h"
 
 #ifndef TESSERA_VERSION
@@ -24,8 +27,19 @@ int main(int argc, char** argv) {
   try {
     for (const auto& c : commands)
       if (c.app->parsed()) return c.run();
+  } catch (const tessera::io::ConfigError& e) {
+    // Every rank checks the config and fails alike: one of them says so, all exit.
+    std::fflush(stdout);
+    if (launcher_rank() == 0) fmt::print(stderr, "tessera: error: {}\n", e.what());
+    return 1;
   } catch (const std::exception& e) {
     std::fflush(stdout);  // what was logged comes before the error, also when both go to one pipe
+    if (launched_by_mpi() && tessera::dist::mpi_initialized()) {
+      // Only this rank may know: print, then take the whole job down so no rank waits forever.
+      fmt::print(stderr, "tessera: error on rank {}: {}\n", launcher_rank(), e.what());
+      std::fflush(stderr);
+      MPI_Abort(MPI_COMM_WORLD, 1);
+    }
     fmt::print(stderr, "tessera: error: {}\n", e.what());
     return 1;
   }

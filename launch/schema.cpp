@@ -55,6 +55,14 @@ const io::Schema& tessera_schema() {
         .real("decode.length_penalty", 0.6, 0.0, 10.0, "alpha of the length penalty ((5 + len) / 6)^alpha")
         .integer("decode.max_extra_len", 50, 0, 100000, "a translation may be at most source length + this long")
         .integer("decode.batch_sentences", 64, 1, 100000, "sentences decoded together");
+    // ---- parallelism (mpirun -np tensor*data)
+    s.integer("parallel.tensor", 1, 1, 4096,
+              "tensor-parallel ranks: attention heads and d_ff split over them (adjacent ranks: keep a group on "
+              "one machine)")
+        .integer("parallel.data", 1, 1, 1000000,
+                 "data-parallel replicas; parallel.tensor x parallel.data must equal the number of processes")
+        .real("parallel.bucket_mb", 25.0, 0.001, 65536.0,
+              "MiB of gradients per all-reduce bucket (started as soon as backward finishes the bucket)");
     // ---- checkpoints
     s.integer("checkpoint.every", 1000, 0, 100000000,
               "steps between checkpoints (0: only at the end, on a signal and at a new best)")

@@ -12,8 +12,11 @@
 #include <regex>
 
 #include "data/vocab.h"
+#include "dist/gradient_reducer.h"
+#include "dist/sharding.h"
 #include "eval/bleu.h"
 #include "io/checkpoint.h"
+#include "launch/process_grid.h"
 #include "launch/schema.h"
 #include "launch/task.h"
 #include "optim/adam.h"
@@ -110,26 +113,36 @@ LossSums run_batch(const models::Transformer& model, const data::Batch& b, doubl
 
 class Run {
  public:
-  explicit Run(const io::Config& cfg)
+  Run(const io::Config& cfg, ProcessGrid& grid)
       : cfg_(cfg),
+        grid_(grid),
         seed_(static_cast<std::uint64_t>(cfg.integer("train.seed"))),
         dir_(cfg.string("output.dir")),
         task_(load_task_data(cfg)),
         model_(model_config(cfg, task_.codec.size(), task_.codec.size()),
-               static_cast<std::uint64_t>(cfg.integer("train.seed"))),
+               static_cast<std::uint64_t>(cfg.integer("train.seed")), grid.tensor.get()),
         adam_(model_.parameters(), {.lr = 0.0,
                                     .beta1 = cfg.real("train.adam_beta1"),
                                     .beta2 = cfg.real("train.adam_beta2"),
                                     .eps = cfg.real("train.adam_eps")}),
-        batcher_(make_batcher()),
-        metrics_(dir_ / "metrics.jsonl", std::ios::app) {
+        batcher_(make_batcher()) {
     TESSERA_CHECK(!task_.train.empty(), "data: no training pairs left after filtering");
     TESSERA_CHECK(!task_.valid.empty(), "data: no validation pairs left after filtering");
-    TESSERA_CHECK(metrics_.good(), "cannot write metrics file '{}'", (dir_ / "metrics.jsonl").string());
+    if (grid_.root()) {  // rank 0 alone writes metrics
+      metrics_.open(dir_ / "metrics.jsonl", std::ios::app);
+      TESSERA_CHECK(metrics_.good(), "cannot write metrics file '{}'", (dir_ / "metrics.jsonl").string());
+    }
+    if (grid_.data->size() > 1)
+      reducer_ = std::make_unique<dist::GradientReducer>(
+          model_.parameters(), *grid_.data, static_cast<std::size_t>(cfg.real("parallel.bucket_mb") * 1024 * 1024));
     fmt::print("model: {} parameters, {} layers, d_model {}, d_ff {}, {} heads, {}-norm; {} batches per epoch\n",
                model_.num_parameters(), cfg.integer("model.layers"), cfg.integer("model.d_model"),
                cfg.integer("model.d_ff"), cfg.integer("model.heads"), cfg.string("model.norm"),
                batcher_.batches_per_epoch());
+    if (grid_.size > 1)
+      fmt::print("parallel: {} processes = {} tensor-parallel x {} data-parallel ({} parameters per rank){}\n",
+                 grid_.size, grid_.tensor->size(), grid_.data->size(), model_.num_parameters(),
+                 reducer_ ? fmt::format("; {} gradient buckets", reducer_->buckets()) : std::string());
   }
 
   // Continues from a full checkpoint: weights, Adam moments and step, data position, seeds,
@@ -143,10 +156,11 @@ class Run {
           path);
     warn_config_changes(c.config_yaml, path);
     std::vector<ag::Var> params = model_.parameters();
-    io::assign_weights(c, path, params);
+    const std::vector<Tensor> weights = io::match_parameters(local_blocks(c.model), params, path, "/model");
+    for (std::size_t i = 0; i < params.size(); ++i) params[i].value().copy_from(weights[i]);
     adam_.set_state(static_cast<long>(c.state->optimizer_step),
-                    io::match_parameters(c.exp_avg, params, path, "/optimizer/exp_avg"),
-                    io::match_parameters(c.exp_avg_sq, params, path, "/optimizer/exp_avg_sq"));
+                    io::match_parameters(local_blocks(c.exp_avg), params, path, "/optimizer/exp_avg"),
+                    io::match_parameters(local_blocks(c.exp_avg_sq), params, path, "/optimizer/exp_avg_sq"));
     const io::TrainingState& s = *c.state;
     seed_ = s.dropout_seed;
     batcher_seed_ = s.shuffle_seed;
@@ -158,8 +172,7 @@ class Run {
     best_valid_step_ = s.best_valid_step;
     fmt::print("train: resumed from {} at step {} (epoch {}, batch {} of the epoch)\n", path, s.step, s.epoch + 1,
                s.position);
-    metrics_ << fmt::format("{{\"resumed_from\": \"{}\", \"step\": {}}}\n", path, s.step);
-    metrics_.flush();
+    metric(fmt::format("{{\"resumed_from\": \"{}\", \"step\": {}}}\n", path, s.step));
   }
 
   TrainResult train() {
@@ -191,17 +204,30 @@ class Run {
       }
       if (batches.empty()) break;
       ++step;
-      std::int64_t tokens = 0;
+      std::int64_t tokens = 0;  // of the global batch: the loss is normalized by all of them
       for (const auto& b : batches) tokens += b.tgt_tokens;
       models::DropoutStream drop{.seed = seed_, .offset = static_cast<std::uint64_t>(step) << 32, .training = true};
-      for (const auto& b : batches) {
-        const LossSums s = run_batch(model_, b, smoothing, drop, 1.0 / static_cast<double>(tokens));
-        window.smoothed += s.smoothed;
-        window.nll += s.nll;
-        window.tokens += s.tokens;
+      Tensor sums = Tensor::zeros({2}, DType::f64);  // this rank's smoothed and NLL loss sums
+      for (std::size_t i = 0; i < batches.size(); ++i) {
+        const data::Batch& b = batches[i];
+        window.tokens += b.tgt_tokens;
         window_padded += b.padded_slots - b.src_tokens - b.tgt_tokens;
         window_slots += b.padded_slots;
+        // The last backward of the update starts the data-parallel gradient buckets as they finish.
+        if (reducer_ && i + 1 == batches.size()) reducer_->arm();
+        const data::Batch mine = data_parallel_share(b);
+        if (mine.indices.empty()) continue;  // more replicas than sentences: zeros from this one
+        const LossSums s = run_batch(model_, mine, smoothing, drop, 1.0 / static_cast<double>(tokens));
+        sums.data<double>()[0] += s.smoothed;
+        sums.data<double>()[1] += s.nll;
       }
+      if (reducer_) {
+        comm_wait_ += reducer_->finish();
+        grid_.data->all_reduce(sums, dist::ReduceOp::sum);
+      }
+      synchronize_replicated_gradients();
+      window.smoothed += sums.data<double>()[0];
+      window.nll += sums.data<double>()[1];
       const double gnorm = clip_gradients(clip);
       lr_ = noam_learning_rate(cfg_.real("train.lr_factor"), cfg_.integer("model.d_model"),
                                cfg_.integer("train.warmup"), step);
@@ -209,7 +235,12 @@ class Run {
       const double lr = lr_;
 
       const double elapsed = elapsed_seconds();
-      const bool out_of_time = max_seconds > 0 && elapsed >= max_seconds;
+      // Every rank stops at the same step: a signal or the time limit seen by any rank counts.
+      Tensor stop =
+          Tensor::from(std::vector<std::int32_t>{g_stop_signal, max_seconds > 0 && elapsed >= max_seconds}, {2});
+      if (grid_.size > 1) grid_.world->all_reduce(stop, dist::ReduceOp::sum);
+      const bool out_of_time = stop.data<std::int32_t>()[1] > 0;
+      if (stop.data<std::int32_t>()[0] != 0 && g_stop_signal == 0) g_stop_signal = SIGTERM;
       if (step % log_every == 0 || step == max_steps || out_of_time) {
         const double wsecs = std::chrono::duration<double>(Clock::now() - window_start).count();
         const double session = std::chrono::duration<double>(Clock::now() - start_).count();
@@ -226,12 +257,11 @@ class Run {
             step, batcher_.epoch() + 1, loss, ppl, lr, gnorm, tps, 100 * pad, format_duration(elapsed),
             format_duration(eta));
         std::fflush(stdout);
-        metrics_ << fmt::format(
+        metric(fmt::format(
             "{{\"step\": {}, \"epoch\": {}, \"loss\": {}, \"ppl\": {}, \"lr\": {}, \"grad_norm\": {}, "
             "\"tokens_per_s\": {}, \"padding\": {}, \"elapsed_s\": {}, \"eta_s\": {}}}\n",
             step, batcher_.epoch() + 1, json_number(loss), json_number(ppl), json_number(lr), json_number(gnorm),
-            json_number(tps), json_number(pad), json_number(elapsed), json_number(eta));
-        metrics_.flush();
+            json_number(tps), json_number(pad), json_number(elapsed), json_number(eta)));
         window = {};
         window_padded = window_slots = 0;
         window_start = Clock::now();
@@ -263,12 +293,63 @@ class Run {
     result.steps = step;
     result.checkpoint = (dir_ / "model.h5").string();
     io::Checkpoint weights = snapshot(false);
-    io::save_checkpoint(result.checkpoint, weights);
+    if (grid_.root()) io::save_checkpoint(result.checkpoint, weights);
     fmt::print("train: saved {} after {} steps ({})\n", result.checkpoint, step, format_duration(elapsed_seconds()));
     return result;
   }
 
  private:
+  void metric(const std::string& line) {
+    if (!grid_.root()) return;
+    metrics_ << line;
+    metrics_.flush();
+  }
+
+  // This data-parallel replica's rows of a global batch (a contiguous, deterministic share).
+  data::Batch data_parallel_share(const data::Batch& b) const {
+    if (grid_.data->size() == 1) return b;
+    const std::vector<std::int64_t> rows =
+        dist::even_split(static_cast<std::int64_t>(b.indices.size()), grid_.data->size());
+    std::int64_t start = 0;
+    for (int r = 0; r < grid_.data->rank(); ++r) start += rows[static_cast<std::size_t>(r)];
+    const auto n = rows[static_cast<std::size_t>(grid_.data->rank())];
+    if (n == 0) return {};
+    const std::vector<std::int64_t> idx(b.indices.begin() + start, b.indices.begin() + start + n);
+    return data::make_batch(task_.train, idx);
+  }
+
+  // Replicated parameters must stay bit-identical across the tensor-parallel group: their
+  // gradients are equal in exact arithmetic, and rank 0's are made everyone's.
+  void synchronize_replicated_gradients() {
+    if (grid_.tensor->size() == 1) return;
+    const std::vector<ag::Var>& params = model_.parameters();
+    for (std::size_t i = 0; i < params.size(); ++i) {
+      if (model_.shard_dim(i) != dist::ShardDim::replicated) continue;
+      ag::Var p = params[i];
+      Tensor g = p.grad().defined() ? p.grad() : Tensor::zeros(p.shape(), p.value().dtype());
+      grid_.tensor->broadcast(g, 0);
+      p.set_grad(g);
+    }
+  }
+
+  // This rank's blocks of a checkpoint's full tensors (names the model lacks are kept, so that
+  // match_parameters reports them).
+  io::TensorMap local_blocks(const io::TensorMap& full) const {
+    io::TensorMap out = full;
+    const std::vector<ag::Var>& params = model_.parameters();
+    const int parts = grid_.tensor->size();
+    for (std::size_t i = 0; i < params.size(); ++i) {
+      auto it = out.find(params[i].name());
+      if (it == out.end() || model_.shard_dim(i) == dist::ShardDim::replicated) continue;
+      Shape expected = params[i].shape();
+      expected[static_cast<std::size_t>(params[i].shape().size() == 1 ? 0 : static_cast<int>(model_.shard_dim(i)))] *=
+          parts;
+      if (it->second.shape() == expected)
+        it->second = dist::take_block(it->second, model_.shard_dim(i), grid_.tensor->rank(), parts);
+    }
+    return out;
+  }
+
   data::Batcher make_batcher() const {
     return data::Batcher(
         &task_.train,
@@ -284,12 +365,16 @@ class Run {
     io::Checkpoint c;
     c.step = step_;
     c.config_yaml = cfg_.to_yaml(false);
-    c.model = io::named_values(model_.parameters());
-    if (!with_state) return c;
+    // Full logical tensors: tensor-parallel shards are gathered (on every rank of the group).
     const std::vector<ag::Var>& params = adam_.params();
+    auto full = [&](const Tensor& t, std::size_t i) {
+      return dist::gather_blocks(t, model_.shard_dim(i), *grid_.tensor);
+    };
+    for (std::size_t i = 0; i < params.size(); ++i) c.model.emplace(params[i].name(), full(params[i].value(), i));
+    if (!with_state) return c;
     for (std::size_t i = 0; i < params.size(); ++i) {
-      c.exp_avg.emplace(params[i].name(), adam_.first_moments()[i]);
-      c.exp_avg_sq.emplace(params[i].name(), adam_.second_moments()[i]);
+      c.exp_avg.emplace(params[i].name(), full(adam_.first_moments()[i], i));
+      c.exp_avg_sq.emplace(params[i].name(), full(adam_.second_moments()[i], i));
     }
     c.state = io::TrainingState{.step = step_,
                                 .epoch = batcher_.epoch(),
@@ -312,8 +397,10 @@ class Run {
   std::string save_step_checkpoint() {
     const auto t0 = Clock::now();
     const std::string path = step_checkpoint_path(step_);
-    io::save_checkpoint(path, snapshot(true));
+    const io::Checkpoint c = snapshot(true);  // a collective under tensor parallelism
     last_saved_step_ = step_;
+    if (!grid_.root()) return path;
+    io::save_checkpoint(path, c);
     const std::int64_t keep = cfg_.integer("checkpoint.keep_last");
     std::vector<std::pair<std::int64_t, fs::path>> saved = step_checkpoints(dir_);
     std::string removed;
@@ -339,20 +426,27 @@ class Run {
   }
 
   // Global gradient norm; scales the gradients down to `clip` when it is exceeded (clip > 0).
+  // Under tensor parallelism the shards' squares are summed over the group; replicated
+  // parameters count once.
   double clip_gradients(double clip) {
-    double sq = 0;
-    for (const ag::Var& p : model_.parameters()) {
-      if (!p.grad().defined()) continue;
-      for (double g : p.grad().to_doubles()) sq += g * g;
+    Tensor sq = Tensor::zeros({2}, DType::f64);  // replicated, sharded
+    const std::vector<ag::Var>& params = model_.parameters();
+    for (std::size_t i = 0; i < params.size(); ++i) {
+      if (!params[i].grad().defined()) continue;
+      double& acc = sq.data<double>()[model_.shard_dim(i) == dist::ShardDim::replicated ? 0 : 1];
+      for (double g : params[i].grad().to_doubles()) acc += g * g;
     }
-    const double norm = std::sqrt(sq);
+    grid_.tensor->all_reduce(sq, dist::ReduceOp::sum);
+    const double norm = std::sqrt(sq.data<double>()[0] / grid_.tensor->size() + sq.data<double>()[1]);
     if (clip > 0 && norm > clip) {
       for (const ag::Var& p : model_.parameters()) {
         if (!p.grad().defined()) continue;
         Tensor g = p.grad();
-        float* d = g.data<float>();
-        const auto f = static_cast<float>(clip / norm);
-        for (std::int64_t i = 0; i < g.numel(); ++i) d[i] *= f;
+        dispatch_float("clip_norm", g.dtype(), [&]<typename T>() {
+          T* d = g.data<T>();
+          const auto f = static_cast<T>(clip / norm);
+          for (std::int64_t i = 0; i < g.numel(); ++i) d[i] *= f;
+        });
       }
     }
     return norm;
@@ -405,20 +499,21 @@ class Run {
     fmt::print("valid {} | loss {:.4f} | ppl {:.2f} | {} | beam {} | {:.1f}s\n", step, result.valid_loss,
                result.valid_ppl, extra, cfg_.integer("decode.beam"), secs);
     std::fflush(stdout);
-    metrics_ << fmt::format(
+    metric(fmt::format(
         "{{\"step\": {}, \"valid_loss\": {}, \"valid_ppl\": {}, \"valid_bleu\": {}, \"valid_accuracy\": {}, "
         "\"valid_seconds\": {}}}\n",
         step, json_number(result.valid_loss), json_number(result.valid_ppl), json_number(result.valid_bleu),
-        json_number(result.valid_accuracy), json_number(secs));
-    metrics_.flush();
+        json_number(result.valid_accuracy), json_number(secs)));
     if (best && cfg_.boolean("checkpoint.keep_best")) {
       const std::string path = (dir_ / "checkpoint_best.h5").string();
-      io::save_checkpoint(path, snapshot(true));
+      const io::Checkpoint c = snapshot(true);  // a collective under tensor parallelism
+      if (grid_.root()) io::save_checkpoint(path, c);
       fmt::print("checkpoint: saved {} (best so far)\n", path);
     }
   }
 
   const io::Config& cfg_;
+  ProcessGrid& grid_;
   std::uint64_t seed_;                  // dropout (Philox key)
   std::uint64_t batcher_seed_ = seed_;  // data order
   fs::path dir_;
@@ -426,6 +521,8 @@ class Run {
   models::Transformer model_;
   optim::Adam adam_;
   data::Batcher batcher_;
+  std::unique_ptr<dist::GradientReducer> reducer_;  // data parallelism only
+  double comm_wait_ = 0;                            // seconds waited for gradient all-reduces
   std::ofstream metrics_;
   Clock::time_point start_;
   std::int64_t step_ = 0, last_saved_step_ = -1;
@@ -443,22 +540,24 @@ double noam_learning_rate(double factor, std::int64_t d_model, std::int64_t warm
 }
 
 TrainResult run_training(const io::Config& cfg, const TrainOptions& options) {
-  // The model's own constraints (heads divide d_model, ...) fail now, before data is read.
-  models::validate(model_config(cfg, 1000, 1000));
+  ProcessGrid grid = make_process_grid(cfg);
+  // The model's own constraints (heads divide d_model and the tensor-parallel size, ...) fail
+  // now, on every rank alike, before data is read.
+  models::validate(model_config(cfg, 1000, 1000), static_cast<int>(cfg.integer("parallel.tensor")));
+  // Rank 0 alone logs; the others' standard output is dropped (their errors still reach stderr).
+  if (!grid.root() && std::freopen("/dev/null", "w", stdout) == nullptr) fail("cannot silence rank {}", grid.rank);
   const std::filesystem::path dir(cfg.string("output.dir"));
-  std::filesystem::create_directories(dir);
-  const std::string yaml = cfg.to_yaml(false);
-  fmt::print("config (effective):\n{}", yaml);
-  {
+  if (grid.root()) {
+    std::filesystem::create_directories(dir);
+    fmt::print("config (effective):\n{}", cfg.to_yaml(false));
     std::ofstream out(dir / "config.yaml");
     out << cfg.to_yaml(true);
     TESSERA_CHECK(out.good(), "cannot write '{}'", (dir / "config.yaml").string());
+    // A crash mid-save leaves "<name>.tmp" behind: never a valid checkpoint, so it goes.
+    std::error_code ec;
+    for (const auto& entry : fs::directory_iterator(dir, ec))
+      if (entry.path().extension() == ".tmp" && entry.path().stem().extension() == ".h5") fs::remove(entry.path(), ec);
   }
-  // A crash mid-save leaves "<name>.tmp" behind: never a valid checkpoint, so it goes.
-  std::error_code ec;
-  for (const auto& entry : fs::directory_iterator(dir, ec))
-    if (entry.path().extension() == ".tmp" && entry.path().stem().extension() == ".h5") fs::remove(entry.path(), ec);
-
   std::string resume_path = options.resume_path;
   if (options.resume && resume_path.empty()) {
     const auto saved = step_checkpoints(dir);
@@ -468,9 +567,13 @@ TrainResult run_training(const io::Config& cfg, const TrainOptions& options) {
       resume_path = saved.back().second.string();
   }
   StopSignals signals;
-  Run run(cfg);
-  if (!resume_path.empty()) run.resume(resume_path);
-  return run.train();
+  // Rank 0 first: it may train the vocabulary the others then load.
+  std::unique_ptr<Run> run;
+  if (grid.root()) run = std::make_unique<Run>(cfg, grid);
+  grid.world->barrier();
+  if (!grid.root()) run = std::make_unique<Run>(cfg, grid);
+  if (!resume_path.empty()) run->resume(resume_path);
+  return run->train();
 }
 
 }  // namespace tessera::launch

@@ -1,8 +1,10 @@
 #include "models/transformer.h"
 
 #include <cmath>
+#include <cstring>
 #include <random>
 
+#include "dist/parallel_ops.h"
 #include "kernels/cpu/layout.h"
 #include "nn/positional.h"
 
@@ -29,7 +31,7 @@ Tensor embedding_init(std::int64_t vocab, std::int64_t d, std::uint64_t seed) {
 
 }  // namespace
 
-void validate(const TransformerConfig& c) {
+void validate(const TransformerConfig& c, int tensor_parallel) {
   TESSERA_CHECK(c.src_vocab > 4 && c.tgt_vocab > 4,
                 "model: vocabulary sizes must exceed the 4 special ids, got {} and {}", c.src_vocab, c.tgt_vocab);
   TESSERA_CHECK(c.encoder_layers >= 1 && c.decoder_layers >= 1, "model: layers must be >= 1");
@@ -37,6 +39,14 @@ void validate(const TransformerConfig& c) {
                 c.heads);
   TESSERA_CHECK(c.d_model % 2 == 0, "model: d_model {} must be even (sinusoidal positions)", c.d_model);
   TESSERA_CHECK(c.dropout >= 0 && c.dropout < 1, "model: dropout {} outside [0, 1)", c.dropout);
+  TESSERA_CHECK(c.heads % tensor_parallel == 0,
+                "model: heads {} do not divide over {} tensor-parallel ranks (parallel.tensor)", c.heads,
+                tensor_parallel);
+  TESSERA_CHECK(c.d_ff % tensor_parallel == 0,
+                "model: d_ff {} does not divide over {} tensor-parallel ranks (parallel.tensor)", c.d_ff,
+                tensor_parallel);
+  TESSERA_CHECK(c.dtype == DType::f32 || c.dtype == DType::f64, "model: parameters are float32 or float64, not {}",
+                dtype_name(c.dtype));
   TESSERA_CHECK(!c.share_embeddings || c.src_vocab == c.tgt_vocab,
                 "model: share_embeddings needs one vocabulary, but source has {} and target {} entries", c.src_vocab,
                 c.tgt_vocab);
@@ -56,16 +66,34 @@ void DecoderCache::select_rows(const std::vector<std::int64_t>& rows) {
   src_padding = cpu::index_rows(src_padding, rows);
 }
 
-ag::Var Transformer::param(const std::string& name, Tensor init) {
+ag::Var Transformer::param(const std::string& name, Tensor init, ShardDim shard) {
   TESSERA_CHECK(!index_.count(name), "model: duplicate parameter name '{}'", name);
   index_[name] = params_.size();
-  params_.push_back(ag::Var::parameter(std::move(init), name));
+  // The full tensor is drawn as in a single process, then this rank keeps its block.
+  Tensor value = dist::take_block(init, shard, tensor_parallel_rank(), tensor_parallel_size()).to(cfg_.dtype);
+  params_.push_back(ag::Var::parameter(std::move(value), name));
+  shard_dims_.push_back(tensor_parallel_size() > 1 ? shard : ShardDim::replicated);
   return params_.back();
 }
 
 Transformer::Linear Transformer::make_linear(const std::string& name, std::int64_t in, std::int64_t out,
-                                             std::uint64_t& seed) {
-  return {param(name + ".weight", xavier_uniform(out, in, seed++)), param(name + ".bias", Tensor::zeros({out}))};
+                                             std::uint64_t& seed, Split split) {
+  const ShardDim w = split == Split::column_parallel ? ShardDim::rows
+                     : split == Split::row_parallel  ? ShardDim::columns
+                                                     : ShardDim::replicated;
+  const ShardDim b = split == Split::column_parallel ? ShardDim::rows : ShardDim::replicated;
+  Linear l{param(name + ".weight", xavier_uniform(out, in, seed++), w), param(name + ".bias", Tensor::zeros({out}), b)};
+  if (split == Split::row_parallel && tp_ != nullptr && tp_->size() > 1) l.row_parallel = tp_;
+  return l;
+}
+
+ag::Var Transformer::Linear::operator()(const ag::Var& x) const {
+  if (row_parallel == nullptr) return ag::linear(x, w, b);
+  return ag::add(dist::reduce_from_tensor_parallel(ag::linear(x, w), *row_parallel), b);
+}
+
+ag::Var Transformer::enter_parallel(const ag::Var& x) const {
+  return tp_ != nullptr ? dist::copy_to_tensor_parallel(x, *tp_) : x;
 }
 
 Transformer::Norm Transformer::make_norm(const std::string& name) {
@@ -74,12 +102,16 @@ Transformer::Norm Transformer::make_norm(const std::string& name) {
 
 Transformer::Attention Transformer::make_attention(const std::string& name, std::uint64_t& seed) {
   const std::int64_t d = cfg_.d_model;
-  return {make_linear(name + ".q_proj", d, d, seed), make_linear(name + ".k_proj", d, d, seed),
-          make_linear(name + ".v_proj", d, d, seed), make_linear(name + ".out_proj", d, d, seed)};
+  return {make_linear(name + ".q_proj", d, d, seed, Split::column_parallel),
+          make_linear(name + ".k_proj", d, d, seed, Split::column_parallel),
+          make_linear(name + ".v_proj", d, d, seed, Split::column_parallel),
+          make_linear(name + ".out_proj", d, d, seed, Split::row_parallel)};
 }
 
-Transformer::Transformer(const TransformerConfig& config, std::uint64_t seed) : cfg_(config) {
-  validate(cfg_);
+Transformer::Transformer(const TransformerConfig& config, std::uint64_t seed, dist::Communicator* tensor_parallel)
+    : cfg_(config), tp_(tensor_parallel != nullptr && tensor_parallel->size() > 1 ? tensor_parallel : nullptr) {
+  validate(cfg_, tensor_parallel_size());
+  local_heads_ = cfg_.heads / tensor_parallel_size();
   // Each parameter draws from its own generator (seed, seed+1, ...): adding a parameter later
   // does not change the others' initial values.
   std::uint64_t s = seed * 1000003u;
@@ -95,7 +127,8 @@ Transformer::Transformer(const TransformerConfig& config, std::uint64_t seed) : 
     EncoderLayer l;
     l.self_attn = make_attention(p + ".self_attn", s);
     l.self_attn_norm = make_norm(p + ".self_attn_layer_norm");
-    l.ffn = {make_linear(p + ".fc1", d, cfg_.d_ff, s), make_linear(p + ".fc2", cfg_.d_ff, d, s)};
+    l.ffn = {make_linear(p + ".fc1", d, cfg_.d_ff, s, Split::column_parallel),
+             make_linear(p + ".fc2", cfg_.d_ff, d, s, Split::row_parallel)};
     l.ffn_norm = make_norm(p + ".final_layer_norm");
     encoder_.push_back(std::move(l));
   }
@@ -106,7 +139,8 @@ Transformer::Transformer(const TransformerConfig& config, std::uint64_t seed) : 
     l.self_attn_norm = make_norm(p + ".self_attn_layer_norm");
     l.cross_attn = make_attention(p + ".encoder_attn", s);
     l.cross_attn_norm = make_norm(p + ".encoder_attn_layer_norm");
-    l.ffn = {make_linear(p + ".fc1", d, cfg_.d_ff, s), make_linear(p + ".fc2", cfg_.d_ff, d, s)};
+    l.ffn = {make_linear(p + ".fc1", d, cfg_.d_ff, s, Split::column_parallel),
+             make_linear(p + ".fc2", cfg_.d_ff, d, s, Split::row_parallel)};
     l.ffn_norm = make_norm(p + ".final_layer_norm");
     decoder_.push_back(std::move(l));
   }
@@ -116,7 +150,7 @@ Transformer::Transformer(const TransformerConfig& config, std::uint64_t seed) : 
   }
   out_proj_ =
       cfg_.tie_output ? tgt_embed_ : param("decoder.output_projection.weight", xavier_uniform(cfg_.tgt_vocab, d, s++));
-  positions_ = nn::sinusoidal_positional_encoding(cfg_.max_positions, d);
+  positions_ = nn::sinusoidal_positional_encoding(cfg_.max_positions, d).to(cfg_.dtype);
 }
 
 const ag::Var& Transformer::parameter(const std::string& name) const {
@@ -155,21 +189,25 @@ ag::Var Transformer::residual(const Norm& n, const ag::Var& x, DropoutStream& dr
 
 ag::Var Transformer::split_heads(const ag::Var& x) const {
   const std::int64_t b = x.shape()[0], l = x.shape()[1];
-  return ag::permute(ag::reshape(x, {b, l, cfg_.heads, cfg_.d_model / cfg_.heads}), {0, 2, 1, 3});
+  return ag::permute(ag::reshape(x, {b, l, local_heads_, cfg_.d_model / cfg_.heads}), {0, 2, 1, 3});
 }
 
 ag::Var Transformer::merge_heads(const ag::Var& x) const {
   const std::int64_t b = x.shape()[0], l = x.shape()[2];
-  return ag::reshape(ag::permute(x, {0, 2, 1, 3}), {b, l, cfg_.d_model});
+  return ag::reshape(ag::permute(x, {0, 2, 1, 3}), {b, l, local_heads_ * (cfg_.d_model / cfg_.heads)});
 }
 
 ag::Var Transformer::attend(const Attention& a, const ag::Var& x_q, const ag::Var& x_kv, const Tensor& key_padding,
                             bool causal) const {
-  const ag::Var q = split_heads(a.q(x_q)), k = split_heads(a.k(x_kv)), v = split_heads(a.v(x_kv));
+  const ag::Var xq = enter_parallel(x_q);
+  const ag::Var xkv = x_kv.node() == x_q.node() ? xq : enter_parallel(x_kv);
+  const ag::Var q = split_heads(a.q(xq)), k = split_heads(a.k(xkv)), v = split_heads(a.v(xkv));
   return a.out(merge_heads(ag::attention(q, k, v, key_padding, {.causal = causal, .scale = 0.0})));
 }
 
-ag::Var Transformer::feed_forward(const FeedForward& f, const ag::Var& x) const { return f.fc2(ag::relu(f.fc1(x))); }
+ag::Var Transformer::feed_forward(const FeedForward& f, const ag::Var& x) const {
+  return f.fc2(ag::relu(f.fc1(enter_parallel(x))));
+}
 
 ag::Var Transformer::output_logits(const ag::Var& h) const { return ag::matmul(h, out_proj_, false, true); }
 

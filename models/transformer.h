@@ -8,6 +8,8 @@
 #include <vector>
 
 #include "autograd/ops.h"
+#include "dist/communicator.h"
+#include "dist/sharding.h"
 
 namespace tessera::models {
 
@@ -21,7 +23,10 @@ struct TransformerConfig {
   bool tie_output = true;        // pre-softmax weights = target embedding
   double layer_norm_eps = 1e-5;
   std::int64_t max_positions = 1024;  // sinusoidal table size
+  DType dtype = DType::f32;           // of parameters and activations (float64 for exact comparisons)
 };
+
+using dist::ShardDim;
 
 // Dropout randomness for one forward pass: every dropout site draws a disjoint range of the
 // Philox stream (seed, offset), so masks are reproducible from (seed, step) alone.
@@ -44,7 +49,12 @@ struct DecoderCache {
 
 class Transformer {
  public:
-  Transformer(const TransformerConfig& config, std::uint64_t seed);
+  // With a tensor-parallel group of size tp > 1 (Megatron-style), this rank holds heads/tp whole
+  // attention heads and d_ff/tp feed-forward units: Q, K, V and fc1 split by output rows, the
+  // attention output projection and fc2 by input columns, followed by an all-reduce. Embeddings,
+  // layer norms and the output layer stay replicated. Initial values are the slices of the
+  // single-process model's, whatever tp is. The group must outlive the model.
+  Transformer(const TransformerConfig& config, std::uint64_t seed, dist::Communicator* tensor_parallel = nullptr);
 
   // Encoder output [B, Ls, d_model] for int32 src [B, Ls] with its padding mask [B, Ls].
   ag::Var encode(const Tensor& src, const Tensor& src_padding, DropoutStream& drop) const;
@@ -63,12 +73,20 @@ class Transformer {
   // Every trainable parameter by dotted name, in a fixed order (a tied weight appears once).
   const std::vector<ag::Var>& parameters() const { return params_; }
   const ag::Var& parameter(const std::string& name) const;
+  // How parameters()[i] is split over the tensor-parallel group (replicated when tp == 1).
+  ShardDim shard_dim(std::size_t i) const { return shard_dims_[i]; }
+  int tensor_parallel_size() const { return tp_ ? tp_->size() : 1; }
+  int tensor_parallel_rank() const { return tp_ ? tp_->rank() : 0; }
+  // Parameters of this rank (of its shards under tensor parallelism).
   std::int64_t num_parameters() const;
 
  private:
   struct Linear {
     ag::Var w, b;  // w: [out, in] (PyTorch convention), b: [out]
-    ag::Var operator()(const ag::Var& x) const { return ag::linear(x, w, b); }
+    // Row-parallel (set): w holds this rank's input columns; the partial outputs are summed over
+    // the group, then the (replicated) bias is added once.
+    dist::Communicator* row_parallel = nullptr;
+    ag::Var operator()(const ag::Var& x) const;
   };
   struct Norm {
     ag::Var gamma, beta;
@@ -94,8 +112,11 @@ class Transformer {
     Norm ffn_norm;
   };
 
-  ag::Var param(const std::string& name, Tensor init);
-  Linear make_linear(const std::string& name, std::int64_t in, std::int64_t out, std::uint64_t& seed);
+  ag::Var param(const std::string& name, Tensor init, ShardDim shard = ShardDim::replicated);
+  enum class Split { none, column_parallel, row_parallel };
+  Linear make_linear(const std::string& name, std::int64_t in, std::int64_t out, std::uint64_t& seed,
+                     Split split = Split::none);
+  ag::Var enter_parallel(const ag::Var& x) const;  // Megatron's f before column-parallel layers
   Norm make_norm(const std::string& name);
   Attention make_attention(const std::string& name, std::uint64_t& seed);
 
@@ -112,7 +133,10 @@ class Transformer {
   ag::Var output_logits(const ag::Var& h) const;
 
   TransformerConfig cfg_;
+  dist::Communicator* tp_ = nullptr;
+  std::int64_t local_heads_ = 0;  // heads of this rank
   std::vector<ag::Var> params_;
+  std::vector<ShardDim> shard_dims_;
   std::map<std::string, std::size_t> index_;
   ag::Var src_embed_, tgt_embed_, out_proj_;
   std::vector<EncoderLayer> encoder_;
@@ -121,7 +145,8 @@ class Transformer {
   Tensor positions_;                              // [max_positions, d_model]
 };
 
-// Checks a config before any work (heads divide d_model, sizes positive, ...); throws naming the field.
-void validate(const TransformerConfig& config);
+// Checks a config before any work (heads divide d_model, sizes positive, heads and d_ff divide
+// by the tensor-parallel size, ...); throws naming the field.
+void validate(const TransformerConfig& config, int tensor_parallel = 1);
 
 }  // namespace tessera::models

@@ -66,6 +66,11 @@ void Var::set_grad(Tensor g) {
   node_->grad = std::move(g);
 }
 
+void Var::set_grad_ready_hook(std::function<void()> fn) {
+  TESSERA_CHECK(node_ && node_->is_leaf, "set_grad_ready_hook: '{}' is not a leaf", node_ ? node_->name : "undefined");
+  node_->grad_ready = std::move(fn);
+}
+
 void Var::backward() {
   TESSERA_CHECK(value().numel() == 1, "backward: output '{}' has shape {}; give a seed gradient for non-scalars",
                 name(), shape_str(value().shape()));
@@ -94,7 +99,10 @@ void Var::backward(const Tensor& seed) {
   accumulate(*node_, seed);
   for (auto it = order.rbegin(); it != order.rend(); ++it) {
     Node& n = **it;
-    if (!n.is_leaf) {
+    if (n.is_leaf) {
+      // Reverse topological order: every consumer of this leaf has already passed it its part.
+      if (n.grad_ready && n.grad.defined()) n.grad_ready();
+    } else {
       if (n.grad.defined() && n.backward) {
         const std::vector<Tensor> grads = n.backward(n.grad);
         for (std::size_t i = 0; i < n.inputs.size() && i < grads.size(); ++i) {

@@ -27,6 +27,9 @@ struct Node {
   std::string name;  // parameter name for leaves, op name otherwise
   bool requires_grad = false;
   bool is_leaf = true;
+  // Leaves: called by backward() once this leaf's gradient of that pass is complete (data
+  // parallelism starts reducing a bucket as soon as all its gradients are final).
+  std::function<void()> grad_ready;
 };
 
 class Var {
@@ -50,6 +53,8 @@ class Var {
   void backward(const Tensor& seed);
   void zero_grad();
   void set_grad(Tensor g);
+  // Leaves: `fn` runs whenever a backward() pass has finished this Var's gradient (empty: none).
+  void set_grad_ready_hook(std::function<void()> fn);
 
   const std::shared_ptr<Node>& node() const { return node_; }
   explicit Var(std::shared_ptr<Node> node) : node_(std::move(node)) {}

@@ -1,0 +1,49 @@
+// Collective communication between the processes of a run, independent of the transport: the
+// MPI backend moves CPU tensors (tests, CPU clusters), the NCCL backend CUDA tensors. Models and
+// the trainer see only this interface.
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "tensor/tensor.h"
+
+namespace tessera::dist {
+
+enum class ReduceOp { sum, average };
+
+// A non-blocking collective in flight; wait() returns when its result is in place (and rethrows
+// its failure). Destroying an unfinished request waits for it.
+class Request {
+ public:
+  virtual ~Request() = default;
+  virtual void wait() = 0;
+  // True once the operation has finished (drives progress; never blocks).
+  virtual bool test() = 0;
+};
+
+class Communicator {
+ public:
+  virtual ~Communicator() = default;
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+
+  // In place: every rank ends with the element-wise sum (or mean) of all ranks' tensors.
+  virtual void all_reduce(Tensor& t, ReduceOp op) = 0;
+  virtual std::unique_ptr<Request> all_reduce_async(Tensor& t, ReduceOp op) = 0;
+  // Concatenation along dim 0 of every rank's tensor, in rank order; dim 0 may differ per rank.
+  virtual Tensor all_gather(const Tensor& t) = 0;
+  // The element-wise reduction of every rank's `t`, split along dim 0 into `rows[r]` rows for
+  // rank r (sum(rows) == t.size(0)); returns this rank's part.
+  virtual Tensor reduce_scatter(const Tensor& t, const std::vector<std::int64_t>& rows, ReduceOp op) = 0;
+  // In place: every rank ends with root's tensor.
+  virtual void broadcast(Tensor& t, int root) = 0;
+  virtual void barrier() = 0;
+  // Ranks with the same color form a new communicator, ordered by key (then by rank).
+  virtual std::unique_ptr<Communicator> split(int color, int key) = 0;
+};
+
+// dim-0 sizes of an even split of n rows over `parts` (the first n % parts get one more).
+std::vector<std::int64_t> even_split(std::int64_t n, int parts);
+
+}  // namespace tessera::dist

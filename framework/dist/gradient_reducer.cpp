@@ -1,0 +1,88 @@
+#include "dist/gradient_reducer.h"
+
+#include <chrono>
+#include <cstring>
+
+namespace tessera::dist {
+
+GradientReducer::GradientReducer(std::vector<ag::Var> params, Communicator& group, std::size_t bucket_bytes)
+    : params_(std::move(params)), group_(group) {
+  std::size_t bytes = 0;
+  for (std::size_t k = params_.size(); k-- > 0;) {
+    const ag::Var& p = params_[k];
+    if (buckets_.empty() || (bytes >= bucket_bytes && !buckets_.back().params.empty()) ||
+        buckets_.back().flat.dtype() != p.value().dtype()) {
+      buckets_.emplace_back();
+      buckets_.back().flat = Tensor::empty({0}, p.value().dtype());
+      bytes = 0;
+    }
+    buckets_.back().params.push_back(k);
+    bytes += p.value().nbytes();
+  }
+  for (std::size_t b = 0; b < buckets_.size(); ++b) {
+    std::int64_t n = 0;
+    for (std::size_t k : buckets_[b].params) n += params_[k].value().numel();
+    buckets_[b].flat = Tensor::zeros({n}, buckets_[b].flat.dtype());
+    for (std::size_t k : buckets_[b].params) params_[k].set_grad_ready_hook([this, b] { on_ready(b); });
+  }
+}
+
+GradientReducer::~GradientReducer() {
+  for (ag::Var& p : params_) p.set_grad_ready_hook(nullptr);
+}
+
+void GradientReducer::arm() {
+  armed_ = true;
+  for (Bucket& b : buckets_) {
+    b.ready = 0;
+    b.request.reset();
+  }
+}
+
+void GradientReducer::on_ready(std::size_t bucket) {
+  if (!armed_) return;
+  Bucket& b = buckets_[bucket];
+  if (++b.ready == b.params.size()) launch(b);
+  // Non-blocking MPI collectives advance only inside MPI calls: give the ones in flight a turn.
+  for (Bucket& other : buckets_)
+    if (other.request) other.request->test();
+}
+
+void GradientReducer::launch(Bucket& b) {
+  if (b.request) return;
+  std::size_t offset = 0;
+  const std::size_t elem = dtype_size(b.flat.dtype());
+  char* flat = static_cast<char*>(b.flat.raw_data());
+  for (std::size_t k : b.params) {
+    const ag::Var& p = params_[k];
+    const std::size_t bytes = static_cast<std::size_t>(p.value().numel()) * elem;
+    if (p.grad().defined())
+      std::memcpy(flat + offset, p.grad().raw_data(), bytes);
+    else
+      std::memset(flat + offset, 0, bytes);
+    offset += bytes;
+  }
+  b.request = group_.all_reduce_async(b.flat, ReduceOp::sum);
+}
+
+double GradientReducer::finish() {
+  const auto t0 = std::chrono::steady_clock::now();
+  for (Bucket& b : buckets_) launch(b);
+  for (Bucket& b : buckets_) {
+    b.request->wait();
+    std::size_t offset = 0;
+    const char* flat = static_cast<const char*>(b.flat.raw_data());
+    for (std::size_t k : b.params) {
+      ag::Var& p = params_[k];
+      Tensor g = Tensor::empty(p.shape(), p.value().dtype());
+      std::memcpy(g.raw_data(), flat + offset, g.nbytes());
+      offset += g.nbytes();
+      p.set_grad(g);
+    }
+    b.request.reset();
+  }
+  armed_ = false;
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+}  // namespace tessera::dist

@@ -1,0 +1,213 @@
+#include "dist/mpi_communicator.h"
+
+#include <cstdlib>
+#include <numeric>
+
+namespace tessera::dist {
+namespace {
+
+MPI_Datatype mpi_type(DType t, const char* op) {
+  switch (t) {
+    case DType::f32:
+      return MPI_FLOAT;
+    case DType::f64:
+      return MPI_DOUBLE;
+    case DType::i32:
+      return MPI_INT;
+    default:
+      fail("{}: MPI collectives take float32, float64 or int32 tensors, got {}", op, dtype_name(t));
+  }
+}
+
+void check_mpi(int rc, const char* what) {
+  if (rc == MPI_SUCCESS) return;
+  char text[MPI_MAX_ERROR_STRING];
+  int len = 0;
+  MPI_Error_string(rc, text, &len);
+  fail("{}: MPI error: {}", what, std::string(text, static_cast<std::size_t>(len)));
+}
+
+void check_cpu(const Tensor& t, const char* op) {
+  TESSERA_CHECK(t.defined() && t.device() == Device::cpu, "{}: the MPI backend takes CPU tensors", op);
+}
+
+int count_of(const Tensor& t, const char* op) {
+  TESSERA_CHECK(t.numel() <= std::numeric_limits<int>::max(), "{}: {} elements exceed MPI's int count", op, t.numel());
+  return static_cast<int>(t.numel());
+}
+
+void scale_in_place(Tensor& t, double f) {
+  dispatch_float("all_reduce(average)", t.dtype(), [&]<typename T>() {
+    T* p = t.data<T>();
+    const auto s = static_cast<T>(f);
+    for (std::int64_t i = 0; i < t.numel(); ++i) p[i] *= s;
+  });
+}
+
+class MpiRequest final : public Request {
+ public:
+  MpiRequest(MPI_Request req, Tensor t, double scale) : req_(req), tensor_(std::move(t)), scale_(scale) {}
+  ~MpiRequest() override {
+    if (!done_) MPI_Wait(&req_, MPI_STATUS_IGNORE);
+  }
+  void wait() override {
+    if (done_) return;
+    check_mpi(MPI_Wait(&req_, MPI_STATUS_IGNORE), "all_reduce_async");
+    finish();
+  }
+  bool test() override {
+    if (done_) return true;
+    int flag = 0;
+    check_mpi(MPI_Test(&req_, &flag, MPI_STATUS_IGNORE), "all_reduce_async");
+    if (flag) finish();
+    return done_;
+  }
+
+ private:
+  void finish() {
+    done_ = true;
+    if (scale_ != 1.0) scale_in_place(tensor_, scale_);
+  }
+  MPI_Request req_;
+  Tensor tensor_;  // keeps the buffer alive while MPI uses it
+  double scale_;
+  bool done_ = false;
+};
+
+}  // namespace
+
+bool mpi_initialized() {
+  int init = 0;
+  MPI_Initialized(&init);
+  return init != 0;
+}
+
+void ensure_mpi_initialized() {
+  if (mpi_initialized()) return;
+  int provided = 0;
+  check_mpi(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_FUNNELED, &provided), "MPI_Init_thread");
+  // Errors come back as codes we turn into messages naming the operation.
+  MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+  std::atexit([] {
+    int finalized = 0;
+    MPI_Finalized(&finalized);
+    if (!finalized) MPI_Finalize();
+  });
+}
+
+std::unique_ptr<MpiCommunicator> MpiCommunicator::world() {
+  ensure_mpi_initialized();
+  MPI_Comm dup;
+  check_mpi(MPI_Comm_dup(MPI_COMM_WORLD, &dup), "MPI_Comm_dup");
+  return std::make_unique<MpiCommunicator>(dup);
+}
+
+MpiCommunicator::MpiCommunicator(MPI_Comm comm) : comm_(comm) {
+  MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN);
+  MPI_Comm_rank(comm_, &rank_);
+  MPI_Comm_size(comm_, &size_);
+}
+
+MpiCommunicator::~MpiCommunicator() {
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  if (!finalized && comm_ != MPI_COMM_NULL) MPI_Comm_free(&comm_);
+}
+
+void MpiCommunicator::all_reduce(Tensor& t, ReduceOp op) {
+  check_cpu(t, "all_reduce");
+  check_mpi(MPI_Allreduce(MPI_IN_PLACE, t.raw_data(), count_of(t, "all_reduce"), mpi_type(t.dtype(), "all_reduce"),
+                          MPI_SUM, comm_),
+            "all_reduce");
+  if (op == ReduceOp::average) scale_in_place(t, 1.0 / size_);
+}
+
+std::unique_ptr<Request> MpiCommunicator::all_reduce_async(Tensor& t, ReduceOp op) {
+  check_cpu(t, "all_reduce_async");
+  MPI_Request req;
+  check_mpi(MPI_Iallreduce(MPI_IN_PLACE, t.raw_data(), count_of(t, "all_reduce_async"),
+                           mpi_type(t.dtype(), "all_reduce_async"), MPI_SUM, comm_, &req),
+            "all_reduce_async");
+  return std::make_unique<MpiRequest>(req, t, op == ReduceOp::average ? 1.0 / size_ : 1.0);
+}
+
+Tensor MpiCommunicator::all_gather(const Tensor& t) {
+  check_cpu(t, "all_gather");
+  TESSERA_CHECK(t.dim() >= 1, "all_gather: needs a tensor with a first dimension, got a scalar");
+  Shape rest(t.shape().begin() + 1, t.shape().end());
+  const std::int64_t row_elems = shape_numel(rest);
+  // Every rank's row count first, so uneven shares work.
+  std::vector<std::int64_t> rows(static_cast<std::size_t>(size_));
+  std::int64_t mine = t.size(0);
+  check_mpi(MPI_Allgather(&mine, 1, MPI_INT64_T, rows.data(), 1, MPI_INT64_T, comm_), "all_gather");
+  std::vector<int> counts(rows.size()), displs(rows.size());
+  std::int64_t total = 0;
+  for (std::size_t r = 0; r < rows.size(); ++r) {
+    counts[r] = static_cast<int>(rows[r] * row_elems);
+    displs[r] = static_cast<int>(total * row_elems);
+    total += rows[r];
+  }
+  Shape out_shape = t.shape();
+  out_shape[0] = total;
+  Tensor out = Tensor::empty(out_shape, t.dtype());
+  const MPI_Datatype type = mpi_type(t.dtype(), "all_gather");
+  check_mpi(MPI_Allgatherv(t.raw_data(), counts[static_cast<std::size_t>(rank_)], type, out.raw_data(), counts.data(),
+                           displs.data(), type, comm_),
+            "all_gather");
+  return out;
+}
+
+Tensor MpiCommunicator::reduce_scatter(const Tensor& t, const std::vector<std::int64_t>& rows, ReduceOp op) {
+  check_cpu(t, "reduce_scatter");
+  TESSERA_CHECK(t.dim() >= 1, "reduce_scatter: needs a tensor with a first dimension, got a scalar");
+  TESSERA_CHECK(static_cast<int>(rows.size()) == size_, "reduce_scatter: {} row counts for {} ranks", rows.size(),
+                size_);
+  TESSERA_CHECK(std::accumulate(rows.begin(), rows.end(), std::int64_t{0}) == t.size(0),
+                "reduce_scatter: row counts add up to {}, the tensor has {} rows",
+                std::accumulate(rows.begin(), rows.end(), std::int64_t{0}), t.size(0));
+  const std::int64_t row_elems = t.numel() / std::max<std::int64_t>(t.size(0), 1);
+  std::vector<int> counts(rows.size());
+  for (std::size_t r = 0; r < rows.size(); ++r) counts[r] = static_cast<int>(rows[r] * row_elems);
+  Shape out_shape = t.shape();
+  out_shape[0] = rows[static_cast<std::size_t>(rank_)];
+  Tensor out = Tensor::empty(out_shape, t.dtype());
+  check_mpi(MPI_Reduce_scatter(t.raw_data(), out.raw_data(), counts.data(), mpi_type(t.dtype(), "reduce_scatter"),
+                               MPI_SUM, comm_),
+            "reduce_scatter");
+  if (op == ReduceOp::average) scale_in_place(out, 1.0 / size_);
+  return out;
+}
+
+void MpiCommunicator::broadcast(Tensor& t, int root) {
+  check_cpu(t, "broadcast");
+  TESSERA_CHECK(root >= 0 && root < size_, "broadcast: root {} is not a rank of this group of {}", root, size_);
+  // int32 tensors and bfloat16 bits travel as bytes: a broadcast needs no arithmetic.
+  check_mpi(MPI_Bcast(t.raw_data(), static_cast<int>(t.numel() * dtype_size(t.dtype())), MPI_BYTE, root, comm_),
+            "broadcast");
+}
+
+void MpiCommunicator::barrier() { check_mpi(MPI_Barrier(comm_), "barrier"); }
+
+std::unique_ptr<Communicator> MpiCommunicator::split(int color, int key) {
+  MPI_Comm sub;
+  check_mpi(MPI_Comm_split(comm_, color, key, &sub), "split");
+  return std::make_unique<MpiCommunicator>(sub);
+}
+
+int MpiCommunicator::local_rank() const {
+  MPI_Comm local;
+  check_mpi(MPI_Comm_split_type(comm_, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &local), "local_rank");
+  int r = 0;
+  MPI_Comm_rank(local, &r);
+  MPI_Comm_free(&local);
+  return r;
+}
+
+std::vector<std::int64_t> even_split(std::int64_t n, int parts) {
+  TESSERA_CHECK(parts >= 1, "even_split: {} parts", parts);
+  std::vector<std::int64_t> out(static_cast<std::size_t>(parts), n / parts);
+  for (std::int64_t i = 0; i < n % parts; ++i) out[static_cast<std::size_t>(i)] += 1;
+  return out;
+}
+
+}  // namespace tessera::dist

@@ -1,0 +1,44 @@
+// The MPI backend of Communicator (CPU tensors), and the process-level MPI setup.
+#pragma once
+
+#include <mpi.h>
+
+#include <memory>
+
+#include "dist/communicator.h"
+
+namespace tessera::dist {
+
+// MPI_Init_thread once per process (a no-op when already initialized); MPI_Finalize at exit.
+void ensure_mpi_initialized();
+bool mpi_initialized();
+
+class MpiCommunicator final : public Communicator {
+ public:
+  // Wraps (and duplicates, so our traffic never mixes with anyone else's) an MPI communicator.
+  static std::unique_ptr<MpiCommunicator> world();
+  explicit MpiCommunicator(MPI_Comm comm);  // takes ownership of comm
+  ~MpiCommunicator() override;
+  MpiCommunicator(const MpiCommunicator&) = delete;
+  MpiCommunicator& operator=(const MpiCommunicator&) = delete;
+
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  void all_reduce(Tensor& t, ReduceOp op) override;
+  std::unique_ptr<Request> all_reduce_async(Tensor& t, ReduceOp op) override;
+  Tensor all_gather(const Tensor& t) override;
+  Tensor reduce_scatter(const Tensor& t, const std::vector<std::int64_t>& rows, ReduceOp op) override;
+  void broadcast(Tensor& t, int root) override;
+  void barrier() override;
+  std::unique_ptr<Communicator> split(int color, int key) override;
+
+  MPI_Comm comm() const { return comm_; }
+  // Ranks on this machine and this process's index among them (MPI_COMM_TYPE_SHARED).
+  int local_rank() const;
+
+ private:
+  MPI_Comm comm_;
+  int rank_ = 0, size_ = 1;
+};
+
+}  // namespace tessera::dist

@@ -1,0 +1,19 @@
+// How a tensor is laid out over a tensor-parallel group: whole on every rank, or one rank's
+// block of the rows (dim 0) or columns (dim 1) of the full logical tensor.
+#pragma once
+
+#include "dist/communicator.h"
+#include "tensor/tensor.h"
+
+namespace tessera::dist {
+
+enum class ShardDim { replicated = -1, rows = 0, columns = 1 };
+
+// Block `part` of `parts` equal blocks (a copy; `t` itself when replicated or parts == 1).
+// 1-D tensors split along their only dimension.
+Tensor take_block(const Tensor& t, ShardDim dim, int part, int parts);
+
+// The full logical tensor from every rank's block (all ranks of `group` get it).
+Tensor gather_blocks(const Tensor& block, ShardDim dim, Communicator& group);
+
+}  // namespace tessera::dist

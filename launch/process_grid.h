@@ -1,0 +1,29 @@
+// The processes of a run as a tensor x data grid. World rank r is tensor-parallel rank r % tp of
+// data-parallel replica r / tp: tensor-parallel ranks are adjacent, so with ranks placed by
+// machine (mpirun's default) a tensor-parallel group stays inside one machine.
+#pragma once
+
+#include <memory>
+
+#include "dist/communicator.h"
+#include "io/config.h"
+
+namespace tessera::launch {
+
+struct ProcessGrid {
+  std::unique_ptr<dist::Communicator> world, tensor, data;
+  int rank = 0, size = 1, local_rank = 0;
+  bool root() const { return rank == 0; }
+};
+
+// True when this process was started by an MPI launcher (mpirun, srun with PMI/PMIx).
+bool launched_by_mpi();
+// The world rank from the launcher's environment, before MPI is initialized (0 when none).
+int launcher_rank();
+
+// Uses MPI when launched by mpirun or when parallel.tensor x parallel.data > 1; otherwise a
+// single process without MPI. Throws (on every rank alike) when tensor x data is not the number
+// of processes.
+ProcessGrid make_process_grid(const io::Config& cfg);
+
+}  // namespace tessera::launch

@@ -1,0 +1,214 @@
+// Run under mpirun -np 4 (CTest does): the MPI collectives against hand-computed results, and
+// tensor/data-parallel forward and backward against the single-process model in float64.
+#include <gtest/gtest.h>
+#include <mpi.h>
+
+#include <cmath>
+
+#include "autograd/ops.h"
+#include "data/batching.h"
+#include "data/synthetic.h"
+#include "data/vocab.h"
+#include "dist/gradient_reducer.h"
+#include "dist/mpi_communicator.h"
+#include "dist/sharding.h"
+#include "models/transformer.h"
+
+namespace tessera {
+namespace {
+
+dist::MpiCommunicator& world() {
+  static std::unique_ptr<dist::MpiCommunicator> w = dist::MpiCommunicator::world();
+  return *w;
+}
+
+Tensor iota(const Shape& shape, double start, double step, DType dtype) {
+  std::vector<double> v(static_cast<std::size_t>(shape_numel(shape)));
+  for (std::size_t i = 0; i < v.size(); ++i) v[i] = start + step * static_cast<double>(i);
+  return Tensor::from_doubles(v, shape, dtype);
+}
+
+TEST(MpiCollectives, WorldHasFourRanks) { ASSERT_EQ(world().size(), 4) << "run under mpirun -np 4"; }
+
+TEST(MpiCollectives, AllReduceSumAndAverage) {
+  const int r = world().rank(), n = world().size();
+  for (DType dt : {DType::f32, DType::f64}) {
+    Tensor t = iota({7}, r, 1.0, dt);  // rank r holds r, r+1, ..., r+6
+    world().all_reduce(t, dist::ReduceOp::sum);
+    const double rank_sum = n * (n - 1) / 2.0;
+    for (std::int64_t i = 0; i < 7; ++i)
+      EXPECT_EQ(t.to_doubles()[static_cast<std::size_t>(i)], rank_sum + n * static_cast<double>(i));
+    Tensor a = iota({3}, r, 0.0, dt);
+    world().all_reduce(a, dist::ReduceOp::average);
+    EXPECT_DOUBLE_EQ(a.to_doubles()[2], rank_sum / n);
+  }
+  Tensor ints = Tensor::from(std::vector<std::int32_t>{r, 1}, {2});
+  world().all_reduce(ints, dist::ReduceOp::sum);
+  EXPECT_EQ(ints.data<std::int32_t>()[0], 6);
+  EXPECT_EQ(ints.data<std::int32_t>()[1], 4);
+}
+
+TEST(MpiCollectives, NonBlockingAllReduce) {
+  Tensor t = iota({1000}, world().rank() + 1, 0.0, DType::f32);
+  auto req = world().all_reduce_async(t, dist::ReduceOp::average);
+  req->wait();
+  EXPECT_EQ(t.to_doubles()[999], 2.5);  // (1 + 2 + 3 + 4) / 4
+  EXPECT_TRUE(req->test());
+}
+
+TEST(MpiCollectives, AllGatherUnevenRows) {
+  const int r = world().rank();
+  // Rank r contributes r + 1 rows of [r, r] (rank 0: one row, ..., rank 3: four rows).
+  Tensor t = Tensor::full({r + 1, 2}, r, DType::f64);
+  const Tensor all = world().all_gather(t);
+  ASSERT_EQ(all.shape(), (Shape{10, 2}));
+  const std::vector<double> expect = {0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3};
+  EXPECT_EQ(all.to_doubles(), expect);
+}
+
+TEST(MpiCollectives, ReduceScatterUnevenRows) {
+  const int r = world().rank();
+  // Every rank holds rows 0..5 valued (row + 10 r); rows split 1, 2, 0, 3.
+  Tensor t = Tensor::empty({6, 1}, DType::f32);
+  for (int i = 0; i < 6; ++i) t.data<float>()[i] = static_cast<float>(i + 10 * r);
+  const std::vector<std::int64_t> rows = {1, 2, 0, 3};
+  const Tensor mine = world().reduce_scatter(t, rows, dist::ReduceOp::sum);
+  ASSERT_EQ(mine.size(0), rows[static_cast<std::size_t>(r)]);
+  std::int64_t first = 0;
+  for (int k = 0; k < r; ++k) first += rows[static_cast<std::size_t>(k)];
+  for (std::int64_t i = 0; i < mine.size(0); ++i)
+    EXPECT_EQ(mine.to_doubles()[static_cast<std::size_t>(i)], 4.0 * static_cast<double>(first + i) + 60.0);
+}
+
+TEST(MpiCollectives, BroadcastAndSplit) {
+  const int r = world().rank();
+  Tensor t = Tensor::full({5}, r == 2 ? 42.0 : -1.0, DType::f32);
+  world().broadcast(t, 2);
+  EXPECT_EQ(t.to_doubles(), std::vector<double>(5, 42.0));
+  // Two groups {0, 2} and {1, 3}; the sum inside each.
+  auto sub = world().split(r % 2, r);
+  EXPECT_EQ(sub->size(), 2);
+  EXPECT_EQ(sub->rank(), r / 2);
+  Tensor s = Tensor::full({1}, r, DType::f64);
+  sub->all_reduce(s, dist::ReduceOp::sum);
+  EXPECT_EQ(s.to_doubles()[0], r % 2 == 0 ? 2.0 : 4.0);
+  world().barrier();
+  EXPECT_EQ(dist::even_split(10, 4), (std::vector<std::int64_t>{3, 3, 2, 2}));
+}
+
+// ---- the model: tensor x data parallel == one process, float64
+
+models::TransformerConfig tiny_config() {
+  models::TransformerConfig c;
+  c.src_vocab = c.tgt_vocab = 24;
+  c.encoder_layers = c.decoder_layers = 2;
+  c.d_model = 16;
+  c.d_ff = 32;
+  c.heads = 4;
+  c.dropout = 0.0;
+  c.dtype = DType::f64;
+  return c;
+}
+
+struct Grads {
+  double loss = 0;
+  std::vector<Tensor> grads;
+};
+
+// Loss (per target token of the global batch) and gradients of `model` on `rows` of `batch_indices`.
+Grads loss_and_grads(const models::Transformer& model, const std::vector<data::Example>& examples,
+                     const std::vector<std::int64_t>& indices, std::int64_t global_tokens) {
+  Grads out;
+  for (const ag::Var& p : model.parameters()) ag::Var(p).zero_grad();
+  if (!indices.empty()) {
+    const data::Batch b = data::make_batch(examples, indices);
+    models::DropoutStream no_dropout;
+    const std::int64_t rows = b.tgt_out.numel();
+    ag::Var logits = ag::reshape(model.forward(b.src, b.src_padding, b.tgt_in, no_dropout), {rows, 24});
+    ag::Var loss = ag::cross_entropy(logits, b.tgt_out.reshape({rows}), 0.1, data::kPadId);
+    out.loss = loss.value().item() / static_cast<double>(global_tokens);
+    ag::scale(loss, 1.0 / static_cast<double>(global_tokens)).backward();
+  }
+  return out;
+}
+
+void expect_parallel_equals_single(int tp) {
+  const int dp = world().size() / tp, r = world().rank();
+  auto tensor_group = world().split(r / tp, r);
+  auto data_group = world().split(r % tp, r);
+  const auto examples = data::make_synthetic(data::SyntheticTask::reverse, 10, 3, 9, 20, 5);
+  std::vector<std::int64_t> all(10);
+  for (std::int64_t i = 0; i < 10; ++i) all[static_cast<std::size_t>(i)] = i;
+  const std::int64_t tokens = data::make_batch(examples, all).tgt_tokens;
+
+  // The reference: one process, the whole batch.
+  const models::Transformer single(tiny_config(), 3);
+  const Grads ref = loss_and_grads(single, examples, all, tokens);
+
+  // This rank: its heads and d_ff units, its share of the rows.
+  const models::Transformer model(tiny_config(), 3, tensor_group.get());
+  const std::vector<std::int64_t> rows = dist::even_split(10, dp);
+  std::int64_t start = 0;
+  for (int k = 0; k < data_group->rank(); ++k) start += rows[static_cast<std::size_t>(k)];
+  const std::vector<std::int64_t> mine(all.begin() + start,
+                                       all.begin() + start + rows[static_cast<std::size_t>(data_group->rank())]);
+  dist::GradientReducer reducer(model.parameters(), *data_group, 4096);  // several buckets
+  reducer.arm();
+  Grads got = loss_and_grads(model, examples, mine, tokens);
+  reducer.finish();
+  Tensor loss = Tensor::full({1}, got.loss, DType::f64);
+  data_group->all_reduce(loss, dist::ReduceOp::sum);
+  EXPECT_NEAR(loss.to_doubles()[0], ref.loss, 1e-10 * std::abs(ref.loss));
+
+  // Relative to each tensor's largest entry; gradients that are zero in exact arithmetic (the
+  // key projection's bias: softmax ignores a constant added to every score) against the model's.
+  double model_scale = 0;
+  for (const ag::Var& p : single.parameters())
+    for (double g : p.grad().to_doubles()) model_scale = std::max(model_scale, std::abs(g));
+  const auto& params = model.parameters();
+  for (std::size_t i = 0; i < params.size(); ++i) {
+    const ag::Var& p = params[i];
+    const Tensor expect =
+        dist::take_block(single.parameter(p.name()).grad(), model.shard_dim(i), tensor_group->rank(), tp);
+    ASSERT_TRUE(p.grad().defined()) << p.name();
+    ASSERT_EQ(p.grad().shape(), expect.shape()) << p.name();
+    const std::vector<double> a = p.grad().to_doubles(), e = expect.to_doubles();
+    double scale = 0, err = 0;
+    for (std::size_t k = 0; k < a.size(); ++k) {
+      scale = std::max(scale, std::abs(e[k]));
+      err = std::max(err, std::abs(a[k] - e[k]));
+    }
+    EXPECT_LE(err, 1e-10 * std::max(scale, 1e-6 * model_scale)) << p.name() << " on rank " << r << " (tp " << tp << ")";
+  }
+}
+
+TEST(TensorDataParallel, DataParallelFourEqualsOneProcess) { expect_parallel_equals_single(1); }
+TEST(TensorDataParallel, TensorParallelTwoTimesDataTwoEqualsOneProcess) { expect_parallel_equals_single(2); }
+TEST(TensorDataParallel, TensorParallelFourEqualsOneProcess) { expect_parallel_equals_single(4); }
+
+TEST(TensorDataParallel, HeadsMustDivideOverTensorParallelRanks) {
+  models::TransformerConfig c = tiny_config();
+  c.heads = 2;
+  try {
+    models::Transformer m(c, 1, &world());
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_STREQ(e.what(), "model: heads 2 do not divide over 4 tensor-parallel ranks (parallel.tensor)");
+  }
+}
+
+}  // namespace
+}  // namespace tessera
+
+int main(int argc, char** argv) {
+  ::testing::InitGoogleTest(&argc, argv);
+  tessera::dist::ensure_mpi_initialized();
+  // Only rank 0 reports; the others' failures still fail the job through the exit status.
+  if (tessera::world().rank() != 0) {
+    auto& listeners = ::testing::UnitTest::GetInstance()->listeners();
+    delete listeners.Release(listeners.default_result_printer());
+  }
+  int failed = RUN_ALL_TESTS();
+  MPI_Allreduce(MPI_IN_PLACE, &failed, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+  return failed;
+}
