@@ -1,0 +1,78 @@
+#!/bin/sh
+# `tessera train` under mpirun on 4 processes (oversubscribed on small machines):
+#  - tp=2, dp=2 and tp=2 x dp=2 give the single process's losses at each of 20 steps (float32, 1e-5);
+#  - a checkpoint written at tp=2 x dp=2 resumes at tp=1 x dp=1 and at tp=2 x dp=1 (and one from
+#    tp=1 at tp=2 x dp=2), continuing with the same losses;
+#  - tensor x data that is not the process count stops every rank, the error printed once;
+#  - killing one rank of four ends the whole job within 60 s with a non-zero status.
+# Usage: distributed_training.sh TESSERA CONFIG WORKDIR
+set -eu
+tessera=$1 config=$2 work=$3
+rm -rf "$work" && mkdir -p "$work"
+fail() { echo "FAIL: $*"; exit 1; }
+export OMP_NUM_THREADS=1 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+mpi() { np=$1 && shift; mpirun -np "$np" --oversubscribe "$@"; }
+common="--config $config --set model.dropout=0 --set train.log_every=1 --set train.valid_every=0 --set data.synthetic_train_size=2000 --set data.synthetic_valid_size=50 --set checkpoint.keep_best=false"
+losses() { sed -n 's/^{"step": \([0-9]*\), "epoch": [0-9]*, "loss": \([^,]*\),.*/\1 \2/p' "$1" | awk '{l[$1]=$2} END {for (s in l) print s, l[s]}' | sort -k1,1; }
+# same_losses A B FIRST: every step >= FIRST present in both, |a - b| <= 1e-5 |a|
+same_losses() {
+  losses "$1" > "$work/a.txt" && losses "$2" > "$work/b.txt"
+  join "$work/a.txt" "$work/b.txt" | awk -v first="$3" -v name="$2" '
+    $1 >= first { n++; d = $2 - $3; if (d < 0) d = -d; m = $2 < 0 ? -$2 : $2; if (d > 1e-5 * m) { bad++; print "step " $1 ": " $2 " vs " $3 } }
+    END { if (n == 0 || bad > 0) { print "FAIL: " name ": " bad + 0 " of " n + 0 " steps differ"; exit 1 } print name ": " n " steps equal" }'
+}
+
+"$tessera" train $common --set train.max_steps=20 --set checkpoint.every=10 --set output.dir="$work/single" > "$work/single.log"
+for layout in "2 1" "1 2" "2 2"; do
+  set -- $layout
+  tp=$1 dp=$2
+  dir="$work/tp${tp}_dp${dp}"
+  mpi $((tp * dp)) "$tessera" train $common --set train.max_steps=20 --set checkpoint.every=10 \
+    --set parallel.tensor=$tp --set parallel.data=$dp --set output.dir="$dir" > "$dir.log" 2>&1 || { cat "$dir.log"; fail "tp=$tp dp=$dp"; }
+  [ "$(losses "$dir/metrics.jsonl" | wc -l)" -eq 20 ] || fail "tp=$tp dp=$dp: not 20 steps logged"
+  same_losses "$work/single/metrics.jsonl" "$dir/metrics.jsonl" 1
+done
+# The checkpoint holds full tensors whatever the layout.
+h5ls -r "$work/tp2_dp2/checkpoint_00000010.h5" | grep -q '^/model/encoder\.layers\.0\.fc1\.weight  *Dataset {256, 64}$' \
+  || fail "tp=2 checkpoint does not hold the full fc1 weight"
+
+# Cross-layout resume from step 10 to 20.
+resume() {  # resume NAME FROM_CHECKPOINT TP DP
+  dir="$work/resume_$1"
+  mkdir -p "$dir"
+  mpi $(($3 * $4)) "$tessera" train $common --set train.max_steps=20 --set checkpoint.every=10 \
+    --set parallel.tensor=$3 --set parallel.data=$4 --set output.dir="$dir" --resume "$2" > "$dir.log" 2>&1 \
+    || { cat "$dir.log"; fail "resume $1"; }
+  grep -q "resumed from .* at step 10 " "$dir.log" || fail "resume $1 did not start at step 10"
+  same_losses "$work/single/metrics.jsonl" "$dir/metrics.jsonl" 11
+}
+resume tp2dp2_to_single "$work/tp2_dp2/checkpoint_00000010.h5" 1 1
+resume tp2dp2_to_tp2 "$work/tp2_dp2/checkpoint_00000010.h5" 2 1
+resume single_to_tp2dp2 "$work/single/checkpoint_00000010.h5" 2 2
+
+# A layout that does not fit the process count: every rank stops, one message.
+status=0
+mpi 4 "$tessera" train $common --set parallel.tensor=3 --set output.dir="$work/bad" > "$work/bad.log" 2>&1 || status=$?
+[ $status -ne 0 ] || fail "a bad layout did not fail"
+[ "$(grep -c 'parallel.tensor (3) x parallel.data (1) = 3 processes, but this run has 4' "$work/bad.log")" -eq 1 ] \
+  || { cat "$work/bad.log"; fail "the layout error was not printed exactly once"; }
+
+# Kill one rank of four mid-run: the job ends, non-zero, within 60 s.
+mpi 4 "$tessera" train $common --set train.max_steps=1000000 --set parallel.data=4 --set output.dir="$work/killed" \
+  > "$work/killed.log" 2>&1 &
+job=$!
+i=0
+until grep -q '^step 3 ' "$work/killed.log"; do
+  i=$((i + 1)); [ $i -lt 600 ] || { kill -9 $job; fail "no progress"; }; sleep 0.1
+done
+victim=$(pgrep -f "output.dir=$work/killed" | grep -v "^$job\$" | tail -n 1)
+[ -n "$victim" ] || fail "no rank process found"
+kill -9 "$victim"
+start=$(date +%s)
+status=0
+wait $job || status=$?
+took=$(( $(date +%s) - start ))
+[ $status -ne 0 ] || fail "the job exited 0 after a rank was killed"
+[ $took -le 60 ] || fail "the job took $took s to end after a rank was killed"
+echo "killed rank $victim: the job ended with status $status after $took s"
+echo PASS
