@@ -1,0 +1,175 @@
+#include "dist/nccl_communicator.h"
+
+#include <cuda_runtime.h>
+
+namespace tessera::dist {
+namespace {
+
+void check_nccl(ncclResult_t rc, const char* what) {
+  if (rc != ncclSuccess) fail("{}: NCCL error: {}", what, ncclGetErrorString(rc));
+}
+
+void check_cuda(cudaError_t rc, const char* what) {
+  if (rc != cudaSuccess) fail("{}: CUDA error: {}", what, cudaGetErrorString(rc));
+}
+
+ncclDataType_t nccl_type(DType t, const char* op) {
+  switch (t) {
+    case DType::f32:
+      return ncclFloat32;
+    case DType::f64:
+      return ncclFloat64;
+    case DType::bf16:
+      return ncclBfloat16;
+    case DType::i32:
+      return ncclInt32;
+  }
+  fail("{}: unsupported dtype {}", op, dtype_name(t));
+}
+
+void check_gpu(const Tensor& t, const char* op) {
+  TESSERA_CHECK(t.defined() && t.device() == Device::cuda, "{}: the NCCL backend takes CUDA tensors, got {}", op,
+                t.defined() ? t.describe() : std::string("an undefined tensor"));
+}
+
+ncclRedOp_t nccl_op(ReduceOp op) { return op == ReduceOp::average ? ncclAvg : ncclSum; }
+
+class NcclRequest final : public Request {
+ public:
+  NcclRequest(cudaStream_t stream, Tensor t) : tensor_(std::move(t)) {
+    check_cuda(cudaEventCreateWithFlags(&event_, cudaEventDisableTiming), "all_reduce_async");
+    check_cuda(cudaEventRecord(event_, stream), "all_reduce_async");
+  }
+  ~NcclRequest() override {
+    cudaEventSynchronize(event_);
+    cudaEventDestroy(event_);
+  }
+  void wait() override { check_cuda(cudaEventSynchronize(event_), "all_reduce_async"); }
+  bool test() override { return cudaEventQuery(event_) == cudaSuccess; }
+
+ private:
+  cudaEvent_t event_{};
+  Tensor tensor_;  // keeps the buffer alive while NCCL uses it
+};
+
+}  // namespace
+
+NcclCommunicator::NcclCommunicator(MpiCommunicator& bootstrap)
+    : bootstrap_(&bootstrap), rank_(bootstrap.rank()), size_(bootstrap.size()) {
+  ncclUniqueId id{};
+  if (rank_ == 0) check_nccl(ncclGetUniqueId(&id), "ncclGetUniqueId");
+  if (MPI_Bcast(&id, sizeof(id), MPI_BYTE, 0, bootstrap.comm()) != MPI_SUCCESS) fail("NCCL bootstrap: MPI_Bcast failed");
+  check_nccl(ncclCommInitRank(&comm_, size_, id, rank_), "ncclCommInitRank");
+  cudaStream_t s;
+  check_cuda(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "cudaStreamCreate");
+  stream_ = s;
+}
+
+NcclCommunicator::NcclCommunicator(ncclComm_t comm, std::unique_ptr<MpiCommunicator> sizes)
+    : comm_(comm), mpi_(std::move(sizes)), bootstrap_(mpi_.get()), rank_(mpi_->rank()), size_(mpi_->size()) {
+  cudaStream_t s;
+  check_cuda(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "cudaStreamCreate");
+  stream_ = s;
+}
+
+NcclCommunicator::~NcclCommunicator() {
+  if (stream_ != nullptr) cudaStreamDestroy(static_cast<cudaStream_t>(stream_));
+  if (comm_ != nullptr) ncclCommDestroy(comm_);
+}
+
+void NcclCommunicator::synchronize() {
+  check_cuda(cudaStreamSynchronize(static_cast<cudaStream_t>(stream_)), "NCCL collective");
+}
+
+void NcclCommunicator::all_reduce(Tensor& t, ReduceOp op) {
+  all_reduce_async(t, op);
+  synchronize();
+}
+
+std::unique_ptr<Request> NcclCommunicator::all_reduce_async(Tensor& t, ReduceOp op) {
+  check_gpu(t, "all_reduce");
+  auto stream = static_cast<cudaStream_t>(stream_);
+  check_nccl(ncclAllReduce(t.raw_data(), t.raw_data(), static_cast<std::size_t>(t.numel()),
+                           nccl_type(t.dtype(), "all_reduce"), nccl_op(op), comm_, stream),
+             "all_reduce");
+  return std::make_unique<NcclRequest>(stream, t);
+}
+
+Tensor NcclCommunicator::all_gather(const Tensor& t) {
+  check_gpu(t, "all_gather");
+  TESSERA_CHECK(t.dim() >= 1, "all_gather: needs a tensor with a first dimension, got a scalar");
+  // Row counts over MPI (they may differ), then one broadcast per rank inside a group.
+  std::vector<std::int64_t> rows(static_cast<std::size_t>(size_));
+  std::int64_t mine = t.size(0);
+  if (MPI_Allgather(&mine, 1, MPI_INT64_T, rows.data(), 1, MPI_INT64_T, bootstrap_->comm()) != MPI_SUCCESS)
+    fail("all_gather: exchanging row counts failed");
+  const std::int64_t row_elems = t.size(0) > 0 ? t.numel() / t.size(0) : 0;
+  std::int64_t total = 0;
+  for (auto r : rows) total += r;
+  Shape shape = t.shape();
+  shape[0] = total;
+  Tensor out = Tensor::empty(shape, t.dtype(), Device::cuda);
+  const std::size_t elem = dtype_size(t.dtype());
+  auto stream = static_cast<cudaStream_t>(stream_);
+  check_nccl(ncclGroupStart(), "all_gather");
+  std::int64_t offset = 0;
+  for (int r = 0; r < size_; ++r) {
+    const auto n = static_cast<std::size_t>(rows[static_cast<std::size_t>(r)] * row_elems);
+    void* dst = static_cast<char*>(out.raw_data()) + static_cast<std::size_t>(offset * row_elems) * elem;
+    check_nccl(ncclBroadcast(t.raw_data(), dst, n, nccl_type(t.dtype(), "all_gather"), r, comm_, stream),
+               "all_gather");
+    offset += rows[static_cast<std::size_t>(r)];
+  }
+  check_nccl(ncclGroupEnd(), "all_gather");
+  synchronize();
+  return out;
+}
+
+Tensor NcclCommunicator::reduce_scatter(const Tensor& t, const std::vector<std::int64_t>& rows, ReduceOp op) {
+  check_gpu(t, "reduce_scatter");
+  TESSERA_CHECK(static_cast<int>(rows.size()) == size_, "reduce_scatter: {} row counts for {} ranks", rows.size(),
+                size_);
+  const std::int64_t row_elems = t.size(0) > 0 ? t.numel() / t.size(0) : 0;
+  Shape shape = t.shape();
+  shape[0] = rows[static_cast<std::size_t>(rank_)];
+  Tensor out = Tensor::empty(shape, t.dtype(), Device::cuda);
+  const std::size_t elem = dtype_size(t.dtype());
+  auto stream = static_cast<cudaStream_t>(stream_);
+  // One reduce per rank to that rank (uneven shares), inside one group.
+  check_nccl(ncclGroupStart(), "reduce_scatter");
+  std::int64_t offset = 0;
+  for (int r = 0; r < size_; ++r) {
+    const auto n = static_cast<std::size_t>(rows[static_cast<std::size_t>(r)] * row_elems);
+    const void* src = static_cast<const char*>(t.raw_data()) + static_cast<std::size_t>(offset * row_elems) * elem;
+    check_nccl(ncclReduce(src, out.raw_data(), n, nccl_type(t.dtype(), "reduce_scatter"), nccl_op(op), r, comm_,
+                          stream),
+               "reduce_scatter");
+    offset += rows[static_cast<std::size_t>(r)];
+  }
+  check_nccl(ncclGroupEnd(), "reduce_scatter");
+  synchronize();
+  return out;
+}
+
+void NcclCommunicator::broadcast(Tensor& t, int root) {
+  check_gpu(t, "broadcast");
+  check_nccl(ncclBroadcast(t.raw_data(), t.raw_data(), t.nbytes(), ncclUint8, root, comm_,
+                           static_cast<cudaStream_t>(stream_)),
+             "broadcast");
+  synchronize();
+}
+
+void NcclCommunicator::barrier() {
+  synchronize();
+  bootstrap_->barrier();
+}
+
+std::unique_ptr<Communicator> NcclCommunicator::split(int color, int key) {
+  ncclComm_t sub = nullptr;
+  check_nccl(ncclCommSplit(comm_, color, key, &sub, nullptr), "ncclCommSplit");
+  auto sizes = bootstrap_->split(color, key);
+  std::unique_ptr<MpiCommunicator> mpi(static_cast<MpiCommunicator*>(sizes.release()));
+  return std::unique_ptr<Communicator>(new NcclCommunicator(sub, std::move(mpi)));
+}
+
+}  // namespace tessera::dist
