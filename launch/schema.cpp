@@ -62,7 +62,11 @@ const io::Schema& tessera_schema() {
         .integer("parallel.data", 1, 1, 1000000,
                  "data-parallel replicas; parallel.tensor x parallel.data must equal the number of processes")
         .real("parallel.bucket_mb", 25.0, 0.001, 65536.0,
-              "MiB of gradients per all-reduce bucket (started as soon as backward finishes the bucket)");
+              "MiB of gradients per all-reduce bucket (started as soon as backward finishes the bucket)")
+        .boolean("parallel.overlap", true,
+                 "start each bucket's all-reduce during backward (false: all after backward, to measure overlap)")
+        .boolean("parallel.measure_comm", false,
+                 "a barrier after backward, so the logged all-reduce wait excludes load imbalance (benchmarks)");
     // ---- checkpoints
     s.integer("checkpoint.every", 1000, 0, 100000000,
               "steps between checkpoints (0: only at the end, on a signal and at a new best)")

@@ -182,12 +182,15 @@ class Run {
     const double max_seconds = 60.0 * cfg_.real("train.max_minutes");
     const double smoothing = cfg_.real("train.label_smoothing"), clip = cfg_.real("train.clip_norm");
     const std::int64_t checkpoint_every = cfg_.integer("checkpoint.every");
+    const bool overlap = cfg_.boolean("parallel.overlap");
+    const bool measure_comm = cfg_.boolean("parallel.measure_comm");
     start_ = Clock::now();
     auto window_start = start_;
     LossSums window;
     std::int64_t window_padded = 0, window_slots = 0;
     TrainResult result;
     const std::int64_t first_step = step_;
+    std::int64_t window_step = step_;
     std::int64_t& step = step_;
     bool out_of_data = false;
     while (step < max_steps && !out_of_data) {
@@ -214,7 +217,7 @@ class Run {
         window_padded += b.padded_slots - b.src_tokens - b.tgt_tokens;
         window_slots += b.padded_slots;
         // The last backward of the update starts the data-parallel gradient buckets as they finish.
-        if (reducer_ && i + 1 == batches.size()) reducer_->arm();
+        if (reducer_ && overlap && i + 1 == batches.size()) reducer_->arm();
         const data::Batch mine = data_parallel_share(b);
         if (mine.indices.empty()) continue;  // more replicas than sentences: zeros from this one
         const LossSums s = run_batch(model_, mine, smoothing, drop, 1.0 / static_cast<double>(tokens));
@@ -222,6 +225,11 @@ class Run {
         sums.data<double>()[1] += s.nll;
       }
       if (reducer_) {
+        if (measure_comm) {  // a barrier first, so the wait below is communication, not load imbalance
+          const auto b0 = Clock::now();
+          grid_.data->barrier();
+          skew_wait_ += std::chrono::duration<double>(Clock::now() - b0).count();
+        }
         comm_wait_ += reducer_->finish();
         grid_.data->all_reduce(sums, dist::ReduceOp::sum);
       }
@@ -251,17 +259,27 @@ class Run {
         const double tps = static_cast<double>(window.tokens) / wsecs;
         const double pad =
             static_cast<double>(window_padded) / static_cast<double>(std::max<std::int64_t>(window_slots, 1));
+        // Data parallelism: time per step spent waiting for gradient all-reduces after backward.
+        const auto window_steps = static_cast<double>(std::max<std::int64_t>(step - window_step, 1));
+        const double wait_ms = 1000 * comm_wait_ / window_steps, skew_ms = 1000 * skew_wait_ / window_steps;
         fmt::print(
             "step {} | epoch {} | loss {:.4f} | ppl {:.2f} | lr {:.3e} | gnorm {:.3f} | {:.0f} tok/s | pad {:.1f}% | "
-            "elapsed {} | eta {}\n",
-            step, batcher_.epoch() + 1, loss, ppl, lr, gnorm, tps, 100 * pad, format_duration(elapsed),
-            format_duration(eta));
+            "{}elapsed {} | eta {}\n",
+            step, batcher_.epoch() + 1, loss, ppl, lr, gnorm, tps, 100 * pad,
+            reducer_ ? fmt::format("allreduce wait {:.1f} ms/step{} | ", wait_ms,
+                                   measure_comm ? fmt::format(" (+ {:.1f} imbalance)", skew_ms) : std::string())
+                     : std::string(),
+            format_duration(elapsed), format_duration(eta));
         std::fflush(stdout);
         metric(fmt::format(
             "{{\"step\": {}, \"epoch\": {}, \"loss\": {}, \"ppl\": {}, \"lr\": {}, \"grad_norm\": {}, "
-            "\"tokens_per_s\": {}, \"padding\": {}, \"elapsed_s\": {}, \"eta_s\": {}}}\n",
+            "\"tokens_per_s\": {}, \"padding\": {}, \"allreduce_wait_ms\": {}, \"imbalance_wait_ms\": {}, "
+            "\"elapsed_s\": {}, \"eta_s\": {}}}\n",
             step, batcher_.epoch() + 1, json_number(loss), json_number(ppl), json_number(lr), json_number(gnorm),
-            json_number(tps), json_number(pad), json_number(elapsed), json_number(eta)));
+            json_number(tps), json_number(pad), json_number(wait_ms), json_number(skew_ms), json_number(elapsed),
+            json_number(eta)));
+        comm_wait_ = skew_wait_ = 0;
+        window_step = step;
         window = {};
         window_padded = window_slots = 0;
         window_start = Clock::now();
@@ -523,6 +541,7 @@ class Run {
   data::Batcher batcher_;
   std::unique_ptr<dist::GradientReducer> reducer_;  // data parallelism only
   double comm_wait_ = 0;                            // seconds waited for gradient all-reduces
+  double skew_wait_ = 0;                            // seconds waited for slower replicas (measure_comm)
   std::ofstream metrics_;
   Clock::time_point start_;
   std::int64_t step_ = 0, last_saved_step_ = -1;

@@ -1,0 +1,127 @@
+#!/usr/bin/env python3
+"""Scaling experiment: `tessera train` over process counts and tensor x data layouts.
+
+For each layout it runs a short training under mpirun, reads the run's metrics.jsonl and records
+throughput (target tokens/s, averaged over the log lines after the first), the speed-up and
+scaling efficiency against one process, and for data-parallel layouts the all-reduce time per step
+waited after backward, with and without overlap (parallel.overlap), from which the share of
+all-reduce time hidden behind backward follows (a barrier after backward, parallel.measure_comm,
+keeps load imbalance between replicas out of that wait). Writes CSV and an SVG plot (no plotting library
+needed).
+
+  launch/scaling_sweep.py --tessera build/tessera --config configs/reverse.yaml \\
+      --layouts 1x1 1x2 2x1 2x2 --steps 60 --threads 1 --out sweep
+  # across machines: --mpirun-args "--hostfile hosts --map-by ppr:8:node"
+"""
+import argparse
+import csv
+import json
+import os
+import shlex
+import subprocess
+import sys
+
+
+def run(args, tp, dp, overlap, out_dir, measure=False):
+    run_dir = os.path.join(out_dir, f"tp{tp}_dp{dp}_{'overlap' if overlap else 'serial'}{'_measured' if measure else ''}")
+    cmd = [args.tessera, "train", "--config", args.config,
+           "--set", f"output.dir={run_dir}", "--set", f"train.max_steps={args.steps}",
+           "--set", f"train.log_every={args.log_every}", "--set", "train.valid_every=0",
+           "--set", "checkpoint.keep_best=false", "--set", "checkpoint.every=0",
+           "--set", f"parallel.tensor={tp}", "--set", f"parallel.data={dp}",
+           "--set", f"parallel.overlap={'true' if overlap else 'false'}",
+           "--set", f"parallel.measure_comm={'true' if measure else 'false'}"] + args.set
+    np = tp * dp
+    if np > 1 or args.always_mpirun:
+        cmd = [args.mpirun, "-np", str(np)] + shlex.split(args.mpirun_args) + cmd
+    env = dict(os.environ, OMP_NUM_THREADS=str(args.threads))
+    if os.path.exists(run_dir):
+        subprocess.run(["rm", "-rf", run_dir], check=True)
+    print("$ " + " ".join(shlex.quote(c) for c in cmd), flush=True)
+    subprocess.run(cmd, env=env, check=True, stdout=subprocess.DEVNULL)
+    rows = [json.loads(line) for line in open(os.path.join(run_dir, "metrics.jsonl")) if '"tokens_per_s"' in line]
+    steady = rows[1:] or rows  # the first window includes start-up
+    tps = sum(r["tokens_per_s"] for r in steady) / len(steady)
+    waits = [r["allreduce_wait_ms"] for r in steady if r.get("allreduce_wait_ms") is not None]
+    return tps, (sum(waits) / len(waits) if waits else None)
+
+
+def svg_plot(results, path):
+    """Throughput (bars) and efficiency (line) per layout, as a standalone SVG."""
+    w, h, left, bottom, top = 640, 360, 60, 50, 30
+    n = len(results)
+    peak = max(r["tokens_per_s"] for r in results) * 1.15
+    slot = (w - left - 60) / max(n, 1)
+    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{w}" height="{h}" font-family="sans-serif" font-size="12">',
+             f'<text x="{w / 2}" y="18" text-anchor="middle" font-size="14">Tessera scaling: tokens/s (bars), efficiency (line)</text>',
+             f'<line x1="{left}" y1="{h - bottom}" x2="{w - 60}" y2="{h - bottom}" stroke="black"/>',
+             f'<line x1="{left}" y1="{top}" x2="{left}" y2="{h - bottom}" stroke="black"/>',
+             f'<text x="{left - 8}" y="{top + 4}" text-anchor="end">{peak:.0f}</text>',
+             f'<text x="{left - 8}" y="{h - bottom}" text-anchor="end">0</text>',
+             f'<text x="{w - 55}" y="{top + 4}">100%</text>']
+    points = []
+    for i, r in enumerate(results):
+        x = left + slot * i + slot * 0.2
+        bh = (h - bottom - top) * r["tokens_per_s"] / peak
+        parts.append(f'<rect x="{x:.1f}" y="{h - bottom - bh:.1f}" width="{slot * 0.6:.1f}" height="{bh:.1f}" fill="#4a7ab5"/>')
+        parts.append(f'<text x="{x + slot * 0.3:.1f}" y="{h - bottom + 16}" text-anchor="middle">{r["layout"]}</text>')
+        parts.append(f'<text x="{x + slot * 0.3:.1f}" y="{h - bottom - bh - 4:.1f}" text-anchor="middle">{r["tokens_per_s"]:.0f}</text>')
+        points.append((x + slot * 0.3, top + (h - bottom - top) * (1 - min(r["efficiency"], 1.0))))
+    parts.append('<polyline fill="none" stroke="#d0502a" stroke-width="2" points="' +
+                 " ".join(f"{x:.1f},{y:.1f}" for x, y in points) + '"/>')
+    for (x, y), r in zip(points, results):
+        parts.append(f'<circle cx="{x:.1f}" cy="{y:.1f}" r="3" fill="#d0502a"/>')
+        parts.append(f'<text x="{x + 6:.1f}" y="{y - 6:.1f}" fill="#d0502a">{100 * r["efficiency"]:.0f}%</text>')
+    parts.append(f'<text x="{w / 2}" y="{h - 12}" text-anchor="middle">layout (tensor x data)</text></svg>')
+    with open(path, "w") as f:
+        f.write("\n".join(parts) + "\n")
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--tessera", default="build/tessera")
+    p.add_argument("--config", default="configs/reverse.yaml")
+    p.add_argument("--layouts", nargs="+", default=["1x1", "1x2"], help="TPxDP, e.g. 1x1 1x2 2x2")
+    p.add_argument("--steps", type=int, default=60)
+    p.add_argument("--log-every", type=int, default=10)
+    p.add_argument("--threads", type=int, default=1, help="OpenMP threads per rank")
+    p.add_argument("--set", action="append", default=[], help="extra --set key=value for every run")
+    p.add_argument("--mpirun", default="mpirun")
+    p.add_argument("--mpirun-args", default="--oversubscribe")
+    p.add_argument("--always-mpirun", action="store_true", help="launch 1x1 through mpirun too")
+    p.add_argument("--out", default="sweep")
+    args = p.parse_args()
+    args.set = [x for kv in args.set for x in ("--set", kv)]
+    os.makedirs(args.out, exist_ok=True)
+
+    results = []
+    for layout in args.layouts:
+        tp, dp = (int(v) for v in layout.split("x"))
+        tps, _ = run(args, tp, dp, True, args.out)
+        row = {"layout": layout, "processes": tp * dp, "tensor": tp, "data": dp, "tokens_per_s": tps,
+               "allreduce_wait_ms": None, "allreduce_serial_ms": None, "hidden_share": None}
+        if dp > 1:  # the all-reduce wait with and without overlap, load imbalance kept out by a barrier
+            _, wait = run(args, tp, dp, True, args.out, measure=True)
+            _, serial = run(args, tp, dp, False, args.out, measure=True)
+            row["allreduce_wait_ms"], row["allreduce_serial_ms"] = wait, serial
+            if serial:
+                row["hidden_share"] = max(0.0, 1.0 - wait / serial)
+        results.append(row)
+    base = next((r["tokens_per_s"] for r in results if r["processes"] == 1), results[0]["tokens_per_s"])
+    for r in results:
+        r["speedup"] = r["tokens_per_s"] / base
+        r["efficiency"] = r["speedup"] / r["processes"]
+    with open(os.path.join(args.out, "scaling.csv"), "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=list(results[0].keys()))
+        writer.writeheader()
+        writer.writerows(results)
+    svg_plot(results, os.path.join(args.out, "scaling.svg"))
+    for r in results:
+        hidden = f"{100 * r['hidden_share']:.0f}%" if r["hidden_share"] is not None else "-"
+        print(f"{r['layout']:>5}  {r['tokens_per_s']:9.0f} tok/s  speed-up {r['speedup']:.2f}  "
+              f"efficiency {100 * r['efficiency']:5.1f}%  all-reduce hidden {hidden}")
+    print(f"wrote {args.out}/scaling.csv and {args.out}/scaling.svg")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
