@@ -19,6 +19,12 @@ int launcher_rank() {
   return 0;
 }
 
+int launcher_size() {
+  for (const char* v : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_SIZE"})
+    if (const char* s = std::getenv(v)) return std::atoi(s);
+  return 1;
+}
+
 ProcessGrid make_process_grid(const io::Config& cfg) {
   const auto tp = static_cast<int>(cfg.integer("parallel.tensor"));
   const auto dp = static_cast<int>(cfg.integer("parallel.data"));
@@ -30,6 +36,7 @@ ProcessGrid make_process_grid(const io::Config& cfg) {
     return g;
   }
   auto world = dist::MpiCommunicator::world();
+  dist::set_collective_timeout(cfg.real("parallel.timeout_s"));
   g.rank = world->rank();
   g.size = world->size();
   g.local_rank = world->local_rank();

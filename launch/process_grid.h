@@ -18,8 +18,10 @@ struct ProcessGrid {
 
 // True when this process was started by an MPI launcher (mpirun, srun with PMI/PMIx).
 bool launched_by_mpi();
-// The world rank from the launcher's environment, before MPI is initialized (0 when none).
+// The world rank and size from the launcher's environment, before MPI is initialized (0 and 1
+// when none).
 int launcher_rank();
+int launcher_size();
 
 // Uses MPI when launched by mpirun or when parallel.tensor x parallel.data > 1; otherwise a
 // single process without MPI. Throws (on every rank alike) when tensor x data is not the number

@@ -41,6 +41,8 @@ const io::Schema& tessera_schema() {
         .real("train.max_minutes", 0.0, 0.0, 1e7, "stop after this much wall time (0: no limit)")
         .real("train.lr_factor", 1.0, 0.0, 1000.0, "lr = factor * d_model^-0.5 * min(step^-0.5, step * warmup^-1.5)")
         .integer("train.warmup", 4000, 1, 100000000, "warmup steps of the learning-rate schedule")
+        .string("train.lr_schedule", "inverse_sqrt", {"inverse_sqrt", "linear"},
+                "after warmup: the paper's step^-0.5, or linear decay to 0 at train.max_steps")
         .real("train.adam_beta1", 0.9, 0.0, 0.999999, "Adam beta1")
         .real("train.adam_beta2", 0.98, 0.0, 0.999999, "Adam beta2")
         .real("train.adam_eps", 1e-9, 0.0, 1.0, "Adam epsilon")
@@ -65,6 +67,9 @@ const io::Schema& tessera_schema() {
               "MiB of gradients per all-reduce bucket (started as soon as backward finishes the bucket)")
         .boolean("parallel.overlap", true,
                  "start each bucket's all-reduce during backward (false: all after backward, to measure overlap)")
+        .real("parallel.timeout_s", 600.0, 0.0, 1e7,
+              "a rank waiting longer than this in one collective (a peer died or hangs) exits, ending the job "
+              "(0: wait forever)")
         .boolean("parallel.measure_comm", false,
                  "a barrier after backward, so the logged all-reduce wait excludes load imbalance (benchmarks)");
     // ---- checkpoints

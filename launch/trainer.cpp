@@ -7,9 +7,12 @@
 #include <chrono>
 #include <cmath>
 #include <csignal>
+#include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <regex>
+#include <thread>
 
 #include "data/vocab.h"
 #include "dist/gradient_reducer.h"
@@ -207,6 +210,7 @@ class Run {
       }
       if (batches.empty()) break;
       ++step;
+      maybe_inject_hang(step);
       std::int64_t tokens = 0;  // of the global batch: the loss is normalized by all of them
       for (const auto& b : batches) tokens += b.tgt_tokens;
       models::DropoutStream drop{.seed = seed_, .offset = static_cast<std::uint64_t>(step) << 32, .training = true};
@@ -237,8 +241,11 @@ class Run {
       window.smoothed += sums.data<double>()[0];
       window.nll += sums.data<double>()[1];
       const double gnorm = clip_gradients(clip);
-      lr_ = noam_learning_rate(cfg_.real("train.lr_factor"), cfg_.integer("model.d_model"),
-                               cfg_.integer("train.warmup"), step);
+      lr_ = cfg_.string("train.lr_schedule") == "linear"
+                ? linear_decay_learning_rate(cfg_.real("train.lr_factor"), cfg_.integer("model.d_model"),
+                                             cfg_.integer("train.warmup"), max_steps, step)
+                : noam_learning_rate(cfg_.real("train.lr_factor"), cfg_.integer("model.d_model"),
+                                     cfg_.integer("train.warmup"), step);
       adam_.step(lr_);
       const double lr = lr_;
 
@@ -271,13 +278,13 @@ class Run {
                      : std::string(),
             format_duration(elapsed), format_duration(eta));
         std::fflush(stdout);
-        metric(fmt::format(
-            "{{\"step\": {}, \"epoch\": {}, \"loss\": {}, \"ppl\": {}, \"lr\": {}, \"grad_norm\": {}, "
-            "\"tokens_per_s\": {}, \"padding\": {}, \"allreduce_wait_ms\": {}, \"imbalance_wait_ms\": {}, "
-            "\"elapsed_s\": {}, \"eta_s\": {}}}\n",
-            step, batcher_.epoch() + 1, json_number(loss), json_number(ppl), json_number(lr), json_number(gnorm),
-            json_number(tps), json_number(pad), json_number(wait_ms), json_number(skew_ms), json_number(elapsed),
-            json_number(eta)));
+        metric(
+            fmt::format("{{\"step\": {}, \"epoch\": {}, \"loss\": {}, \"ppl\": {}, \"lr\": {}, \"grad_norm\": {}, "
+                        "\"tokens_per_s\": {}, \"padding\": {}, \"allreduce_wait_ms\": {}, \"imbalance_wait_ms\": {}, "
+                        "\"elapsed_s\": {}, \"eta_s\": {}}}\n",
+                        step, batcher_.epoch() + 1, json_number(loss), json_number(ppl), json_number(lr),
+                        json_number(gnorm), json_number(tps), json_number(pad), json_number(wait_ms),
+                        json_number(skew_ms), json_number(elapsed), json_number(eta)));
         comm_wait_ = skew_wait_ = 0;
         window_step = step;
         window = {};
@@ -317,6 +324,17 @@ class Run {
   }
 
  private:
+  // Fault injection for the failure tests: TESSERA_FAULT_HANG="RANK:STEP" makes that rank stop
+  // responding (sleep) at that step, as a stuck process would.
+  void maybe_inject_hang(std::int64_t step) const {
+    const char* spec = std::getenv("TESSERA_FAULT_HANG");
+    if (spec == nullptr) return;
+    int rank = -1;
+    long long at = -1;
+    if (std::sscanf(spec, "%d:%lld", &rank, &at) == 2 && rank == grid_.rank && at == step)
+      for (;;) std::this_thread::sleep_for(std::chrono::seconds(1));
+  }
+
   void metric(const std::string& line) {
     if (!grid_.root()) return;
     metrics_ << line;
@@ -558,6 +576,15 @@ double noam_learning_rate(double factor, std::int64_t d_model, std::int64_t warm
          std::min(1.0 / std::sqrt(s), s * std::pow(static_cast<double>(warmup), -1.5));
 }
 
+double linear_decay_learning_rate(double factor, std::int64_t d_model, std::int64_t warmup, std::int64_t max_steps,
+                                  std::int64_t step) {
+  const double peak = noam_learning_rate(factor, d_model, warmup, warmup);
+  if (step <= warmup) return noam_learning_rate(factor, d_model, warmup, step);
+  const double left =
+      static_cast<double>(max_steps - step) / static_cast<double>(std::max<std::int64_t>(max_steps - warmup, 1));
+  return peak * std::max(left, 0.0);
+}
+
 TrainResult run_training(const io::Config& cfg, const TrainOptions& options) {
   ProcessGrid grid = make_process_grid(cfg);
   // The model's own constraints (heads divide d_model and the tensor-parallel size, ...) fail
@@ -592,7 +619,9 @@ TrainResult run_training(const io::Config& cfg, const TrainOptions& options) {
   grid.world->barrier();
   if (!grid.root()) run = std::make_unique<Run>(cfg, grid);
   if (!resume_path.empty()) run->resume(resume_path);
-  return run->train();
+  TrainResult result = run->train();
+  grid.world->barrier();  // every rank returns once rank 0 has written the final files
+  return result;
 }
 
 }  // namespace tessera::launch

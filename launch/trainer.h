@@ -34,6 +34,10 @@ std::vector<std::pair<std::int64_t, std::filesystem::path>> step_checkpoints(con
 
 // lr = factor * d_model^-0.5 * min(step^-0.5, step * warmup^-1.5)
 double noam_learning_rate(double factor, std::int64_t d_model, std::int64_t warmup, std::int64_t step);
+// The same warmup, then a straight line from the peak to 0 at max_steps (short runs converge
+// to a minimum instead of still moving at the end).
+double linear_decay_learning_rate(double factor, std::int64_t d_model, std::int64_t warmup, std::int64_t max_steps,
+                                  std::int64_t step);
 
 // Trains; on SIGTERM / SIGINT finishes the step, writes a checkpoint and returns with stop_signal set.
 TrainResult run_training(const io::Config& cfg, const TrainOptions& options = {});

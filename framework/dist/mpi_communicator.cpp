@@ -1,7 +1,12 @@
 #include "dist/mpi_communicator.h"
 
+#include <atomic>
+#include <chrono>
+#include <cstdio>
 #include <cstdlib>
+#include <mutex>
 #include <numeric>
+#include <thread>
 
 namespace tessera::dist {
 namespace {
@@ -44,6 +49,48 @@ void scale_in_place(Tensor& t, double f) {
   });
 }
 
+// The watchdog: collectives note when they start; a thread checks once a second.
+std::atomic<double> g_timeout_s{0};
+std::atomic<std::int64_t> g_collective_start_ms{0};  // 0: not in a collective
+std::atomic<const char*> g_collective_name{""};
+
+std::int64_t now_ms() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+// Marks one blocking collective for the watchdog.
+class InCollective {
+ public:
+  explicit InCollective(const char* name) {
+    g_collective_name = name;
+    g_collective_start_ms = now_ms();
+  }
+  ~InCollective() { g_collective_start_ms = 0; }
+  InCollective(const InCollective&) = delete;
+  InCollective& operator=(const InCollective&) = delete;
+};
+
+void watchdog_loop() {
+  for (;;) {
+    std::this_thread::sleep_for(std::chrono::seconds(1));
+    const double timeout = g_timeout_s;
+    const std::int64_t start = g_collective_start_ms;
+    if (timeout <= 0 || start == 0) continue;
+    const double waited = static_cast<double>(now_ms() - start) / 1000.0;
+    if (waited > timeout) {
+      int rank = -1;
+      MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+      std::fprintf(stderr,
+                   "tessera: error on rank %d: %s has waited %.0f s (parallel.timeout_s = %.0f): another rank has "
+                   "died or hangs; exiting so the launcher ends the job\n",
+                   rank, g_collective_name.load(), waited, timeout);
+      std::fflush(stderr);
+      std::_Exit(1);
+    }
+  }
+}
+
 class MpiRequest final : public Request {
  public:
   MpiRequest(MPI_Request req, Tensor t, double scale) : req_(req), tensor_(std::move(t)), scale_(scale) {}
@@ -52,6 +99,7 @@ class MpiRequest final : public Request {
   }
   void wait() override {
     if (done_) return;
+    InCollective mark("all_reduce_async (wait)");
     check_mpi(MPI_Wait(&req_, MPI_STATUS_IGNORE), "all_reduce_async");
     finish();
   }
@@ -75,6 +123,12 @@ class MpiRequest final : public Request {
 };
 
 }  // namespace
+
+void set_collective_timeout(double seconds) {
+  static std::once_flag started;
+  g_timeout_s = seconds;
+  if (seconds > 0) std::call_once(started, [] { std::thread(watchdog_loop).detach(); });
+}
 
 bool mpi_initialized() {
   int init = 0;
@@ -116,6 +170,7 @@ MpiCommunicator::~MpiCommunicator() {
 
 void MpiCommunicator::all_reduce(Tensor& t, ReduceOp op) {
   check_cpu(t, "all_reduce");
+  InCollective mark("all_reduce");
   check_mpi(MPI_Allreduce(MPI_IN_PLACE, t.raw_data(), count_of(t, "all_reduce"), mpi_type(t.dtype(), "all_reduce"),
                           MPI_SUM, comm_),
             "all_reduce");
@@ -134,6 +189,7 @@ std::unique_ptr<Request> MpiCommunicator::all_reduce_async(Tensor& t, ReduceOp o
 Tensor MpiCommunicator::all_gather(const Tensor& t) {
   check_cpu(t, "all_gather");
   TESSERA_CHECK(t.dim() >= 1, "all_gather: needs a tensor with a first dimension, got a scalar");
+  InCollective mark("all_gather");
   Shape rest(t.shape().begin() + 1, t.shape().end());
   const std::int64_t row_elems = shape_numel(rest);
   // Every rank's row count first, so uneven shares work.
@@ -160,6 +216,7 @@ Tensor MpiCommunicator::all_gather(const Tensor& t) {
 Tensor MpiCommunicator::reduce_scatter(const Tensor& t, const std::vector<std::int64_t>& rows, ReduceOp op) {
   check_cpu(t, "reduce_scatter");
   TESSERA_CHECK(t.dim() >= 1, "reduce_scatter: needs a tensor with a first dimension, got a scalar");
+  InCollective mark("reduce_scatter");
   TESSERA_CHECK(static_cast<int>(rows.size()) == size_, "reduce_scatter: {} row counts for {} ranks", rows.size(),
                 size_);
   TESSERA_CHECK(std::accumulate(rows.begin(), rows.end(), std::int64_t{0}) == t.size(0),
@@ -181,12 +238,16 @@ Tensor MpiCommunicator::reduce_scatter(const Tensor& t, const std::vector<std::i
 void MpiCommunicator::broadcast(Tensor& t, int root) {
   check_cpu(t, "broadcast");
   TESSERA_CHECK(root >= 0 && root < size_, "broadcast: root {} is not a rank of this group of {}", root, size_);
+  InCollective mark("broadcast");
   // int32 tensors and bfloat16 bits travel as bytes: a broadcast needs no arithmetic.
   check_mpi(MPI_Bcast(t.raw_data(), static_cast<int>(t.numel() * dtype_size(t.dtype())), MPI_BYTE, root, comm_),
             "broadcast");
 }
 
-void MpiCommunicator::barrier() { check_mpi(MPI_Barrier(comm_), "barrier"); }
+void MpiCommunicator::barrier() {
+  InCollective mark("barrier");
+  check_mpi(MPI_Barrier(comm_), "barrier");
+}
 
 std::unique_ptr<Communicator> MpiCommunicator::split(int color, int key) {
   MPI_Comm sub;

@@ -13,6 +13,11 @@ namespace tessera::dist {
 void ensure_mpi_initialized();
 bool mpi_initialized();
 
+// A rank that waits longer than `seconds` inside one blocking collective (another rank died or
+// hangs) prints which collective, for how long, and exits with status 1, which makes the
+// launcher end the job. 0 turns the watchdog off (the default).
+void set_collective_timeout(double seconds);
+
 class MpiCommunicator final : public Communicator {
  public:
   // Wraps (and duplicates, so our traffic never mixes with anyone else's) an MPI communicator.

@@ -58,7 +58,8 @@ NcclCommunicator::NcclCommunicator(MpiCommunicator& bootstrap)
     : bootstrap_(&bootstrap), rank_(bootstrap.rank()), size_(bootstrap.size()) {
   ncclUniqueId id{};
   if (rank_ == 0) check_nccl(ncclGetUniqueId(&id), "ncclGetUniqueId");
-  if (MPI_Bcast(&id, sizeof(id), MPI_BYTE, 0, bootstrap.comm()) != MPI_SUCCESS) fail("NCCL bootstrap: MPI_Bcast failed");
+  if (MPI_Bcast(&id, sizeof(id), MPI_BYTE, 0, bootstrap.comm()) != MPI_SUCCESS)
+    fail("NCCL bootstrap: MPI_Bcast failed");
   check_nccl(ncclCommInitRank(&comm_, size_, id, rank_), "ncclCommInitRank");
   cudaStream_t s;
   check_cuda(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "cudaStreamCreate");
@@ -116,8 +117,7 @@ Tensor NcclCommunicator::all_gather(const Tensor& t) {
   for (int r = 0; r < size_; ++r) {
     const auto n = static_cast<std::size_t>(rows[static_cast<std::size_t>(r)] * row_elems);
     void* dst = static_cast<char*>(out.raw_data()) + static_cast<std::size_t>(offset * row_elems) * elem;
-    check_nccl(ncclBroadcast(t.raw_data(), dst, n, nccl_type(t.dtype(), "all_gather"), r, comm_, stream),
-               "all_gather");
+    check_nccl(ncclBroadcast(t.raw_data(), dst, n, nccl_type(t.dtype(), "all_gather"), r, comm_, stream), "all_gather");
     offset += rows[static_cast<std::size_t>(r)];
   }
   check_nccl(ncclGroupEnd(), "all_gather");
@@ -141,9 +141,9 @@ Tensor NcclCommunicator::reduce_scatter(const Tensor& t, const std::vector<std::
   for (int r = 0; r < size_; ++r) {
     const auto n = static_cast<std::size_t>(rows[static_cast<std::size_t>(r)] * row_elems);
     const void* src = static_cast<const char*>(t.raw_data()) + static_cast<std::size_t>(offset * row_elems) * elem;
-    check_nccl(ncclReduce(src, out.raw_data(), n, nccl_type(t.dtype(), "reduce_scatter"), nccl_op(op), r, comm_,
-                          stream),
-               "reduce_scatter");
+    check_nccl(
+        ncclReduce(src, out.raw_data(), n, nccl_type(t.dtype(), "reduce_scatter"), nccl_op(op), r, comm_, stream),
+        "reduce_scatter");
     offset += rows[static_cast<std::size_t>(r)];
   }
   check_nccl(ncclGroupEnd(), "reduce_scatter");
@@ -153,9 +153,9 @@ Tensor NcclCommunicator::reduce_scatter(const Tensor& t, const std::vector<std::
 
 void NcclCommunicator::broadcast(Tensor& t, int root) {
   check_gpu(t, "broadcast");
-  check_nccl(ncclBroadcast(t.raw_data(), t.raw_data(), t.nbytes(), ncclUint8, root, comm_,
-                           static_cast<cudaStream_t>(stream_)),
-             "broadcast");
+  check_nccl(
+      ncclBroadcast(t.raw_data(), t.raw_data(), t.nbytes(), ncclUint8, root, comm_, static_cast<cudaStream_t>(stream_)),
+      "broadcast");
   synchronize();
 }
 

@@ -33,9 +33,9 @@ class NcclCommunicator final : public Communicator {
   NcclCommunicator(ncclComm_t comm, std::unique_ptr<MpiCommunicator> sizes);
   void synchronize();
   ncclComm_t comm_ = nullptr;
-  void* stream_ = nullptr;                 // cudaStream_t
-  std::unique_ptr<MpiCommunicator> mpi_;   // the same ranks over MPI: exchanges uneven sizes
-  MpiCommunicator* bootstrap_ = nullptr;   // mpi_ or the constructor's argument
+  void* stream_ = nullptr;                // cudaStream_t
+  std::unique_ptr<MpiCommunicator> mpi_;  // the same ranks over MPI: exchanges uneven sizes
+  MpiCommunicator* bootstrap_ = nullptr;  // mpi_ or the constructor's argument
   int rank_ = 0, size_ = 1;
 };
 

@@ -75,4 +75,17 @@ took=$(( $(date +%s) - start ))
 [ $status -ne 0 ] || fail "the job exited 0 after a rank was killed"
 [ $took -le 60 ] || fail "the job took $took s to end after a rank was killed"
 echo "killed rank $victim: the job ended with status $status after $took s"
+
+# A rank that stops responding (injected: rank 2 sleeps at step 3): the others' collective
+# timeout ends the job, non-zero, within 60 s, naming the collective.
+start=$(date +%s)
+status=0
+TESSERA_FAULT_HANG=2:3 mpi 4 "$tessera" train $common --set train.max_steps=1000000 --set parallel.data=4 \
+  --set parallel.timeout_s=5 --set output.dir="$work/hung" > "$work/hung.log" 2>&1 || status=$?
+took=$(( $(date +%s) - start ))
+[ $status -ne 0 ] || fail "the job exited 0 with a hung rank"
+[ $took -le 60 ] || fail "the job took $took s to end with a hung rank"
+grep -q "has waited [0-9]* s (parallel.timeout_s = 5): another rank has died or hangs" "$work/hung.log" \
+  || { cat "$work/hung.log"; fail "no timeout message"; }
+echo "hung rank: the job ended with status $status after $took s"
 echo PASS

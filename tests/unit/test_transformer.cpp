@@ -124,5 +124,14 @@ TEST(NoamSchedule, WarmsUpLinearlyThenDecaysAsInverseSquareRoot) {
   EXPECT_LT(launch::noam_learning_rate(1.0, 512, 4000, 4001), launch::noam_learning_rate(1.0, 512, 4000, 4000));
 }
 
+TEST(LearningRate, LinearDecayAfterTheSameWarmup) {
+  const double peak = launch::noam_learning_rate(1.0, 64, 500, 500);
+  EXPECT_EQ(launch::linear_decay_learning_rate(1.0, 64, 500, 1500, 100), launch::noam_learning_rate(1.0, 64, 500, 100));
+  EXPECT_EQ(launch::linear_decay_learning_rate(1.0, 64, 500, 1500, 500), peak);
+  EXPECT_NEAR(launch::linear_decay_learning_rate(1.0, 64, 500, 1500, 1000), peak / 2, 1e-15);
+  EXPECT_EQ(launch::linear_decay_learning_rate(1.0, 64, 500, 1500, 1500), 0.0);
+  EXPECT_EQ(launch::linear_decay_learning_rate(1.0, 64, 500, 1500, 1600), 0.0);  // resumed past max_steps
+}
+
 }  // namespace
 }  // namespace tessera
