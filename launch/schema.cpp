@@ -67,7 +67,7 @@ const io::Schema& tessera_schema() {
               "MiB of gradients per all-reduce bucket (started as soon as backward finishes the bucket)")
         .boolean("parallel.overlap", true,
                  "start each bucket's all-reduce during backward (false: all after backward, to measure overlap)")
-        .real("parallel.timeout_s", 600.0, 0.0, 1e7,
+        .real("parallel.timeout_s", 300.0, 0.0, 1e7,
               "a rank waiting longer than this in one collective (a peer died or hangs) exits, ending the job "
               "(0: wait forever)")
         .boolean("parallel.measure_comm", false,
