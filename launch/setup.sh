@@ -13,6 +13,7 @@ packages=(
   libgtest-dev libbenchmark-dev
   libcli11-dev libfmt-dev
   zlib1g-dev                 # .gz corpora
+  procps                     # pgrep, used by the failure tests
 )
 
 missing=()
