@@ -151,7 +151,7 @@ class Run {
   // Continues from a full checkpoint: weights, Adam moments and step, data position, seeds,
   // elapsed time and best validation score, so the run goes on as if it had never stopped.
   void resume(const std::string& path) {
-    const io::Checkpoint c = io::load_checkpoint(path);
+    const io::Checkpoint c = read_checkpoint(path);
     if (!c.state || c.exp_avg.empty())
       fail(
           "cannot resume from '{}': it holds weights only, no optimizer or training state (it is a final model or "
@@ -159,11 +159,10 @@ class Run {
           path);
     warn_config_changes(c.config_yaml, path);
     std::vector<ag::Var> params = model_.parameters();
-    const std::vector<Tensor> weights = io::match_parameters(local_blocks(c.model), params, path, "/model");
-    for (std::size_t i = 0; i < params.size(); ++i) params[i].value().copy_from(weights[i]);
+    io::assign_weights(c, path, params);
     adam_.set_state(static_cast<long>(c.state->optimizer_step),
-                    io::match_parameters(local_blocks(c.exp_avg), params, path, "/optimizer/exp_avg"),
-                    io::match_parameters(local_blocks(c.exp_avg_sq), params, path, "/optimizer/exp_avg_sq"));
+                    io::match_parameters(c.exp_avg, params, path, "/optimizer/exp_avg"),
+                    io::match_parameters(c.exp_avg_sq, params, path, "/optimizer/exp_avg_sq"));
     const io::TrainingState& s = *c.state;
     seed_ = s.dropout_seed;
     batcher_seed_ = s.shuffle_seed;
@@ -317,8 +316,7 @@ class Run {
     if (last_saved_step_ != step) save_step_checkpoint();
     result.steps = step;
     result.checkpoint = (dir_ / "model.h5").string();
-    io::Checkpoint weights = snapshot(false);
-    if (grid_.root()) io::save_checkpoint(result.checkpoint, weights);
+    write_checkpoint(result.checkpoint, false);
     fmt::print("train: saved {} after {} steps ({})\n", result.checkpoint, step, format_duration(elapsed_seconds()));
     return result;
   }
@@ -368,22 +366,52 @@ class Run {
     }
   }
 
-  // This rank's blocks of a checkpoint's full tensors (names the model lacks are kept, so that
-  // match_parameters reports them).
-  io::TensorMap local_blocks(const io::TensorMap& full) const {
-    io::TensorMap out = full;
+  // How each parameter splits over the tensor-parallel group, by name.
+  std::map<std::string, dist::ShardDim> shard_map() const {
+    std::map<std::string, dist::ShardDim> out;
     const std::vector<ag::Var>& params = model_.parameters();
-    const int parts = grid_.tensor->size();
-    for (std::size_t i = 0; i < params.size(); ++i) {
-      auto it = out.find(params[i].name());
-      if (it == out.end() || model_.shard_dim(i) == dist::ShardDim::replicated) continue;
-      Shape expected = params[i].shape();
-      expected[static_cast<std::size_t>(params[i].shape().size() == 1 ? 0 : static_cast<int>(model_.shard_dim(i)))] *=
-          parts;
-      if (it->second.shape() == expected)
-        it->second = dist::take_block(it->second, model_.shard_dim(i), grid_.tensor->rank(), parts);
-    }
+    for (std::size_t i = 0; i < params.size(); ++i) out.emplace(params[i].name(), model_.shard_dim(i));
     return out;
+  }
+
+  dist::MpiCommunicator& tensor_group() const {
+    auto* mpi = dynamic_cast<dist::MpiCommunicator*>(grid_.tensor.get());
+    TESSERA_CHECK(mpi != nullptr, "tensor parallelism needs the MPI communicator");
+    return *mpi;
+  }
+
+  // A checkpoint as this rank needs it: whole tensors, or under tensor parallelism only this
+  // rank's blocks, each rank reading its own slices of the file.
+  io::Checkpoint read_checkpoint(const std::string& path) const {
+    if (grid_.tensor->size() == 1) return io::load_checkpoint(path);
+    io::ShardedCheckpoint s = io::load_checkpoint_sharded(path, shard_map(), tensor_group());
+    io::Checkpoint c;
+    c.step = s.step;
+    c.config_yaml = std::move(s.config_yaml);
+    c.model = std::move(s.model);
+    c.exp_avg = std::move(s.exp_avg);
+    c.exp_avg_sq = std::move(s.exp_avg_sq);
+    c.state = s.state;
+    return c;
+  }
+
+  // Writes the run to `path`: rank 0 alone, or under tensor parallelism every rank of replica 0's
+  // group its own blocks into the one file (nobody gathers the model). Collective.
+  void write_checkpoint(const std::string& path, bool with_state) const {
+    const io::Checkpoint c = snapshot(with_state);
+    if (grid_.tensor->size() == 1) {
+      if (grid_.root()) io::save_checkpoint(path, c);
+      return;
+    }
+    if (grid_.data->rank() != 0) return;
+    io::ShardedCheckpoint s{.step = c.step,
+                            .config_yaml = c.config_yaml,
+                            .model = c.model,
+                            .exp_avg = c.exp_avg,
+                            .exp_avg_sq = c.exp_avg_sq,
+                            .shards = shard_map(),
+                            .state = c.state};
+    io::save_checkpoint_sharded(path, s, tensor_group());
   }
 
   data::Batcher make_batcher() const {
@@ -401,16 +429,13 @@ class Run {
     io::Checkpoint c;
     c.step = step_;
     c.config_yaml = cfg_.to_yaml(false);
-    // Full logical tensors: tensor-parallel shards are gathered (on every rank of the group).
+    // This rank's tensors (its blocks under tensor parallelism); no copies.
     const std::vector<ag::Var>& params = adam_.params();
-    auto full = [&](const Tensor& t, std::size_t i) {
-      return dist::gather_blocks(t, model_.shard_dim(i), *grid_.tensor);
-    };
-    for (std::size_t i = 0; i < params.size(); ++i) c.model.emplace(params[i].name(), full(params[i].value(), i));
+    for (const ag::Var& p : params) c.model.emplace(p.name(), p.value());
     if (!with_state) return c;
     for (std::size_t i = 0; i < params.size(); ++i) {
-      c.exp_avg.emplace(params[i].name(), full(adam_.first_moments()[i], i));
-      c.exp_avg_sq.emplace(params[i].name(), full(adam_.second_moments()[i], i));
+      c.exp_avg.emplace(params[i].name(), adam_.first_moments()[i]);
+      c.exp_avg_sq.emplace(params[i].name(), adam_.second_moments()[i]);
     }
     c.state = io::TrainingState{.step = step_,
                                 .epoch = batcher_.epoch(),
@@ -433,10 +458,9 @@ class Run {
   std::string save_step_checkpoint() {
     const auto t0 = Clock::now();
     const std::string path = step_checkpoint_path(step_);
-    const io::Checkpoint c = snapshot(true);  // a collective under tensor parallelism
+    write_checkpoint(path, true);
     last_saved_step_ = step_;
     if (!grid_.root()) return path;
-    io::save_checkpoint(path, c);
     const std::int64_t keep = cfg_.integer("checkpoint.keep_last");
     std::vector<std::pair<std::int64_t, fs::path>> saved = step_checkpoints(dir_);
     std::string removed;
@@ -542,8 +566,7 @@ class Run {
         json_number(result.valid_accuracy), json_number(secs)));
     if (best && cfg_.boolean("checkpoint.keep_best")) {
       const std::string path = (dir_ / "checkpoint_best.h5").string();
-      const io::Checkpoint c = snapshot(true);  // a collective under tensor parallelism
-      if (grid_.root()) io::save_checkpoint(path, c);
+      write_checkpoint(path, true);
       fmt::print("checkpoint: saved {} (best so far)\n", path);
     }
   }

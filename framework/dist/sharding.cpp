@@ -2,8 +2,6 @@
 
 #include <cstring>
 
-#include "kernels/cpu/layout.h"
-
 namespace tessera::dist {
 
 Tensor take_block(const Tensor& t, ShardDim dim, int part, int parts) {
@@ -25,14 +23,6 @@ Tensor take_block(const Tensor& t, ShardDim dim, int part, int parts) {
                 static_cast<const char*>(t.raw_data()) + static_cast<std::size_t>(i * cols + part * n) * elem,
                 static_cast<std::size_t>(n) * elem);
   return out;
-}
-
-Tensor gather_blocks(const Tensor& block, ShardDim dim, Communicator& group) {
-  if (dim == ShardDim::replicated || group.size() == 1) return block;
-  if (block.dim() == 1 || dim == ShardDim::rows) return group.all_gather(block);
-  // Columns: gather the transposed blocks as rows, then transpose back.
-  const Tensor rows = group.all_gather(cpu::permute(block, {1, 0}));
-  return cpu::permute(rows, {1, 0});
 }
 
 }  // namespace tessera::dist

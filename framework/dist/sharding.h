@@ -13,7 +13,4 @@ enum class ShardDim { replicated = -1, rows = 0, columns = 1 };
 // 1-D tensors split along their only dimension.
 Tensor take_block(const Tensor& t, ShardDim dim, int part, int parts);
 
-// The full logical tensor from every rank's block (all ranks of `group` get it).
-Tensor gather_blocks(const Tensor& block, ShardDim dim, Communicator& group);
-
 }  // namespace tessera::dist

@@ -121,6 +121,27 @@ class Writer {
   std::string path_;
 };
 
+void write_header(Writer& w, hid_t file, std::int64_t step, const std::string& config_yaml) {
+  w.int_attr(file, "format_version", kCheckpointFormatVersion);
+  w.int_attr(file, "step", step);
+  w.string_attr(file, "config", config_yaml);
+  w.string_attr(file, "created_by", "tessera");
+}
+
+void write_state(Writer& w, hid_t file, const TrainingState& s) {
+  H5Handle g{w.group(file, "train"), H5Gclose};
+  w.int_attr(g.id(), "step", s.step);
+  w.int_attr(g.id(), "epoch", s.epoch);
+  w.int_attr(g.id(), "position", s.position);
+  w.int_attr(g.id(), "shuffle_seed", static_cast<std::int64_t>(s.shuffle_seed));
+  w.int_attr(g.id(), "dropout_seed", static_cast<std::int64_t>(s.dropout_seed));
+  w.int_attr(g.id(), "optimizer_step", s.optimizer_step);
+  w.real_attr(g.id(), "learning_rate", s.learning_rate);
+  w.real_attr(g.id(), "elapsed_seconds", s.elapsed_seconds);
+  w.real_attr(g.id(), "best_valid", s.best_valid);
+  w.int_attr(g.id(), "best_valid_step", s.best_valid_step);
+}
+
 void write_tensors(Writer& w, hid_t parent, const char* name, const std::string& group_path, const TensorMap& tensors) {
   H5Handle g{w.group(parent, name), H5Gclose};
   for (const auto& [key, value] : tensors) w.tensor(g.id(), group_path, key, value);
@@ -215,30 +236,14 @@ void build_image(const std::string& tmp, const Checkpoint& c, FileImage& image) 
           "/ (in-memory file)");
   H5Handle file{H5Fcreate(tmp.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl.id()), H5Fclose};
   w.check(file.valid(), "/ (in-memory file)");
-  w.int_attr(file.id(), "format_version", kCheckpointFormatVersion);
-  w.int_attr(file.id(), "step", c.step);
-  w.string_attr(file.id(), "config", c.config_yaml);
-  w.string_attr(file.id(), "created_by", "tessera");
+  write_header(w, file.id(), c.step, c.config_yaml);
   write_tensors(w, file.id(), "model", "/model", c.model);
   if (!c.exp_avg.empty() || !c.exp_avg_sq.empty()) {
     H5Handle opt{w.group(file.id(), "optimizer"), H5Gclose};
     write_tensors(w, opt.id(), "exp_avg", "/optimizer/exp_avg", c.exp_avg);
     write_tensors(w, opt.id(), "exp_avg_sq", "/optimizer/exp_avg_sq", c.exp_avg_sq);
   }
-  if (c.state) {
-    const TrainingState& s = *c.state;
-    H5Handle g{w.group(file.id(), "train"), H5Gclose};
-    w.int_attr(g.id(), "step", s.step);
-    w.int_attr(g.id(), "epoch", s.epoch);
-    w.int_attr(g.id(), "position", s.position);
-    w.int_attr(g.id(), "shuffle_seed", static_cast<std::int64_t>(s.shuffle_seed));
-    w.int_attr(g.id(), "dropout_seed", static_cast<std::int64_t>(s.dropout_seed));
-    w.int_attr(g.id(), "optimizer_step", s.optimizer_step);
-    w.real_attr(g.id(), "learning_rate", s.learning_rate);
-    w.real_attr(g.id(), "elapsed_seconds", s.elapsed_seconds);
-    w.real_attr(g.id(), "best_valid", s.best_valid);
-    w.int_attr(g.id(), "best_valid_step", s.best_valid_step);
-  }
+  if (c.state) write_state(w, file.id(), *c.state);
   w.check(H5Fflush(file.id(), H5F_SCOPE_GLOBAL) >= 0, "/ (flush)");
   w.check(file.close(), "/ (close)");
   w.check(image.closed && image.data != nullptr, "/ (the in-memory file was not handed over on close)");
@@ -372,6 +377,46 @@ class Reader {
   hid_t file_;
 };
 
+// Opens a checkpoint read-only; throws naming the file when it is missing or not readable HDF5.
+hid_t open_for_reading(const std::string& path) {
+  std::error_code ec;
+  if (!fs::exists(path, ec)) fail("checkpoint '{}' does not exist", path);
+  if (fs::is_directory(path, ec)) fail("checkpoint '{}' is a folder, not a file", path);
+  H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);
+  if (H5Fis_hdf5(path.c_str()) <= 0) {
+    H5Eclear2(H5E_DEFAULT);
+    fail("checkpoint '{}' is not an HDF5 file (empty, truncated or corrupted?)", path);
+  }
+  const hid_t file = H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
+  if (file < 0) fail("checkpoint '{}' cannot be opened (truncated or corrupted?){}", path, h5_error());
+  return file;
+}
+
+// Root attributes (format version checked) and, when present, the /train group.
+void read_header(const Reader& r, hid_t file, std::int64_t& step, std::string& config_yaml,
+                 std::optional<TrainingState>& state) {
+  const std::int64_t version = r.int_attr(file, "format_version");
+  r.check(version == kCheckpointFormatVersion,
+          fmt::format("format version {} is not the one this build reads ({})", version, kCheckpointFormatVersion));
+  step = r.int_attr(file, "step");
+  config_yaml = r.string_attr(file, "config");
+  if (!r.has(file, "train")) return;
+  H5Handle g{H5Gopen2(file, "train", H5P_DEFAULT), H5Gclose};
+  r.check(g.valid(), "cannot open group '/train'");
+  TrainingState s;
+  s.step = r.int_attr(g.id(), "step");
+  s.epoch = r.int_attr(g.id(), "epoch");
+  s.position = r.int_attr(g.id(), "position");
+  s.shuffle_seed = static_cast<std::uint64_t>(r.int_attr(g.id(), "shuffle_seed"));
+  s.dropout_seed = static_cast<std::uint64_t>(r.int_attr(g.id(), "dropout_seed"));
+  s.optimizer_step = r.int_attr(g.id(), "optimizer_step");
+  s.learning_rate = r.real_attr(g.id(), "learning_rate");
+  s.elapsed_seconds = r.real_attr(g.id(), "elapsed_seconds");
+  s.best_valid = r.real_attr(g.id(), "best_valid");
+  s.best_valid_step = r.int_attr(g.id(), "best_valid_step");
+  state = s;
+}
+
 }  // namespace
 
 void save_checkpoint(const std::string& path, const Checkpoint& ckpt) {
@@ -405,43 +450,14 @@ void save_checkpoint(const std::string& path, const Checkpoint& ckpt) {
 }
 
 Checkpoint load_checkpoint(const std::string& path, bool weights_only) {
-  std::error_code ec;
-  if (!fs::exists(path, ec)) fail("checkpoint '{}' does not exist", path);
-  if (fs::is_directory(path, ec)) fail("checkpoint '{}' is a folder, not a file", path);
-  H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);
-  if (H5Fis_hdf5(path.c_str()) <= 0) {
-    H5Eclear2(H5E_DEFAULT);
-    fail("checkpoint '{}' is not an HDF5 file (empty, truncated or corrupted?)", path);
-  }
-  H5Handle file{H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT), H5Fclose};
-  if (!file.valid()) fail("checkpoint '{}' cannot be opened (truncated or corrupted?){}", path, h5_error());
+  H5Handle file{open_for_reading(path), H5Fclose};
   const Reader r(path, file.id());
-  const std::int64_t version = r.int_attr(file.id(), "format_version");
-  r.check(version == kCheckpointFormatVersion,
-          fmt::format("format version {} is not the one this build reads ({})", version, kCheckpointFormatVersion));
   Checkpoint c;
-  c.step = r.int_attr(file.id(), "step");
-  c.config_yaml = r.string_attr(file.id(), "config");
+  read_header(r, file.id(), c.step, c.config_yaml, c.state);
   c.model = r.tensors("/model");
   if (!weights_only && r.has(file.id(), "optimizer")) {
     c.exp_avg = r.tensors("/optimizer/exp_avg");
     c.exp_avg_sq = r.tensors("/optimizer/exp_avg_sq");
-  }
-  if (r.has(file.id(), "train")) {
-    H5Handle g{H5Gopen2(file.id(), "train", H5P_DEFAULT), H5Gclose};
-    r.check(g.valid(), "cannot open group '/train'");
-    TrainingState s;
-    s.step = r.int_attr(g.id(), "step");
-    s.epoch = r.int_attr(g.id(), "epoch");
-    s.position = r.int_attr(g.id(), "position");
-    s.shuffle_seed = static_cast<std::uint64_t>(r.int_attr(g.id(), "shuffle_seed"));
-    s.dropout_seed = static_cast<std::uint64_t>(r.int_attr(g.id(), "dropout_seed"));
-    s.optimizer_step = r.int_attr(g.id(), "optimizer_step");
-    s.learning_rate = r.real_attr(g.id(), "learning_rate");
-    s.elapsed_seconds = r.real_attr(g.id(), "elapsed_seconds");
-    s.best_valid = r.real_attr(g.id(), "best_valid");
-    s.best_valid_step = r.int_attr(g.id(), "best_valid_step");
-    c.state = s;
   }
   r.check(file.close(), "closing the file failed");
   return c;
@@ -513,6 +529,195 @@ std::vector<Tensor> match_parameters(const TensorMap& tensors, const std::vector
 void assign_weights(const Checkpoint& ckpt, const std::string& path, std::vector<ag::Var>& params) {
   const std::vector<Tensor> values = match_parameters(ckpt.model, params, path, "/model");
   for (std::size_t i = 0; i < params.size(); ++i) params[i].value().copy_from(values[i]);
+}
+
+}  // namespace tessera::io
+
+// ---------------------------------------------------------------- tensor-parallel checkpoints
+namespace tessera::io {
+namespace {
+
+// Where a rank's block sits in the full tensor: one hyperslab (start, count) per dimension.
+struct Slab {
+  std::vector<hsize_t> full, start, count;
+};
+
+Slab block_slab(const Shape& block, dist::ShardDim dim, int part, int parts) {
+  Slab s;
+  s.count.assign(block.begin(), block.end());
+  s.full = s.count;
+  s.start.assign(block.size(), 0);
+  if (dim == dist::ShardDim::replicated || block.empty()) return s;
+  const std::size_t d = block.size() == 1 || dim == dist::ShardDim::rows ? 0 : 1;
+  s.full[d] *= static_cast<hsize_t>(parts);
+  s.start[d] = s.count[d] * static_cast<hsize_t>(part);
+  return s;
+}
+
+// CRC-32 of the full tensor from the blocks of all ranks, in the full tensor's row-major byte
+// order: row blocks follow each other; column blocks interleave row by row.
+std::uint32_t group_crc(const Tensor& block, dist::ShardDim dim, MPI_Comm comm, int parts) {
+  const auto* bytes = static_cast<const unsigned char*>(block.raw_data());
+  if (dim == dist::ShardDim::replicated || parts == 1) return crc32_of(bytes, block.nbytes());
+  const bool rows = block.dim() == 1 || dim == dist::ShardDim::rows;
+  const std::int64_t pieces = rows ? 1 : block.size(0);
+  const std::size_t piece_bytes = rows ? block.nbytes() : block.nbytes() / static_cast<std::size_t>(pieces);
+  std::vector<std::uint64_t> mine(static_cast<std::size_t>(pieces));
+  for (std::int64_t i = 0; i < pieces; ++i)
+    mine[static_cast<std::size_t>(i)] = crc32_of(bytes + static_cast<std::size_t>(i) * piece_bytes, piece_bytes);
+  std::vector<std::uint64_t> all(mine.size() * static_cast<std::size_t>(parts));
+  if (MPI_Allgather(mine.data(), static_cast<int>(mine.size()), MPI_UINT64_T, all.data(), static_cast<int>(mine.size()),
+                    MPI_UINT64_T, comm) != MPI_SUCCESS)
+    fail("checkpoint: exchanging checksums failed");
+  uLong crc = crc32_z(0L, Z_NULL, 0);
+  for (std::int64_t i = 0; i < pieces; ++i)
+    for (int r = 0; r < parts; ++r)
+      crc = crc32_combine(
+          crc, static_cast<uLong>(all[static_cast<std::size_t>(r) * mine.size() + static_cast<std::size_t>(i)]),
+          static_cast<z_off_t>(piece_bytes));
+  return static_cast<std::uint32_t>(crc);
+}
+
+dist::ShardDim shard_of(const std::map<std::string, dist::ShardDim>& shards, const std::string& name) {
+  auto it = shards.find(name);
+  return it == shards.end() ? dist::ShardDim::replicated : it->second;
+}
+
+void write_sharded_tensors(Writer& w, hid_t parent, const char* name, const std::string& group_path,
+                           const TensorMap& tensors, const ShardedCheckpoint& c, MPI_Comm comm, int part, int parts) {
+  H5Handle g{w.group(parent, name), H5Gclose};
+  H5Handle dxpl{H5Pcreate(H5P_DATASET_XFER), H5Pclose};
+  H5Pset_dxpl_mpio(dxpl.id(), H5FD_MPIO_COLLECTIVE);
+  for (const auto& [key, value] : tensors) {
+    const Tensor block = value.to(Device::cpu).to(DType::f32);
+    const dist::ShardDim dim = shard_of(c.shards, key);
+    const Slab slab = block_slab(block.shape(), dim, part, parts);
+    const std::string where = group_path + "/" + key;
+    H5Handle fspace{H5Screate_simple(static_cast<int>(slab.full.size()), slab.full.data(), nullptr), H5Sclose};
+    H5Handle ds{H5Dcreate2(g.id(), key.c_str(), H5T_IEEE_F32LE, fspace.id(), H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT),
+                H5Dclose};
+    w.check(ds.valid(), where);
+    H5Handle mspace{H5Screate_simple(static_cast<int>(slab.count.size()), slab.count.data(), nullptr), H5Sclose};
+    if (dim == dist::ShardDim::replicated && part != 0) {  // group rank 0 writes replicated tensors
+      H5Sselect_none(fspace.id());
+      H5Sselect_none(mspace.id());
+    } else if (!slab.full.empty()) {
+      H5Sselect_hyperslab(fspace.id(), H5S_SELECT_SET, slab.start.data(), nullptr, slab.count.data(), nullptr);
+    }
+    w.check(H5Dwrite(ds.id(), H5T_NATIVE_FLOAT, mspace.id(), fspace.id(), dxpl.id(), block.raw_data()) >= 0, where);
+    w.int_attr(ds.id(), "crc32", group_crc(block, dim, comm, parts));
+    w.check(ds.close(), where);
+  }
+}
+
+}  // namespace
+
+void save_checkpoint_sharded(const std::string& path, const ShardedCheckpoint& c, dist::MpiCommunicator& group) {
+  const fs::path final_path(path);
+  const int part = group.rank(), parts = group.size();
+  if (part == 0 && final_path.has_parent_path()) {
+    std::error_code ec;
+    fs::create_directories(final_path.parent_path(), ec);
+    if (ec)
+      fail("cannot write checkpoint '{}': cannot create folder '{}': {}", path, final_path.parent_path().string(),
+           ec.message());
+  }
+  group.barrier();
+  H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);
+  const std::string tmp = path + ".tmp";
+  {
+    Writer w(tmp);
+    H5Handle fapl{H5Pcreate(H5P_FILE_ACCESS), H5Pclose};
+    w.check(H5Pset_fapl_mpio(fapl.id(), group.comm(), MPI_INFO_NULL) >= 0, "/ (MPI-IO)");
+    H5Handle file{H5Fcreate(tmp.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl.id()), H5Fclose};
+    if (!file.valid()) fail("cannot create checkpoint '{}' (is the folder writable?){}", tmp, h5_error());
+    write_header(w, file.id(), c.step, c.config_yaml);
+    write_sharded_tensors(w, file.id(), "model", "/model", c.model, c, group.comm(), part, parts);
+    if (!c.exp_avg.empty() || !c.exp_avg_sq.empty()) {
+      H5Handle opt{w.group(file.id(), "optimizer"), H5Gclose};
+      write_sharded_tensors(w, opt.id(), "exp_avg", "/optimizer/exp_avg", c.exp_avg, c, group.comm(), part, parts);
+      write_sharded_tensors(w, opt.id(), "exp_avg_sq", "/optimizer/exp_avg_sq", c.exp_avg_sq, c, group.comm(), part,
+                            parts);
+    }
+    if (c.state) write_state(w, file.id(), *c.state);
+    w.check(H5Fflush(file.id(), H5F_SCOPE_GLOBAL) >= 0, "/ (flush)");
+    w.check(file.close(), "/ (close)");
+  }
+  if (part == 0) {
+    const int fd = ::open(tmp.c_str(), O_RDONLY | O_CLOEXEC);
+    const bool synced = fd >= 0 && ::fsync(fd) == 0;
+    if (fd >= 0) ::close(fd);
+    std::error_code ec;
+    if (!synced) {
+      fs::remove(tmp, ec);
+      fail("cannot write checkpoint '{}': flushing to disk failed", tmp);
+    }
+    fs::rename(tmp, final_path, ec);
+    if (ec) fail("cannot write checkpoint '{}': renaming '{}' to it failed: {}", path, tmp, ec.message());
+    sync_folder(final_path.has_parent_path() ? final_path.parent_path().string() : ".");
+  }
+  group.barrier();
+}
+
+ShardedCheckpoint load_checkpoint_sharded(const std::string& path, const std::map<std::string, dist::ShardDim>& shards,
+                                          dist::MpiCommunicator& group, bool weights_only) {
+  H5Handle file{open_for_reading(path), H5Fclose};
+  const Reader r(path, file.id());
+  ShardedCheckpoint c;
+  c.shards = shards;
+  read_header(r, file.id(), c.step, c.config_yaml, c.state);
+  const int part = group.rank(), parts = group.size();
+  // Each dataset's block; names are read in sorted order on every rank (the checksums are collective).
+  auto read_group = [&](const std::string& group_path) {
+    TensorMap out;
+    r.check(r.has(file.id(), group_path), fmt::format("group '{}' is missing", group_path));
+    H5Handle g{H5Gopen2(file.id(), group_path.c_str(), H5P_DEFAULT), H5Gclose};
+    H5G_info_t info;
+    r.check(g.valid() && H5Gget_info(g.id(), &info) >= 0, fmt::format("cannot list group '{}'", group_path));
+    for (hsize_t i = 0; i < info.nlinks; ++i) {
+      const ssize_t len = H5Lget_name_by_idx(g.id(), ".", H5_INDEX_NAME, H5_ITER_INC, i, nullptr, 0, H5P_DEFAULT);
+      std::string name(static_cast<std::size_t>(std::max<ssize_t>(len, 0)) + 1, '\0');
+      H5Lget_name_by_idx(g.id(), ".", H5_INDEX_NAME, H5_ITER_INC, i, name.data(), name.size(), H5P_DEFAULT);
+      name.resize(static_cast<std::size_t>(std::max<ssize_t>(len, 0)));
+      const std::string where = group_path + "/" + name;
+      H5Handle ds{H5Dopen2(g.id(), name.c_str(), H5P_DEFAULT), H5Dclose};
+      r.check(ds.valid(), fmt::format("cannot open dataset '{}'", where));
+      H5Handle fspace{H5Dget_space(ds.id()), H5Sclose};
+      const int rank = H5Sget_simple_extent_ndims(fspace.id());
+      std::vector<hsize_t> full(static_cast<std::size_t>(std::max(rank, 0)));
+      H5Sget_simple_extent_dims(fspace.id(), full.data(), nullptr);
+      const dist::ShardDim dim = shard_of(shards, name);
+      Shape block_shape(full.begin(), full.end());
+      if (dim != dist::ShardDim::replicated && !block_shape.empty()) {
+        const std::size_t d = block_shape.size() == 1 || dim == dist::ShardDim::rows ? 0 : 1;
+        r.check(d < block_shape.size() && block_shape[d] % parts == 0,
+                fmt::format("dataset '{}' of shape {} does not split into {} tensor-parallel blocks", where,
+                            shape_str(Shape(full.begin(), full.end())), parts));
+        block_shape[d] /= parts;
+      }
+      Tensor block = Tensor::empty(block_shape, DType::f32);
+      const Slab slab = block_slab(block_shape, dim, part, parts);
+      if (!slab.full.empty())
+        H5Sselect_hyperslab(fspace.id(), H5S_SELECT_SET, slab.start.data(), nullptr, slab.count.data(), nullptr);
+      H5Handle mspace{H5Screate_simple(static_cast<int>(slab.count.size()), slab.count.data(), nullptr), H5Sclose};
+      r.check(H5Dread(ds.id(), H5T_NATIVE_FLOAT, mspace.id(), fspace.id(), H5P_DEFAULT, block.raw_data()) >= 0,
+              fmt::format("cannot read dataset '{}' (truncated or corrupted file?)", where));
+      const auto expected = static_cast<std::uint32_t>(r.int_attr(ds.id(), "crc32"));
+      const std::uint32_t actual = group_crc(block, dim, group.comm(), parts);
+      r.check(actual == expected, fmt::format("dataset '{}' fails its checksum (stored crc32 {:08x}, data has {:08x}): "
+                                              "the file is corrupted",
+                                              where, expected, actual));
+      out.emplace(name, std::move(block));
+    }
+    return out;
+  };
+  c.model = read_group("/model");
+  if (!weights_only && r.has(file.id(), "optimizer")) {
+    c.exp_avg = read_group("/optimizer/exp_avg");
+    c.exp_avg_sq = read_group("/optimizer/exp_avg_sq");
+  }
+  r.check(file.close(), "closing the file failed");
+  return c;
 }
 
 }  // namespace tessera::io

@@ -20,6 +20,8 @@
 #include <vector>
 
 #include "autograd/var.h"
+#include "dist/mpi_communicator.h"
+#include "dist/sharding.h"
 
 namespace tessera::io {
 
@@ -52,6 +54,27 @@ struct Checkpoint {
 // Writes atomically (see above). Throws naming the file on any failure (unwritable folder,
 // disk full, ...); the temporary file is removed and nothing under `path` changes.
 void save_checkpoint(const std::string& path, const Checkpoint& ckpt);
+
+// ---- tensor-parallel checkpoints: the same file, written and read in slices
+// A rank's part of a checkpoint under tensor parallelism: its blocks of each tensor.
+struct ShardedCheckpoint {
+  std::int64_t step = 0;
+  std::string config_yaml;
+  TensorMap model, exp_avg, exp_avg_sq;          // this rank's blocks (whole tensors where replicated)
+  std::map<std::string, dist::ShardDim> shards;  // how each name splits over the group (absent: replicated)
+  std::optional<TrainingState> state;
+};
+
+// Every rank of `group` (one tensor-parallel group) writes only its own blocks, as hyperslabs of
+// the full logical datasets, into one file (parallel HDF5 over MPI-IO); replicated tensors are
+// written by group rank 0. CRC-32s of the full tensors are combined from the blocks'. Same file
+// layout as save_checkpoint, same atomic rename (by group rank 0). Collective.
+void save_checkpoint_sharded(const std::string& path, const ShardedCheckpoint& ckpt, dist::MpiCommunicator& group);
+
+// Reads only this rank's blocks (`shards` gives each name's split over `group`; replicated names
+// are read whole) and verifies every dataset's CRC-32 from all ranks' blocks. Collective.
+ShardedCheckpoint load_checkpoint_sharded(const std::string& path, const std::map<std::string, dist::ShardDim>& shards,
+                                          dist::MpiCommunicator& group, bool weights_only = false);
 
 // Reads and verifies a checkpoint; with weights_only, the optimizer moments are not read.
 // Throws naming the file and what is wrong (missing, not HDF5, truncated, checksum, ...).

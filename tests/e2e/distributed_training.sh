@@ -50,6 +50,18 @@ resume tp2dp2_to_single "$work/tp2_dp2/checkpoint_00000010.h5" 1 1
 resume tp2dp2_to_tp2 "$work/tp2_dp2/checkpoint_00000010.h5" 2 1
 resume single_to_tp2dp2 "$work/single/checkpoint_00000010.h5" 2 2
 
+# Each rank reads only its slices, yet a corrupted byte in any block is caught (the blocks'
+# checksums are combined across the group): rank 1's half of a column-split weight here.
+cp "$work/tp2_dp2/checkpoint_00000010.h5" "$work/corrupt.h5"
+offset=$(h5dump -p -H -d /model/encoder.layers.0.fc2.weight "$work/corrupt.h5" | sed -n 's/^ *OFFSET \([0-9]*\)$/\1/p')
+printf '\377\377\377\377' | dd of="$work/corrupt.h5" bs=1 seek=$((offset + 4 * 200)) conv=notrunc 2> /dev/null
+status=0
+mpi 2 "$tessera" train $common --set train.max_steps=20 --set parallel.tensor=2 --set output.dir="$work/corrupt_run" \
+  --resume "$work/corrupt.h5" > "$work/corrupt.log" 2>&1 || status=$?
+[ $status -ne 0 ] || fail "a corrupted checkpoint resumed"
+grep -q "dataset '/model/encoder.layers.0.fc2.weight' fails its checksum" "$work/corrupt.log" \
+  || { cat "$work/corrupt.log"; fail "the corrupted dataset was not named"; }
+
 # A layout that does not fit the process count: every rank stops, one message.
 status=0
 mpi 4 "$tessera" train $common --set parallel.tensor=3 --set output.dir="$work/bad" > "$work/bad.log" 2>&1 || status=$?
