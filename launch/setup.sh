@@ -13,6 +13,7 @@ packages=(
   libgtest-dev libbenchmark-dev
   libcli11-dev libfmt-dev
   zlib1g-dev                 # .gz corpora
+  libisal-dev                # fast CRC-32 for checkpoints
   procps                     # pgrep, used by the failure tests
 )
 

@@ -9,7 +9,7 @@
 // Weights-only files (the final model.h5, `tessera average` output) hold / and /model alone.
 // Writes go to "<path>.tmp" in the same folder, are flushed to disk, then renamed: a crash at any
 // instant leaves earlier files untouched and never a partial file under the final name. Loading
-// verifies every dataset's CRC-32 (zlib's, over its little-endian float32 bytes).
+// verifies every dataset's CRC-32 (zlib's, over its little-endian float32 bytes; computed with ISA-L).
 #pragma once
 
 #include <cstdint>
@@ -84,6 +84,9 @@ Checkpoint load_checkpoint(const std::string& path, bool weights_only = false);
 // checkpoint with the first file's config and the last file's step. All must hold the same
 // names and shapes; throws naming the file that differs.
 Checkpoint average_checkpoints(const std::vector<std::string>& paths);
+
+// The CRC-32 stored with each dataset: zlib's crc32() (and Python's zlib.crc32) of the bytes.
+std::uint32_t checksum(const void* data, std::size_t bytes);
 
 // The parameters' current values by name (shares storage, no copy).
 TensorMap named_values(const std::vector<ag::Var>& params);

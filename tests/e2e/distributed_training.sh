@@ -2,7 +2,8 @@
 # `tessera train` under mpirun on 4 processes (oversubscribed on small machines):
 #  - tp=2, dp=2 and tp=2 x dp=2 give the single process's losses at each of 20 steps (float32, 1e-5);
 #  - a checkpoint written at tp=2 x dp=2 resumes at tp=1 x dp=1 and at tp=2 x dp=1 (and one from
-#    tp=1 at tp=2 x dp=2), continuing with the same losses;
+#    tp=1 at tp=2 x dp=2), continuing with the same losses; at tp=2 x dp=2 bit-exactly;
+#  - a corrupted byte in one rank's slice is caught on resume;
 #  - tensor x data that is not the process count stops every rank, the error printed once;
 #  - killing one rank of four ends the whole job within 60 s with a non-zero status.
 # Usage: distributed_training.sh TESSERA CONFIG WORKDIR
@@ -46,6 +47,13 @@ resume() {  # resume NAME FROM_CHECKPOINT TP DP
   grep -q "resumed from .* at step 10 " "$dir.log" || fail "resume $1 did not start at step 10"
   same_losses "$work/single/metrics.jsonl" "$dir/metrics.jsonl" 11
 }
+resume tp2dp2_to_tp2dp2 "$work/tp2_dp2/checkpoint_00000010.h5" 2 2
+# Same layout: bit-exact (the logged losses are the shortest round-trip decimal of each double).
+losses "$work/tp2_dp2/metrics.jsonl" | awk '$1 > 10' > "$work/a.txt"
+losses "$work/resume_tp2dp2_to_tp2dp2/metrics.jsonl" | awk '$1 > 10' > "$work/b.txt"
+[ "$(wc -l < "$work/a.txt")" -eq 10 ] && cmp "$work/a.txt" "$work/b.txt" || fail "same-layout resume is not bit-exact"
+h5diff "$work/tp2_dp2/model.h5" "$work/resume_tp2dp2_to_tp2dp2/model.h5" /model /model > /dev/null \
+  || fail "same-layout resume: final weights differ"
 resume tp2dp2_to_single "$work/tp2_dp2/checkpoint_00000010.h5" 1 1
 resume tp2dp2_to_tp2 "$work/tp2_dp2/checkpoint_00000010.h5" 2 1
 resume single_to_tp2dp2 "$work/single/checkpoint_00000010.h5" 2 2

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 #include <hdf5.h>
 #include <sys/resource.h>
+#include <zlib.h>
 
 #include <csignal>
 #include <cstring>
@@ -122,6 +123,15 @@ TEST_F(CheckpointTest, LargeTensorsUseChunkedChecksumsConsistently) {
   c.model = {{"big", filled({3, 1 << 21}, 0.0f)}};  // 24 MiB: several 4 MiB checksum chunks
   io::save_checkpoint(path("big.h5"), c);
   expect_same(c.model, io::load_checkpoint(path("big.h5")).model);
+}
+
+// The stored checksum is zlib's CRC-32 (what Python's zlib.crc32 gives), whatever computes it.
+TEST(CheckpointChecksum, IsZlibsCrc32) {
+  std::vector<unsigned char> bytes(3'000'001);
+  for (std::size_t i = 0; i < bytes.size(); ++i) bytes[i] = static_cast<unsigned char>((i * 2654435761u) >> 13);
+  for (std::size_t n : {std::size_t{0}, std::size_t{1}, std::size_t{15}, std::size_t{4096}, bytes.size()})
+    EXPECT_EQ(io::checksum(bytes.data(), n), crc32_z(0L, bytes.data(), n)) << n << " bytes";
+  EXPECT_EQ(io::checksum("123456789", 9), 0xCBF43926u);  // the CRC-32 check value
 }
 
 TEST_F(CheckpointTest, MissingAndNonHdf5FilesAreNamed) {
