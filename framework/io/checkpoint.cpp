@@ -53,8 +53,6 @@ std::string h5_error() {
   return text.empty() ? "" : " (HDF5: " + text + ")";
 }
 
-std::uint32_t crc32_of(const void* data, std::size_t bytes) { return checksum(data, bytes); }
-
 // ---- writing
 
 class Writer {
@@ -89,7 +87,7 @@ class Writer {
                 H5Dclose};
     check(ds.valid(), where);
     check(H5Dwrite(ds.id(), H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, v.raw_data()) >= 0, where);
-    int_attr(ds.id(), "crc32", crc32_of(v.raw_data(), static_cast<std::size_t>(v.numel()) * sizeof(float)));
+    int_attr(ds.id(), "crc32", checksum(v.raw_data(), static_cast<std::size_t>(v.numel()) * sizeof(float)));
     check(ds.close(), where);
   }
   void check(bool ok, const std::string& what) const {
@@ -350,7 +348,7 @@ class Reader {
     check(H5Dread(ds.id(), H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, t.raw_data()) >= 0,
           fmt::format("cannot read dataset '{}' (truncated or corrupted file?)", where));
     const auto expected = static_cast<std::uint32_t>(int_attr(ds.id(), "crc32"));
-    const std::uint32_t actual = crc32_of(t.raw_data(), static_cast<std::size_t>(t.numel()) * sizeof(float));
+    const std::uint32_t actual = checksum(t.raw_data(), static_cast<std::size_t>(t.numel()) * sizeof(float));
     check(actual == expected, fmt::format("dataset '{}' fails its checksum (stored crc32 {:08x}, data has {:08x}): "
                                           "the file is corrupted",
                                           where, expected, actual));
@@ -548,13 +546,13 @@ Slab block_slab(const Shape& block, dist::ShardDim dim, int part, int parts) {
 // order: row blocks follow each other; column blocks interleave row by row.
 std::uint32_t group_crc(const Tensor& block, dist::ShardDim dim, MPI_Comm comm, int parts) {
   const auto* bytes = static_cast<const unsigned char*>(block.raw_data());
-  if (dim == dist::ShardDim::replicated || parts == 1) return crc32_of(bytes, block.nbytes());
+  if (dim == dist::ShardDim::replicated || parts == 1) return checksum(bytes, block.nbytes());
   const bool rows = block.dim() == 1 || dim == dist::ShardDim::rows;
   const std::int64_t pieces = rows ? 1 : block.size(0);
   const std::size_t piece_bytes = rows ? block.nbytes() : block.nbytes() / static_cast<std::size_t>(pieces);
   std::vector<std::uint64_t> mine(static_cast<std::size_t>(pieces));
   for (std::int64_t i = 0; i < pieces; ++i)
-    mine[static_cast<std::size_t>(i)] = crc32_of(bytes + static_cast<std::size_t>(i) * piece_bytes, piece_bytes);
+    mine[static_cast<std::size_t>(i)] = checksum(bytes + static_cast<std::size_t>(i) * piece_bytes, piece_bytes);
   std::vector<std::uint64_t> all(mine.size() * static_cast<std::size_t>(parts));
   if (MPI_Allgather(mine.data(), static_cast<int>(mine.size()), MPI_UINT64_T, all.data(), static_cast<int>(mine.size()),
                     MPI_UINT64_T, comm) != MPI_SUCCESS)
