@@ -2,6 +2,8 @@
 
 #include <cmath>
 
+#include "kernels/cpu/adam.h"
+
 namespace tessera::optim {
 
 Adam::Adam(std::vector<ag::Var> params, AdamOptions opt) : params_(std::move(params)), opt_(opt) {
@@ -20,19 +22,9 @@ void Adam::step(double lr) {
     ag::Var& p = params_[i];
     if (!p.grad().defined()) continue;
     dispatch_float("Adam::step", p.value().dtype(), [&]<typename T>() {
-      T* w = p.value().data<T>();
-      const T* g = p.grad().data<T>();
-      T* m = m_[i].data<T>();
-      T* v = v_[i].data<T>();
-      const T b1 = static_cast<T>(opt_.beta1), b2 = static_cast<T>(opt_.beta2);
-      const T step = static_cast<T>(lr / bc1), inv_bc2 = static_cast<T>(1.0 / bc2), eps = static_cast<T>(opt_.eps);
-      const std::int64_t n = p.value().numel();
-#pragma omp parallel for simd schedule(static) if (n > 32768)
-      for (std::int64_t j = 0; j < n; ++j) {
-        m[j] = b1 * m[j] + (T(1) - b1) * g[j];
-        v[j] = b2 * v[j] + (T(1) - b2) * g[j] * g[j];
-        w[j] -= step * m[j] / (std::sqrt(v[j] * inv_bc2) + eps);
-      }
+      const cpu::AdamHyper<T> h{static_cast<T>(opt_.beta1), static_cast<T>(opt_.beta2), static_cast<T>(lr / bc1),
+                                static_cast<T>(1.0 / bc2), static_cast<T>(opt_.eps)};
+      cpu::adam_update(p.value().data<T>(), p.grad().data<T>(), m_[i].data<T>(), v_[i].data<T>(), p.value().numel(), h);
     });
   }
   zero_grad();

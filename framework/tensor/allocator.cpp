@@ -17,12 +17,12 @@
 namespace tessera {
 namespace {
 
-class HostCache {
+// Caches freed blocks by size class for the next allocation of that class. `System` supplies the
+// real allocation (aligned host memory, or cudaMalloc) and its release.
+template <typename System>
+class BlockCache {
  public:
-  static HostCache& instance() {
-    static HostCache* cache = new HostCache();  // never destroyed: tensors may outlive statics
-    return *cache;
-  }
+  explicit BlockCache(std::size_t limit) : limit_(limit) {}
 
   void* allocate(std::size_t bytes) {
     const std::size_t size = block_size(bytes);
@@ -37,14 +37,16 @@ class HostCache {
         return p;
       }
     }
-    void* p = std::aligned_alloc(kTensorAlignment, size);
+    void* p = System::allocate(size);
     if (p == nullptr) {  // give the cache back to the system and try once more
       release();
-      p = std::aligned_alloc(kTensorAlignment, size);
+      p = System::allocate(size);
     }
-    TESSERA_CHECK(p != nullptr, "allocate: out of host memory for {} bytes", bytes);
+    TESSERA_CHECK(p != nullptr, "allocate: {} bytes of {} memory failed ({} bytes in use): {}", bytes, System::kName,
+                  stats().in_use, System::last_error());
     std::lock_guard<std::mutex> lock(mutex_);
     sizes_[p] = size;
+    ++stats_.system_allocations;
     note_in_use(size);
     return p;
   }
@@ -58,7 +60,7 @@ class HostCache {
       stats_.cached += size;
     } else {
       sizes_.erase(p);
-      std::free(p);
+      System::release(p);
     }
   }
 
@@ -67,24 +69,24 @@ class HostCache {
     for (auto& [size, blocks] : free_) {
       for (void* p : blocks) {
         sizes_.erase(p);
-        std::free(p);
+        System::release(p);
       }
     }
     free_.clear();
     stats_.cached = 0;
   }
 
-  HostMemoryStats stats() {
+  MemoryStats stats() {
     std::lock_guard<std::mutex> lock(mutex_);
     return stats_;
   }
 
- private:
-  HostCache() {
-    const char* env = std::getenv("TESSERA_HOST_CACHE_MB");
-    limit_ = (env ? std::stoull(env) : 4096ull) << 20;
+  void reset_peak() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    stats_.peak_in_use = stats_.in_use;
   }
 
+ private:
   // Blocks under 4 KiB: multiples of 64 bytes (aligned_alloc's rule). Larger ones round up to a
   // size class (eight classes per power of two, at most 12.5% larger), so that the slightly
   // different shapes of successive batches reuse the same blocks: with exact sizes, every new
@@ -107,23 +109,85 @@ class HostCache {
   std::mutex mutex_;
   std::unordered_map<std::size_t, std::vector<void*>> free_;
   std::unordered_map<void*, std::size_t> sizes_;
-  HostMemoryStats stats_;
+  MemoryStats stats_;
   std::size_t limit_;
 };
 
+std::size_t cache_limit(const char* env_name, std::size_t default_mb) {
+  const char* env = std::getenv(env_name);
+  return static_cast<std::size_t>(env ? std::stoull(env) : default_mb) << 20;
+}
+
+struct HostSystem {
+  static constexpr const char* kName = "host";
+  static void* allocate(std::size_t size) { return std::aligned_alloc(kTensorAlignment, size); }
+  static void release(void* p) { std::free(p); }
+  static std::string last_error() { return "out of memory"; }
+};
+
+BlockCache<HostSystem>& host_cache() {
+  static auto* cache = new BlockCache<HostSystem>(cache_limit("TESSERA_HOST_CACHE_MB", 4096));  // never destroyed:
+  return *cache;  // tensors may outlive statics
+}
+
+#ifdef TESSERA_WITH_CUDA
+// Device blocks are used in the order of one compute stream: a block freed on the host while a
+// kernel that uses it is still queued is safe to hand out again, because its next user is queued
+// behind that kernel on the same stream. (Work on another stream, such as NCCL's, keeps its
+// tensors alive until its event completes.)
+struct DeviceSystem {
+  static constexpr const char* kName = "CUDA device";
+  static void* allocate(std::size_t size) {
+    void* p = nullptr;
+    last_ = cudaMalloc(&p, size);
+    if (last_ != cudaSuccess) {
+      cudaGetLastError();  // clear the error before the retry
+      return nullptr;
+    }
+    return p;
+  }
+  static void release(void* p) { cudaFree(p); }
+  static std::string last_error() { return std::string("cudaMalloc: ") + cudaGetErrorString(last_); }
+  static inline thread_local cudaError_t last_ = cudaSuccess;
+};
+
+BlockCache<DeviceSystem>& device_cache() {
+  // No limit of its own: on out-of-memory the cache is released and the allocation retried.
+  static auto* cache = new BlockCache<DeviceSystem>(cache_limit("TESSERA_DEVICE_CACHE_MB", std::size_t{1} << 40));
+  return *cache;
+}
+#endif
+
 }  // namespace
 
-HostMemoryStats host_memory_stats() { return HostCache::instance().stats(); }
-void release_cached_host_memory() { HostCache::instance().release(); }
+MemoryStats host_memory_stats() { return host_cache().stats(); }
+void release_cached_host_memory() { host_cache().release(); }
+
+MemoryStats device_memory_stats() {
+#ifdef TESSERA_WITH_CUDA
+  return device_cache().stats();
+#else
+  return {};
+#endif
+}
+
+void release_cached_device_memory() {
+#ifdef TESSERA_WITH_CUDA
+  device_cache().release();
+#endif
+}
+
+void reset_peak_device_memory() {
+#ifdef TESSERA_WITH_CUDA
+  device_cache().reset_peak();
+#endif
+}
 
 void* allocate(std::size_t bytes, Device device) {
   if (bytes == 0) bytes = kTensorAlignment;  // a valid, unique pointer for empty tensors
-  if (device == Device::cpu) return HostCache::instance().allocate(bytes);
+  if (device == Device::cpu) return host_cache().allocate(bytes);
 #ifdef TESSERA_WITH_CUDA
-  void* p = nullptr;
-  const cudaError_t err = cudaMalloc(&p, bytes);
-  TESSERA_CHECK(err == cudaSuccess, "allocate: cudaMalloc of {} bytes failed: {}", bytes, cudaGetErrorString(err));
-  return p;
+  return device_cache().allocate(bytes);
 #else
   fail("allocate: this build of Tessera has no CUDA support (configure with nvcc present)");
 #endif
@@ -132,11 +196,11 @@ void* allocate(std::size_t bytes, Device device) {
 void deallocate(void* ptr, Device device) noexcept {
   if (ptr == nullptr) return;
   if (device == Device::cpu) {
-    HostCache::instance().deallocate(ptr);
+    host_cache().deallocate(ptr);
     return;
   }
 #ifdef TESSERA_WITH_CUDA
-  cudaFree(ptr);
+  device_cache().deallocate(ptr);
 #endif
 }
 

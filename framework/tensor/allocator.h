@@ -17,13 +17,20 @@ void* allocate(std::size_t bytes, Device device);
 void deallocate(void* ptr, Device device) noexcept;
 // Copies bytes between any two devices (host<->device through the CUDA runtime).
 void copy_bytes(void* dst, Device dst_device, const void* src, Device src_device, std::size_t bytes);
-struct HostMemoryStats {
-  std::size_t in_use = 0;       // bytes held by live tensors
-  std::size_t peak_in_use = 0;  // high-water mark of in_use
-  std::size_t cached = 0;       // bytes kept for reuse
+struct MemoryStats {
+  std::size_t in_use = 0;              // bytes held by live tensors
+  std::size_t peak_in_use = 0;         // high-water mark of in_use
+  std::size_t cached = 0;              // bytes kept for reuse
+  std::size_t system_allocations = 0;  // blocks obtained from the system (aligned_alloc / cudaMalloc)
+  std::size_t reserved() const { return in_use + cached; }
 };
-HostMemoryStats host_memory_stats();
+MemoryStats host_memory_stats();
 void release_cached_host_memory();
+// GPU memory comes from the same kind of cache (no cudaMalloc or cudaFree once a training step's
+// shapes have been seen; TESSERA_DEVICE_CACHE_MB bounds what it keeps). All zero without CUDA.
+MemoryStats device_memory_stats();
+void release_cached_device_memory();
+void reset_peak_device_memory();
 
 // True when this build has CUDA and a GPU answers. Any CUDA error counts as "no GPU".
 bool cuda_available();

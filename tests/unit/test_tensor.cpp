@@ -108,7 +108,7 @@ namespace tessera {
 namespace {
 
 TEST(HostAllocator, ReusesFreedBlocksAndCountsBytes) {
-  const HostMemoryStats before = host_memory_stats();
+  const MemoryStats before = host_memory_stats();
   const void* first = nullptr;
   {
     Tensor t = Tensor::empty({1000, 1000});  // 4 MB
@@ -117,8 +117,11 @@ TEST(HostAllocator, ReusesFreedBlocksAndCountsBytes) {
   }
   EXPECT_EQ(host_memory_stats().in_use, before.in_use);
   EXPECT_GE(host_memory_stats().cached, 4000000u);
+  const std::size_t system_allocations = host_memory_stats().system_allocations;
   Tensor again = Tensor::empty({1000, 1000});
   EXPECT_EQ(again.raw_data(), first);  // the same block, no new pages
+  EXPECT_EQ(host_memory_stats().system_allocations, system_allocations);
+  EXPECT_EQ(host_memory_stats().reserved(), host_memory_stats().in_use + host_memory_stats().cached);
   EXPECT_GE(host_memory_stats().peak_in_use, 4000000u);
   again = Tensor();
   release_cached_host_memory();

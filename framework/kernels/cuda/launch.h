@@ -1,5 +1,7 @@
 // Launchers of the CUDA kernels: plain C++17 declarations (no Tensor, no fmt) so that nvcc
-// compiles the .cu files and g++ the C++20 wrappers that call them. Pointers are device pointers.
+// compiles the .cu files and g++ the C++20 wrappers that call them. Pointers are device pointers;
+// each launcher queues its work on `stream` and returns the launch's error. `Elem` says whether
+// a `void*` array holds float32 or bfloat16 (storage only: all arithmetic is float32).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -8,8 +10,96 @@
 
 namespace tessera::cuda {
 
-// y[i] = keep(i) ? x[i] * scale : 0, keep(i) = philox::dropout_keep(seed, offset, i, p).
+enum class Elem : int { f32 = 0, bf16 = 1 };
+
+// ---- dropout: y[i] = keep(i) ? x[i] * scale : 0, keep(i) = philox::dropout_keep(seed, offset, i, p).
 cudaError_t launch_dropout(const float* x, float* y, std::int64_t n, float p, float scale, std::uint64_t seed,
                            std::uint64_t offset, cudaStream_t stream);
+
+// ---- elementwise (elementwise.cu) ----
+enum class Binary : int { add = 0, sub = 1, mul = 2, div = 3 };
+enum class Unary : int { neg = 0, relu = 1, exp = 2, log = 3, tanh = 4, affine = 5 };
+// y = convert(x): float32 <-> bfloat16 (or a copy when both are the same).
+cudaError_t launch_cast(const void* x, Elem from, void* y, Elem to, std::int64_t n, cudaStream_t stream);
+// y[i] = a[i] op b[i % b_period]: b is a whole tensor (b_period = n) or a row broadcast over
+// the leading dimensions (b_period = the last dimension: a bias).
+cudaError_t launch_binary(Binary op, const void* a, const void* b, void* y, std::int64_t n, std::int64_t b_period,
+                          Elem elem, cudaStream_t stream);
+// y = f(x); affine: y = alpha * x + beta.
+cudaError_t launch_unary(Unary op, const void* x, void* y, std::int64_t n, float alpha, float beta, Elem elem,
+                         cudaStream_t stream);
+// dx = x > 0 ? dy : 0.
+cudaError_t launch_relu_backward(const void* dy, const void* x, void* dx, std::int64_t n, Elem elem,
+                                 cudaStream_t stream);
+// dst += alpha * src (float32: gradient accumulation).
+cudaError_t launch_axpy(float* dst, const float* src, float alpha, std::int64_t n, cudaStream_t stream);
+// y[c] = sum over r of x[r, c] (float32 result): the gradient of a bias.
+cudaError_t launch_sum_rows(const void* x, float* y, std::int64_t rows, std::int64_t cols, Elem elem,
+                            cudaStream_t stream);
+
+// ---- layer norm over the last dimension (layer_norm.cu); gamma, beta, mean, rstd are float32 ----
+cudaError_t launch_layer_norm_forward(const void* x, const float* gamma, const float* beta, void* y, float* mean,
+                                      float* rstd, std::int64_t rows, std::int64_t cols, float eps, Elem elem,
+                                      cudaStream_t stream);
+// dx (elem), dgamma and dbeta (float32, overwritten). `partial` is scratch of
+// 2 * layer_norm_partial_rows(rows) * cols floats.
+std::int64_t layer_norm_partial_rows(std::int64_t rows);
+cudaError_t launch_layer_norm_backward(const void* dy, const void* x, const float* gamma, const float* mean,
+                                       const float* rstd, void* dx, float* dgamma, float* dbeta, float* partial,
+                                       std::int64_t rows, std::int64_t cols, Elem elem, cudaStream_t stream);
+
+// ---- label-smoothed cross entropy over rows of logits [n, vocab] (cross_entropy.cu) ----
+// loss, lse, nll: float32 [n]. When dlogits is not null, also writes the gradient of
+// sum_i grad_scale * loss_i (the fused forward + backward); when dloss is not null the row's
+// weight is dloss[i] * grad_scale instead.
+cudaError_t launch_cross_entropy(const void* logits, const std::int32_t* targets, float* loss, float* lse, float* nll,
+                                 const float* dloss, float grad_scale, void* dlogits, std::int64_t n,
+                                 std::int64_t vocab, float smoothing, std::int32_t ignore_index, Elem elem,
+                                 cudaStream_t stream);
+// dlogits from a saved lse (the CPU twin's cross_entropy_backward).
+cudaError_t launch_cross_entropy_backward(const float* dloss, const void* logits, const std::int32_t* targets,
+                                          const float* lse, void* dlogits, std::int64_t n, std::int64_t vocab,
+                                          float smoothing, std::int32_t ignore_index, Elem elem, cudaStream_t stream);
+
+// ---- embedding (embedding.cu): out[i, :] = weight[ids[i], :]; dweight[ids[i], :] += dout[i, :] ----
+cudaError_t launch_embedding_forward(const void* weight, const std::int32_t* ids, void* out, std::int64_t n,
+                                     std::int64_t dim, Elem elem, cudaStream_t stream);
+cudaError_t launch_embedding_backward(float* dweight, const void* dout, const std::int32_t* ids, std::int64_t n,
+                                      std::int64_t dim, Elem elem, cudaStream_t stream);
+
+// ---- Adam over many parameters in one launch (adam.cu) ----
+struct AdamSegment {
+  float* weight;
+  const float* grad;
+  float* exp_avg;
+  float* exp_avg_sq;
+  std::uint16_t* weight_bf16;  // optional bfloat16 copy of the updated weight (mixed precision)
+  std::int64_t n;
+};
+struct AdamHyper {
+  float beta1, beta2, step_size, inv_bias_correction2, eps;  // step_size = lr / (1 - beta1^t)
+};
+// `segments` and `chunk_segment` / `chunk_start` are device arrays; chunk c updates elements
+// [chunk_start[c], chunk_start[c] + kAdamChunk) of segment chunk_segment[c].
+inline constexpr std::int64_t kAdamChunk = 4096;
+cudaError_t launch_adam(const AdamSegment* segments, const std::int32_t* chunk_segment, const std::int64_t* chunk_start,
+                        std::int64_t chunks, AdamHyper hyper, cudaStream_t stream);
+
+// ---- flash attention (attention.cu): q [B, H, Lq, D], k, v [B, H, Lk, D], out [B, H, Lq, D],
+// lse float32 [B, H, Lq]; key_padding int32 [B, Lk] or null; causal aligned bottom right. ----
+struct AttentionShape {
+  std::int64_t batch, heads, q_len, k_len, head_dim;
+  bool causal;
+  float scale;
+};
+bool attention_supports_head_dim(std::int64_t head_dim);  // 32, 64, 128
+cudaError_t launch_attention_forward(const void* q, const void* k, const void* v, const std::int32_t* key_padding,
+                                     void* out, float* lse, const AttentionShape& s, Elem elem, cudaStream_t stream);
+// dq_accum: float32 [B, H, Lq, D] scratch that the launcher zeroes; delta: float32 [B, H, Lq]
+// scratch. dq, dk, dv in elem.
+cudaError_t launch_attention_backward(const void* dout, const void* q, const void* k, const void* v,
+                                      const std::int32_t* key_padding, const void* out, const float* lse,
+                                      float* dq_accum, float* delta, void* dq, void* dk, void* dv,
+                                      const AttentionShape& s, Elem elem, cudaStream_t stream);
 
 }  // namespace tessera::cuda

@@ -1,0 +1,32 @@
+// The fused CUDA Adam: every parameter updated in one launch (the CPU twin: cpu::adam_update,
+// bit-identical in float32). Master weights, gradients and moments are float32 CUDA tensors; an
+// optional bfloat16 copy of each weight is refreshed in the same pass (mixed precision).
+#pragma once
+
+#include <vector>
+
+#include "kernels/cuda/launch.h"
+#include "tensor/tensor.h"
+
+namespace tessera::cuda {
+
+struct AdamParam {
+  Tensor weight, grad, exp_avg, exp_avg_sq;
+  Tensor weight_bf16;  // undefined: none
+};
+
+class FusedAdam {
+ public:
+  // The parameters are fixed for the optimizer's life: their chunk table is built once.
+  explicit FusedAdam(std::vector<AdamParam> params);
+  // Update t (1-based) with learning rate lr.
+  void step(double lr, double beta1, double beta2, double eps, long t);
+  const std::vector<AdamParam>& params() const { return params_; }
+
+ private:
+  std::vector<AdamParam> params_;
+  Tensor segments_, chunk_segment_, chunk_start_;  // device tables
+  std::int64_t chunks_ = 0;
+};
+
+}  // namespace tessera::cuda

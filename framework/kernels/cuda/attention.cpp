@@ -1,0 +1,88 @@
+#include "kernels/cuda/attention.h"
+
+#include <cmath>
+
+#include "kernels/cuda/device.h"
+
+namespace tessera::cuda {
+namespace {
+
+struct Prepared {
+  AttentionShape shape;
+  Elem elem;
+  Tensor padding;  // int32 [B, Lk] on the GPU, or undefined
+};
+
+Prepared prepare(const char* op, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& key_padding,
+                 const cpu::AttentionOptions& opt) {
+  const Elem elem = elem_of(op, q);
+  check_rank(op, q, 4, "q");
+  check_rank(op, k, 4, "k");
+  check_rank(op, v, 4, "v");
+  TESSERA_CHECK(
+      k.dtype() == q.dtype() && v.dtype() == q.dtype() && k.device() == q.device() && v.device() == q.device(),
+      "{}: q {}, k {}, v {} must share dtype and device", op, q.describe(), k.describe(), v.describe());
+  const std::int64_t B = q.size(0), H = q.size(1), Lq = q.size(2), D = q.size(3), Lk = k.size(2);
+  TESSERA_CHECK(k.shape() == Shape({B, H, Lk, D}) && v.shape() == Shape({B, H, Lk, D}),
+                "{}: k {} and v {} must be [{}, {}, Lk, {}] for q {}", op, k.describe(), v.describe(), B, H, D,
+                q.describe());
+  TESSERA_CHECK(attention_supports_head_dim(D), "{}: head dimension {} is not supported on the GPU (32, 64 or 128)", op,
+                D);
+  TESSERA_CHECK(B * H <= 65535, "{}: batch x heads = {} exceeds 65535", op, B * H);
+  Prepared p{{B, H, Lq, Lk, D, opt.causal,
+              static_cast<float>(opt.scale > 0.0 ? opt.scale : 1.0 / std::sqrt(static_cast<double>(D)))},
+             elem,
+             {}};
+  if (key_padding.defined()) {
+    TESSERA_CHECK(key_padding.dtype() == DType::i32 && key_padding.shape() == Shape({B, Lk}),
+                  "{}: key_padding {} must be int32 [{}, {}]", op, key_padding.describe(), B, Lk);
+    p.padding = key_padding.to(Device::cuda);
+  }
+  return p;
+}
+
+const std::int32_t* padding_ptr(const Prepared& p) {
+  return p.padding.defined() ? static_cast<const std::int32_t*>(p.padding.raw_data()) : nullptr;
+}
+
+}  // namespace
+
+cpu::AttentionOutput attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& key_padding,
+                                       const cpu::AttentionOptions& opt) {
+  const char* op = "cuda::attention_forward";
+  const Prepared p = prepare(op, q, k, v, key_padding, opt);
+  cpu::AttentionOutput out{Tensor::empty(q.shape(), q.dtype(), Device::cuda),
+                           Tensor::empty({q.size(0), q.size(1), q.size(2)}, DType::f32, Device::cuda)};
+  check_launch(op,
+               launch_attention_forward(q.raw_data(), k.raw_data(), v.raw_data(), padding_ptr(p), out.out.raw_data(),
+                                        static_cast<float*>(out.lse.raw_data()), p.shape, p.elem, nullptr));
+  return out;
+}
+
+cpu::AttentionGrads attention_backward(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v,
+                                       const Tensor& key_padding, const cpu::AttentionOutput& fwd,
+                                       const cpu::AttentionOptions& opt) {
+  const char* op = "cuda::attention_backward";
+  const Prepared p = prepare(op, q, k, v, key_padding, opt);
+  TESSERA_CHECK(dout.shape() == q.shape() && dout.dtype() == q.dtype() && dout.device() == Device::cuda,
+                "{}: dout {} must match q {}", op, dout.describe(), q.describe());
+  check_on_gpu(op, fwd.out);
+  check_on_gpu(op, fwd.lse);
+  TESSERA_CHECK(fwd.out.shape() == q.shape() && fwd.out.dtype() == q.dtype() && fwd.lse.dtype() == DType::f32 &&
+                    fwd.lse.shape() == Shape({q.size(0), q.size(1), q.size(2)}),
+                "{}: the forward's out {} and lse {} do not fit q {}", op, fwd.out.describe(), fwd.lse.describe(),
+                q.describe());
+  cpu::AttentionGrads g{Tensor::empty(q.shape(), q.dtype(), Device::cuda),
+                        Tensor::empty(k.shape(), k.dtype(), Device::cuda),
+                        Tensor::empty(v.shape(), v.dtype(), Device::cuda)};
+  Tensor dq_accum = Tensor::empty(q.shape(), DType::f32, Device::cuda);
+  Tensor delta = Tensor::empty(fwd.lse.shape(), DType::f32, Device::cuda);
+  check_launch(
+      op, launch_attention_backward(dout.raw_data(), q.raw_data(), k.raw_data(), v.raw_data(), padding_ptr(p),
+                                    fwd.out.raw_data(), static_cast<const float*>(fwd.lse.raw_data()),
+                                    static_cast<float*>(dq_accum.raw_data()), static_cast<float*>(delta.raw_data()),
+                                    g.dq.raw_data(), g.dk.raw_data(), g.dv.raw_data(), p.shape, p.elem, nullptr));
+  return g;
+}
+
+}  // namespace tessera::cuda

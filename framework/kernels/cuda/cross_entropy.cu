@@ -1,0 +1,126 @@
+// Label-smoothed cross entropy, one block per row: one pass for the row's max, sum of exp and
+// sum of logits (online softmax), then (fused) a second pass that writes the row's gradient.
+#include "kernels/cuda/common.cuh"
+
+namespace tessera::cuda {
+namespace {
+
+constexpr int kThreads = 256;
+
+struct RowStats {
+  float lse, sum;  // log-sum-exp and plain sum of the row's logits
+};
+
+template <typename T>
+__device__ RowStats row_stats(const T* __restrict__ z, std::int64_t vocab) {
+  __shared__ float m_s[32], s_s[32], sum_s[32];
+  MaxSum ms{-INFINITY, 0.0f};
+  float sum = 0.0f;
+  for (std::int64_t j = threadIdx.x; j < vocab; j += blockDim.x) {
+    const float v = to_float(z[j]);
+    ms = merge(ms, MaxSum{v, 1.0f});
+    sum += v;
+  }
+  ms = warp_merge(ms);
+  sum = warp_sum(sum);
+  const int lane = static_cast<int>(threadIdx.x) % 32, warp = static_cast<int>(threadIdx.x) / 32;
+  if (lane == 0) {
+    m_s[warp] = ms.m;
+    s_s[warp] = ms.s;
+    sum_s[warp] = sum;
+  }
+  __syncthreads();
+  const int warps = static_cast<int>(blockDim.x) / 32;
+  ms = lane < warps ? MaxSum{m_s[lane], s_s[lane]} : MaxSum{-INFINITY, 0.0f};
+  sum = lane < warps ? sum_s[lane] : 0.0f;
+  ms = warp_merge(ms);
+  sum = warp_sum(sum);
+  return {ms.m + logf(ms.s), sum};  // every warp computed the same totals
+}
+
+template <typename T>
+__device__ void write_gradient(const T* __restrict__ z, T* __restrict__ dz, std::int64_t vocab, float lse,
+                               std::int32_t target, float weight, float smoothing) {
+  const float uniform = smoothing / static_cast<float>(vocab);
+  for (std::int64_t j = threadIdx.x; j < vocab; j += blockDim.x) {
+    const float q = uniform + (j == target ? 1.0f - smoothing : 0.0f);
+    dz[j] = from_float<T>(weight * (expf(to_float(z[j]) - lse) - q));
+  }
+}
+
+template <typename T>
+__global__ void cross_entropy_kernel(const T* __restrict__ logits, const std::int32_t* __restrict__ targets,
+                                     float* __restrict__ loss, float* __restrict__ lse_out, float* __restrict__ nll,
+                                     const float* __restrict__ dloss, float grad_scale, T* __restrict__ dlogits,
+                                     std::int64_t vocab, float smoothing, std::int32_t ignore_index) {
+  const std::int64_t row = blockIdx.x;
+  const T* z = logits + row * vocab;
+  const RowStats st = row_stats(z, vocab);
+  const std::int32_t t = targets[row];
+  const bool ignored = t == ignore_index;
+  if (threadIdx.x == 0) {
+    lse_out[row] = st.lse;
+    const float zt = ignored ? 0.0f : to_float(z[t]);
+    loss[row] = ignored ? 0.0f : st.lse - (1.0f - smoothing) * zt - smoothing / static_cast<float>(vocab) * st.sum;
+    nll[row] = ignored ? 0.0f : st.lse - zt;
+  }
+  if (dlogits == nullptr) return;
+  T* dz = dlogits + row * vocab;
+  if (ignored) {
+    for (std::int64_t j = threadIdx.x; j < vocab; j += blockDim.x) dz[j] = from_float<T>(0.0f);
+    return;
+  }
+  write_gradient(z, dz, vocab, st.lse, t, grad_scale * (dloss ? dloss[row] : 1.0f), smoothing);
+}
+
+template <typename T>
+__global__ void cross_entropy_backward_kernel(const float* __restrict__ dloss, const T* __restrict__ logits,
+                                              const std::int32_t* __restrict__ targets, const float* __restrict__ lse,
+                                              T* __restrict__ dlogits, std::int64_t vocab, float smoothing,
+                                              std::int32_t ignore_index) {
+  const std::int64_t row = blockIdx.x;
+  T* dz = dlogits + row * vocab;
+  const std::int32_t t = targets[row];
+  if (t == ignore_index) {
+    for (std::int64_t j = threadIdx.x; j < vocab; j += blockDim.x) dz[j] = from_float<T>(0.0f);
+    return;
+  }
+  write_gradient(logits + row * vocab, dz, vocab, lse[row], t, dloss[row], smoothing);
+}
+
+}  // namespace
+
+cudaError_t launch_cross_entropy(const void* logits, const std::int32_t* targets, float* loss, float* lse, float* nll,
+                                 const float* dloss, float grad_scale, void* dlogits, std::int64_t n,
+                                 std::int64_t vocab, float smoothing, std::int32_t ignore_index, Elem elem,
+                                 cudaStream_t stream) {
+  if (n == 0) return cudaSuccess;
+  const auto grid = static_cast<unsigned>(n);
+  if (elem == Elem::bf16)
+    cross_entropy_kernel<<<grid, kThreads, 0, stream>>>(static_cast<const __nv_bfloat16*>(logits), targets, loss, lse,
+                                                        nll, dloss, grad_scale, static_cast<__nv_bfloat16*>(dlogits),
+                                                        vocab, smoothing, ignore_index);
+  else
+    cross_entropy_kernel<<<grid, kThreads, 0, stream>>>(static_cast<const float*>(logits), targets, loss, lse, nll,
+                                                        dloss, grad_scale, static_cast<float*>(dlogits), vocab,
+                                                        smoothing, ignore_index);
+  return cudaGetLastError();
+}
+
+cudaError_t launch_cross_entropy_backward(const float* dloss, const void* logits, const std::int32_t* targets,
+                                          const float* lse, void* dlogits, std::int64_t n, std::int64_t vocab,
+                                          float smoothing, std::int32_t ignore_index, Elem elem, cudaStream_t stream) {
+  if (n == 0) return cudaSuccess;
+  const auto grid = static_cast<unsigned>(n);
+  if (elem == Elem::bf16)
+    cross_entropy_backward_kernel<<<grid, kThreads, 0, stream>>>(dloss, static_cast<const __nv_bfloat16*>(logits),
+                                                                 targets, lse, static_cast<__nv_bfloat16*>(dlogits),
+                                                                 vocab, smoothing, ignore_index);
+  else
+    cross_entropy_backward_kernel<<<grid, kThreads, 0, stream>>>(dloss, static_cast<const float*>(logits), targets, lse,
+                                                                 static_cast<float*>(dlogits), vocab, smoothing,
+                                                                 ignore_index);
+  return cudaGetLastError();
+}
+
+}  // namespace tessera::cuda

@@ -1,0 +1,80 @@
+// Flash attention throughput on the GPU, FlashAttention's convention: batch x length = 16k
+// tokens, d_model 2048 (heads = 2048 / d), bfloat16; forward FLOPs 4 b s^2 h d (halved when
+// causal), backward 2.5x the forward. Prints CSV rows:
+//   d,causal,seqlen,batch,heads,fwd_ms,fwd_bwd_ms,fwd_tflops,fwd_bwd_tflops
+// tests/gpu/sdpa_reference.py prints the same rows for PyTorch's scaled_dot_product_attention.
+#include <cuda_runtime.h>
+
+#include <cstdio>
+#include <random>
+
+#include "kernels/cuda/attention.h"
+
+using namespace tessera;
+
+namespace {
+
+Tensor random_bf16(const Shape& shape, std::uint32_t seed) {
+  std::mt19937 gen(seed);
+  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+  std::int64_t n = 1;
+  for (auto d : shape) n *= d;
+  std::vector<float> v(static_cast<std::size_t>(n));
+  for (auto& x : v) x = dist(gen);
+  return Tensor::from(v, shape).to(DType::bf16).to(Device::cuda);
+}
+
+template <typename Fn>
+double time_ms(Fn&& fn, int repeats) {
+  fn();  // warm up (and shared-memory attributes)
+  cudaEvent_t start, stop;
+  cudaEventCreate(&start);
+  cudaEventCreate(&stop);
+  cudaEventRecord(start);
+  for (int i = 0; i < repeats; ++i) fn();
+  cudaEventRecord(stop);
+  cudaEventSynchronize(stop);
+  float ms = 0;
+  cudaEventElapsedTime(&ms, start, stop);
+  cudaEventDestroy(start);
+  cudaEventDestroy(stop);
+  return static_cast<double>(ms) / repeats;
+}
+
+}  // namespace
+
+int main() {
+  if (!cuda_available()) {
+    std::printf("no GPU on this machine: attention benchmark not run\n");
+    return 0;
+  }
+  std::printf("d,causal,seqlen,batch,heads,fwd_ms,fwd_bwd_ms,fwd_tflops,fwd_bwd_tflops\n");
+  for (std::int64_t d : {64, 128}) {
+    for (bool causal : {false, true}) {
+      for (std::int64_t s : {512, 1024, 2048, 4096}) {
+        const std::int64_t b = 16384 / s, h = 2048 / d;
+        const Tensor q = random_bf16({b, h, s, d}, 1), k = random_bf16({b, h, s, d}, 2),
+                     v = random_bf16({b, h, s, d}, 3), dout = random_bf16({b, h, s, d}, 4);
+        const cpu::AttentionOptions opt{.causal = causal};
+        cpu::AttentionOutput fwd;
+        const double fwd_ms = time_ms([&] { fwd = cuda::attention_forward(q, k, v, Tensor(), opt); }, 10);
+        const double both_ms = time_ms(
+            [&] {
+              fwd = cuda::attention_forward(q, k, v, Tensor(), opt);
+              cuda::attention_backward(dout, q, k, v, Tensor(), fwd, opt);
+            },
+            10);
+        const double flops = 4.0 * static_cast<double>(b * s * s * h * d) / (causal ? 2.0 : 1.0);
+        std::printf("%lld,%d,%lld,%lld,%lld,%.3f,%.3f,%.1f,%.1f\n", static_cast<long long>(d), causal ? 1 : 0,
+                    static_cast<long long>(s), static_cast<long long>(b), static_cast<long long>(h), fwd_ms, both_ms,
+                    flops / (fwd_ms * 1e9), 3.5 * flops / (both_ms * 1e9));
+        std::fflush(stdout);
+      }
+    }
+  }
+  const MemoryStats mem = device_memory_stats();
+  std::printf("# device memory: peak in use %.1f MiB, reserved %.1f MiB, cudaMalloc calls %zu\n",
+              static_cast<double>(mem.peak_in_use) / (1 << 20), static_cast<double>(mem.reserved()) / (1 << 20),
+              mem.system_allocations);
+  return 0;
+}

@@ -1,0 +1,274 @@
+// Every CUDA kernel against its CPU twin on random shapes (ragged lengths and masks included).
+// Tolerances, |gpu - cpu| <= tol * (1 + |cpu|) per element:
+//   float32: 1e-4 (GEMM with TF32 off; attention, layer norm, cross entropy: float32 throughout)
+//   bfloat16 storage: 2e-2 (one bfloat16 rounding of the result is 2^-8 relative; attention also
+//   rounds P to bfloat16 before P V, as FlashAttention does)
+//   Adam: bit-identical (no fused multiply-add on the GPU side).
+// The CPU twin of a bfloat16 case runs in float32 on the same bfloat16-rounded inputs.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <limits>
+#include <random>
+
+#include "kernels/cpu/adam.h"
+#include "kernels/cpu/attention.h"
+#include "kernels/cpu/gemm.h"
+#include "kernels/cpu/nn_kernels.h"
+#include "kernels/cuda/adam.h"
+#include "kernels/cuda/attention.h"
+#include "kernels/cuda/gemm.h"
+#include "kernels/cuda/nn_kernels.h"
+
+namespace tessera {
+namespace {
+
+constexpr double kF32Tol = 1e-4, kBf16Tol = 2e-2;
+
+#define SKIP_WITHOUT_GPU() \
+  if (!cuda_available()) GTEST_SKIP() << "no GPU on this machine: CUDA kernel twin test not run"
+
+Tensor random(const Shape& shape, std::uint32_t seed, double lo = -1.0, double hi = 1.0) {
+  std::mt19937 gen(seed);
+  std::uniform_real_distribution<float> dist(static_cast<float>(lo), static_cast<float>(hi));
+  std::int64_t n = 1;
+  for (auto d : shape) n *= d;
+  std::vector<float> v(static_cast<std::size_t>(n));
+  for (auto& x : v) x = dist(gen);
+  return Tensor::from(v, shape);
+}
+
+// The CPU-side input of a case: float32, rounded through bfloat16 when the case is bfloat16.
+Tensor as_input(const Tensor& t, DType dtype) { return dtype == DType::bf16 ? t.to(DType::bf16).to(DType::f32) : t; }
+Tensor to_gpu(const Tensor& t, DType dtype) { return t.to(dtype).to(Device::cuda); }
+Tensor from_gpu(const Tensor& t) { return t.to(Device::cpu).to(DType::f32); }
+
+void expect_close(const Tensor& gpu, const Tensor& cpu_ref, double tol, const std::string& what) {
+  const Tensor g = from_gpu(gpu), c = cpu_ref.to(DType::f32);
+  ASSERT_EQ(g.shape(), c.shape()) << what;
+  const float *a = g.data<float>(), *b = c.data<float>();
+  double worst = 0.0;
+  std::int64_t worst_at = -1;
+  for (std::int64_t i = 0; i < g.numel(); ++i) {
+    if (std::isinf(b[i]) && a[i] == b[i]) continue;  // -inf log-sum-exp of a row that sees nothing
+    const double excess = std::abs(static_cast<double>(a[i]) - b[i]) / (1.0 + std::abs(static_cast<double>(b[i])));
+    if (!(excess <= worst) || std::isnan(excess)) {
+      worst = std::isnan(excess) ? std::numeric_limits<double>::infinity() : excess;
+      worst_at = i;
+    }
+  }
+  EXPECT_LE(worst, tol) << what << ": worst at flat index " << worst_at << ": gpu " << a[worst_at] << " cpu "
+                        << b[worst_at];
+}
+
+std::string dtype_label(DType d) { return d == DType::bf16 ? "bf16" : "fp32"; }
+double tol_of(DType d) { return d == DType::bf16 ? kBf16Tol : kF32Tol; }
+
+TEST(CudaKernels, ElementwiseMatchCpu) {
+  SKIP_WITHOUT_GPU();
+  for (DType dt : {DType::f32, DType::bf16}) {
+    const Tensor a = as_input(random({7, 33, 65}, 1), dt), b = as_input(random({7, 33, 65}, 2, 0.5, 2.0), dt);
+    const Tensor bias = as_input(random({65}, 3), dt);
+    const std::string l = dtype_label(dt);
+    for (auto op : {cpu::BinaryOp::add, cpu::BinaryOp::sub, cpu::BinaryOp::mul, cpu::BinaryOp::div})
+      expect_close(cuda::binary(op, to_gpu(a, dt), to_gpu(b, dt)), cpu::binary(op, a, b), tol_of(dt), l + " binary");
+    expect_close(cuda::binary(cpu::BinaryOp::add, to_gpu(a, dt), to_gpu(bias, dt)), cpu::add(a, bias), tol_of(dt),
+                 l + " bias add");
+    expect_close(cuda::unary(cpu::UnaryOp::relu, to_gpu(a, dt)), cpu::unary(cpu::UnaryOp::relu, a), tol_of(dt),
+                 l + " relu");
+    expect_close(cuda::unary(cpu::UnaryOp::exp, to_gpu(a, dt)), cpu::unary(cpu::UnaryOp::exp, a), tol_of(dt),
+                 l + " exp");
+    expect_close(cuda::unary(cpu::UnaryOp::tanh, to_gpu(a, dt)), cpu::unary(cpu::UnaryOp::tanh, a), tol_of(dt),
+                 l + " tanh");
+    expect_close(cuda::affine(to_gpu(a, dt), 0.5, -2.0), cpu::affine(a, 0.5, -2.0), tol_of(dt), l + " affine");
+    expect_close(cuda::relu_backward(to_gpu(b, dt), to_gpu(a, dt)), cpu::relu_backward(b, a), tol_of(dt),
+                 l + " relu_backward");
+    expect_close(cuda::sum_to_last_dim(to_gpu(a, dt)), cpu::sum_to_shape(a, {65}), tol_of(dt) * 10, l + " bias grad");
+  }
+  const Tensor x = random({1000}, 4), y = random({1000}, 5);
+  Tensor gx = x.to(Device::cuda), cx = x.clone();
+  cuda::add_inplace(gx, y.to(Device::cuda), 0.25);
+  cpu::add_inplace(cx, y, 0.25);
+  expect_close(gx, cx, kF32Tol, "add_inplace");
+  // Casts round to nearest even exactly as the host's bfloat16 conversion.
+  const Tensor r = random({4097}, 6, -100, 100);
+  const Tensor host_bf16 = r.to(DType::bf16).to(DType::f32);
+  expect_close(cuda::cast(r.to(Device::cuda), DType::bf16), host_bf16, 0.0, "cast to bf16");
+}
+
+TEST(CudaKernels, LayerNormMatchesCpu) {
+  SKIP_WITHOUT_GPU();
+  for (DType dt : {DType::f32, DType::bf16}) {
+    for (auto [rows, cols] : {std::pair<std::int64_t, std::int64_t>{1, 8}, {37, 512}, {300, 1024}, {5, 4100}}) {
+      const Tensor x = as_input(random({rows, cols}, 10, -3, 3), dt), dy = as_input(random({rows, cols}, 11), dt);
+      const Tensor gamma = random({cols}, 12, 0.5, 1.5), beta = random({cols}, 13);
+      const auto c = cpu::layer_norm_forward(x, gamma, beta, 1e-5);
+      const auto g = cuda::layer_norm_forward(to_gpu(x, dt), gamma.to(Device::cuda), beta.to(Device::cuda), 1e-5);
+      const std::string l = dtype_label(dt) + " layer norm " + std::to_string(rows) + "x" + std::to_string(cols);
+      expect_close(g.y, c.y, tol_of(dt), l + " y");
+      expect_close(g.mean, c.mean, kF32Tol, l + " mean");
+      expect_close(g.rstd, c.rstd, kF32Tol, l + " rstd");
+      const auto cg = cpu::layer_norm_backward(dy, x, gamma, c.mean, c.rstd);
+      const auto gg = cuda::layer_norm_backward(to_gpu(dy, dt), to_gpu(x, dt), gamma.to(Device::cuda), g.mean, g.rstd);
+      expect_close(gg.dx, cg.dx, tol_of(dt), l + " dx");
+      expect_close(gg.dgamma, cg.dgamma, kF32Tol * 10, l + " dgamma");
+      expect_close(gg.dbeta, cg.dbeta, kF32Tol * 10, l + " dbeta");
+    }
+  }
+}
+
+TEST(CudaKernels, EmbeddingMatchesCpu) {
+  SKIP_WITHOUT_GPU();
+  const std::vector<std::int32_t> id_values{3, 0, 9, 3, 3, 7, 1, 9};  // repeats accumulate
+  const Tensor ids = Tensor::from(id_values, {2, 4});
+  for (DType dt : {DType::f32, DType::bf16}) {
+    const Tensor w = as_input(random({10, 96}, 20), dt);
+    expect_close(cuda::embedding_forward(to_gpu(w, dt), ids), cpu::embedding_forward(w, ids), 0.0,
+                 dtype_label(dt) + " embedding");
+    const Tensor dout = as_input(random({2, 4, 96}, 21), dt);
+    Tensor cd = Tensor::zeros({10, 96}), gd = Tensor::zeros({10, 96}, DType::f32, Device::cuda);
+    cpu::embedding_backward(cd, dout, ids);
+    cuda::embedding_backward(gd, to_gpu(dout, dt), ids);
+    expect_close(gd, cd, kF32Tol, dtype_label(dt) + " embedding backward");
+  }
+  const std::vector<std::int32_t> bad{0, 10};
+  EXPECT_THROW(cuda::embedding_forward(random({10, 4}, 1).to(Device::cuda), Tensor::from(bad, {2})), Error);
+}
+
+TEST(CudaKernels, CrossEntropyMatchesCpu) {
+  SKIP_WITHOUT_GPU();
+  for (DType dt : {DType::f32, DType::bf16}) {
+    for (std::int64_t vocab : {5, 1000, 37000}) {
+      const std::int64_t n = 23;
+      const Tensor logits = as_input(random({n, vocab}, 30, -8, 8), dt);
+      std::vector<std::int32_t> t(static_cast<std::size_t>(n));
+      for (std::int64_t i = 0; i < n; ++i)
+        t[static_cast<std::size_t>(i)] = static_cast<std::int32_t>((i * 7919) % vocab);
+      t[3] = t[11] = 0;  // ignored rows (index 0: padding)
+      const Tensor targets = Tensor::from(t, {n});
+      const std::string l = dtype_label(dt) + " cross entropy V=" + std::to_string(vocab);
+      const auto c = cpu::cross_entropy_forward(logits, targets, 0.1, 0);
+      const auto g = cuda::cross_entropy_forward(to_gpu(logits, dt), targets, 0.1, 0);
+      expect_close(g.loss, c.loss, kF32Tol, l + " loss");
+      expect_close(g.lse, c.lse, kF32Tol, l + " lse");
+      expect_close(g.nll, c.nll, kF32Tol, l + " nll");
+      const Tensor dloss = Tensor::full({n}, 1.0 / 17.0);
+      const Tensor cd = cpu::cross_entropy_backward(dloss, logits, targets, c.lse, 0.1, 0);
+      expect_close(cuda::cross_entropy_backward(dloss.to(Device::cuda), to_gpu(logits, dt), targets, g.lse, 0.1, 0), cd,
+                   tol_of(dt), l + " backward");
+      const auto fused = cuda::cross_entropy_fused(to_gpu(logits, dt), targets, 0.1, 0, 1.0 / 17.0);
+      expect_close(fused.out.loss, c.loss, kF32Tol, l + " fused loss");
+      expect_close(fused.dlogits, cd, tol_of(dt), l + " fused gradient");
+    }
+  }
+}
+
+TEST(CudaKernels, GemmMatchesCpu) {
+  SKIP_WITHOUT_GPU();
+  for (DType dt : {DType::f32, DType::bf16}) {
+    for (bool ta : {false, true}) {
+      for (bool tb : {false, true}) {
+        const std::int64_t m = 37, n = 129, k = 300;
+        const Tensor a = as_input(random(ta ? Shape{3, k, m} : Shape{3, m, k}, 40), dt);
+        const Tensor b = as_input(random(tb ? Shape{3, n, k} : Shape{3, k, n}, 41), dt);
+        const Tensor b2 = as_input(random(tb ? Shape{n, k} : Shape{k, n}, 42), dt);
+        const std::string l = dtype_label(dt) + " gemm ta=" + std::to_string(ta) + " tb=" + std::to_string(tb);
+        // Sums of 300 products of size 1: compare relative to sqrt(k) as well.
+        const double tol = tol_of(dt) * (dt == DType::bf16 ? 1.0 : 10.0);
+        expect_close(cuda::matmul(to_gpu(a, dt), to_gpu(b, dt), ta, tb), cpu::matmul(a, b, ta, tb), tol, l);
+        expect_close(cuda::matmul(to_gpu(a, dt), to_gpu(b2, dt), ta, tb), cpu::matmul(a, b2, ta, tb), tol,
+                     l + " shared b");
+      }
+    }
+  }
+}
+
+TEST(CudaKernels, FusedAdamIsBitIdenticalToCpu) {
+  SKIP_WITHOUT_GPU();
+  std::vector<Tensor> w, g, m, v;
+  std::vector<cuda::AdamParam> params;
+  for (std::int64_t n : {1, 3, 4096, 4097, 100000}) {
+    w.push_back(random({n}, 50));
+    g.push_back(random({n}, 51, -0.1, 0.1));
+    m.push_back(Tensor::zeros({n}));
+    v.push_back(Tensor::zeros({n}));
+    params.push_back({w.back().to(Device::cuda), g.back().to(Device::cuda), m.back().to(Device::cuda),
+                      v.back().to(Device::cuda), Tensor::empty({n}, DType::bf16, Device::cuda)});
+  }
+  cuda::FusedAdam adam(params);
+  for (long t = 1; t <= 3; ++t) {
+    const double bc1 = 1.0 - std::pow(0.9, static_cast<double>(t)), bc2 = 1.0 - std::pow(0.98, static_cast<double>(t));
+    const cpu::AdamHyper<float> h{0.9f, 0.98f, static_cast<float>(1e-3 / bc1), static_cast<float>(1.0 / bc2), 1e-9f};
+    for (std::size_t i = 0; i < w.size(); ++i)
+      cpu::adam_update(w[i].data<float>(), g[i].data<float>(), m[i].data<float>(), v[i].data<float>(), w[i].numel(), h);
+    adam.step(1e-3, 0.9, 0.98, 1e-9, t);
+  }
+  for (std::size_t i = 0; i < w.size(); ++i) {
+    expect_close(params[i].weight, w[i], 0.0, "adam weight");
+    expect_close(params[i].exp_avg, m[i], 0.0, "adam exp_avg");
+    expect_close(params[i].exp_avg_sq, v[i], 0.0, "adam exp_avg_sq");
+    expect_close(params[i].weight_bf16, w[i].to(DType::bf16).to(DType::f32), 0.0, "adam bf16 copy");
+  }
+}
+
+struct AttentionCase {
+  std::int64_t b, h, lq, lk, d;
+  bool causal, padding;
+};
+
+TEST(CudaKernels, FlashAttentionMatchesCpu) {
+  SKIP_WITHOUT_GPU();
+  const std::vector<AttentionCase> cases{{2, 3, 17, 33, 64, false, true},    {2, 3, 64, 64, 64, true, false},
+                                         {1, 2, 100, 130, 128, false, true}, {2, 2, 130, 130, 128, true, true},
+                                         {3, 1, 1, 77, 32, false, true},     {2, 4, 33, 1, 64, false, false},
+                                         {1, 2, 80, 48, 64, true, false},    {2, 2, 200, 200, 32, true, true}};
+  for (DType dt : {DType::f32, DType::bf16}) {
+    for (const AttentionCase& c : cases) {
+      const Tensor q = as_input(random({c.b, c.h, c.lq, c.d}, 60, -2, 2), dt);
+      const Tensor k = as_input(random({c.b, c.h, c.lk, c.d}, 61, -2, 2), dt);
+      const Tensor v = as_input(random({c.b, c.h, c.lk, c.d}, 62), dt);
+      const Tensor dout = as_input(random({c.b, c.h, c.lq, c.d}, 63), dt);
+      Tensor pad;
+      if (c.padding) {  // ragged: row i pads its last i * 5 keys; the last row pads all of them
+        std::vector<std::int32_t> p(static_cast<std::size_t>(c.b * c.lk), 0);
+        for (std::int64_t i = 0; i < c.b; ++i)
+          for (std::int64_t j = 0; j < c.lk; ++j)
+            p[static_cast<std::size_t>(i * c.lk + j)] = (i == c.b - 1 && c.b > 2) || j >= c.lk - i * 5 ? 1 : 0;
+        pad = Tensor::from(p, {c.b, c.lk});
+      }
+      const cpu::AttentionOptions opt{.causal = c.causal};
+      const auto cf = cpu::attention_forward(q, k, v, pad, opt);
+      const auto gf = cuda::attention_forward(to_gpu(q, dt), to_gpu(k, dt), to_gpu(v, dt), pad, opt);
+      const std::string l = dtype_label(dt) + " attention b" + std::to_string(c.b) + " h" + std::to_string(c.h) +
+                            " lq" + std::to_string(c.lq) + " lk" + std::to_string(c.lk) + " d" + std::to_string(c.d) +
+                            (c.causal ? " causal" : "") + (c.padding ? " padded" : "");
+      expect_close(gf.out, cf.out, tol_of(dt), l + " out");
+      expect_close(gf.lse, cf.lse, kF32Tol * 10, l + " lse");
+      const auto cg = cpu::attention_backward(dout, q, k, v, pad, cf, opt);
+      const auto gg =
+          cuda::attention_backward(to_gpu(dout, dt), to_gpu(q, dt), to_gpu(k, dt), to_gpu(v, dt), pad, gf, opt);
+      expect_close(gg.dq, cg.dq, tol_of(dt) * 2, l + " dq");
+      expect_close(gg.dk, cg.dk, tol_of(dt) * 2, l + " dk");
+      expect_close(gg.dv, cg.dv, tol_of(dt) * 2, l + " dv");
+    }
+  }
+}
+
+TEST(CudaAllocator, SteadyStateMakesNoCudaMalloc) {
+  SKIP_WITHOUT_GPU();
+  const auto step = [] {  // the shapes of a small step, allocated and freed
+    Tensor a = Tensor::empty({512, 1024}, DType::f32, Device::cuda);
+    Tensor b = Tensor::empty({512, 4096}, DType::bf16, Device::cuda);
+    Tensor c = Tensor::empty({33}, DType::f32, Device::cuda);
+  };
+  step();
+  const MemoryStats before = device_memory_stats();
+  for (int i = 0; i < 10; ++i) step();
+  const MemoryStats after = device_memory_stats();
+  EXPECT_EQ(after.system_allocations, before.system_allocations);
+  EXPECT_GE(after.peak_in_use, 512u * 1024 * 4 + 512u * 4096 * 2);
+  EXPECT_EQ(after.in_use, before.in_use);
+}
+
+}  // namespace
+}  // namespace tessera
