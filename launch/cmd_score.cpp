@@ -99,7 +99,7 @@ int run_score(const ScoreOptions& opt) {
   std::vector<std::string> hyps;
   if (!opt.checkpoint.empty()) {
     // Translate the source with the checkpoint's own decoding settings, then score that.
-    const Translator translator(opt.checkpoint, "");
+    const Translator translator(opt.checkpoint, "", "");
     const io::Config& cfg = translator.config();
     hyps = translator.translate(read_file_lines(opt.src, "source"), decode_options(cfg),
                                 cfg.integer("decode.batch_sentences"));

@@ -13,7 +13,7 @@ namespace tessera::launch {
 
 Command add_translate_command(CLI::App& parent) {
   struct Options {
-    std::string checkpoint, input, output, vocab;
+    std::string checkpoint, input, output, vocab, vocab_tgt;
     std::int64_t beam = 0, batch = 0;
     double length_penalty = -1;
   };
@@ -25,7 +25,10 @@ Command add_translate_command(CLI::App& parent) {
       ->required();
   cmd->add_option("--input,-i", opt->input, "Source sentences, one per line (default: stdin)");
   cmd->add_option("--output,-o", opt->output, "Where to write translations (default: stdout)");
-  cmd->add_option("--vocab", opt->vocab, "SentencePiece model (default: the one the checkpoint's run used)");
+  cmd->add_option("--vocab", opt->vocab,
+                  "SentencePiece model, the source side's if not joint (default: the one the checkpoint's run used)");
+  cmd->add_option("--vocab-tgt", opt->vocab_tgt,
+                  "Target-side SentencePiece model of a run with one vocabulary per language (default: the run's)");
   cmd->add_option("--beam", opt->beam, "Beam size (default: decode.beam of the checkpoint's config)")
       ->check(CLI::Range(1, 1000));
   cmd->add_option("--length-penalty", opt->length_penalty, "Length penalty alpha (default: from the config)")
@@ -33,7 +36,7 @@ Command add_translate_command(CLI::App& parent) {
   cmd->add_option("--batch", opt->batch, "Sentences decoded together (default: from the config)")
       ->check(CLI::Range(1, 100000));
   return {cmd, [opt] {
-            const Translator translator(opt->checkpoint, opt->vocab);
+            const Translator translator(opt->checkpoint, opt->vocab, opt->vocab_tgt);
             const io::Config& cfg = translator.config();
             std::vector<std::string> lines;
             if (opt->input.empty()) {

@@ -23,9 +23,13 @@ const io::Schema& tessera_schema() {
         .string("data.train_tgt", "", {}, "training target text, line-aligned with train_src")
         .string("data.valid_src", "", {}, "validation source text")
         .string("data.valid_tgt", "", {}, "validation target text (the BLEU reference)")
-        .string("data.vocab", "", {}, "SentencePiece model; empty: train one into output.dir/vocab.model")
-        .integer("data.vocab_size", 8000, 16, 1000000,
-                 "size of the SentencePiece vocabulary trained when data.vocab is empty")
+        .boolean("data.joint_vocab", true,
+                 "one vocabulary for both languages (false: one per language; needs model.share_embeddings false)")
+        .string("data.vocab", "", {},
+                "SentencePiece model (the source side's when not joint); empty: train one into output.dir on first use")
+        .string("data.vocab_tgt", "", {},
+                "target-side SentencePiece model when data.joint_vocab is false; empty: train one into output.dir")
+        .integer("data.vocab_size", 8000, 16, 1000000, "size of each SentencePiece vocabulary trained on first use")
         .string("data.vocab_type", "bpe", {"bpe", "unigram"}, "SentencePiece model type for a trained vocabulary")
         .integer("data.max_len", 128, 1, 65536, "pairs longer than this (subword tokens) are skipped and counted")
         .integer("data.synthetic_vocab", 20, 2, 100000, "synthetic tasks: number of distinct symbols")

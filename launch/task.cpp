@@ -60,20 +60,24 @@ std::string TextCodec::decode(const std::vector<std::int32_t>& ids) const {
 
 std::int64_t TextCodec::size() const { return vocab_ ? vocab_->size() : symbols_ + data::kFirstSymbol; }
 
-std::string vocab_path(const io::Config& cfg) {
-  const std::string& v = cfg.string("data.vocab");
-  return v.empty() ? (std::filesystem::path(cfg.string("output.dir")) / "vocab.model").string() : v;
-}
-
-TextCodec load_codec(const io::Config& cfg) {
-  if (cfg.string("data.task") != "translation") return TextCodec::symbols(cfg.integer("data.synthetic_vocab"));
-  return TextCodec::sentencepiece(data::Vocab::load(vocab_path(cfg)));
+VocabPaths vocab_paths(const io::Config& cfg) {
+  const std::filesystem::path dir = cfg.string("output.dir");
+  const auto given_or = [&](const char* key, const char* file) {
+    const std::string& v = cfg.string(key);
+    return v.empty() ? (dir / file).string() : v;
+  };
+  if (cfg.boolean("data.joint_vocab")) {
+    const std::string joint = given_or("data.vocab", "vocab.model");
+    return {joint, joint};
+  }
+  return {given_or("data.vocab", "vocab.src.model"), given_or("data.vocab_tgt", "vocab.tgt.model")};
 }
 
 namespace {
 
-std::vector<data::Example> encode_pairs(const TextCodec& codec, const data::ParallelText& text, std::int64_t max_len,
-                                        const std::string& what, std::vector<std::string>* kept_refs) {
+std::vector<data::Example> encode_pairs(const TextCodec& src_codec, const TextCodec& tgt_codec,
+                                        const data::ParallelText& text, std::int64_t max_len, const std::string& what,
+                                        std::vector<std::string>* kept_refs) {
   std::vector<data::Example> out;
   std::int64_t empty = 0, too_long = 0;
   for (std::size_t i = 0; i < text.src.size(); ++i) {
@@ -81,7 +85,7 @@ std::vector<data::Example> encode_pairs(const TextCodec& codec, const data::Para
       ++empty;
       continue;
     }
-    data::Example e{codec.encode(text.src[i]), codec.encode(text.tgt[i])};
+    data::Example e{src_codec.encode(text.src[i]), tgt_codec.encode(text.tgt[i])};
     if (static_cast<std::int64_t>(std::max(e.src.size(), e.tgt.size())) > max_len) {
       ++too_long;
       continue;
@@ -92,6 +96,40 @@ std::vector<data::Example> encode_pairs(const TextCodec& codec, const data::Para
   fmt::print("data: {} {} pairs kept, {} empty and {} longer than data.max_len={} skipped\n", out.size(), what, empty,
              too_long, max_len);
   return out;
+}
+
+// Keys that are each valid alone but not together.
+void check_vocab_keys(const io::Config& cfg) {
+  const bool joint = cfg.boolean("data.joint_vocab");
+  TESSERA_CHECK(!joint || cfg.string("data.vocab_tgt").empty(),
+                "config: data.vocab_tgt = '{}' is set but data.joint_vocab is true (set data.joint_vocab: false "
+                "for one vocabulary per language)",
+                cfg.string("data.vocab_tgt"));
+  TESSERA_CHECK(joint || !cfg.boolean("model.share_embeddings"),
+                "config: data.joint_vocab is false but model.share_embeddings is true: one embedding table needs one "
+                "vocabulary (set model.share_embeddings: false)");
+}
+
+// The vocabulary at `path`, or, when `key` left it to us and it does not exist yet, one trained
+// on `inputs` into `path`.
+TextCodec load_or_train_vocab(const io::Config& cfg, const std::string& path, const char* key,
+                              std::vector<std::string> inputs, const char* side) {
+  if (std::filesystem::exists(path)) {
+    TextCodec codec = TextCodec::sentencepiece(data::Vocab::load(path));
+    fmt::print("data: {} vocabulary {} ({} entries)\n", side, path, codec.size());
+    return codec;
+  }
+  TESSERA_CHECK(cfg.string(key).empty(), "config: {} = '{}' does not exist", key, path);
+  std::filesystem::create_directories(std::filesystem::path(path).parent_path());
+  data::VocabTrainOptions vo;
+  vo.inputs = std::move(inputs);
+  vo.model_prefix = path.substr(0, path.size() - std::string(".model").size());
+  vo.vocab_size = cfg.integer("data.vocab_size");
+  vo.model_type = cfg.string("data.vocab_type");
+  vo.seed = static_cast<std::uint64_t>(cfg.integer("train.seed"));
+  TextCodec codec = TextCodec::sentencepiece(data::Vocab::train(vo));
+  fmt::print("data: trained a {} {} vocabulary of {} entries into {}\n", side, vo.model_type, codec.size(), path);
+  return codec;
 }
 
 }  // namespace
@@ -106,7 +144,7 @@ TaskData load_task_data(const io::Config& cfg) {
                        hi = cfg.integer("data.synthetic_max_len");
     TESSERA_CHECK(lo <= hi, "config: data.synthetic_min_len = {} exceeds data.synthetic_max_len = {}", lo, hi);
     const auto kind = data::parse_synthetic_task(task);
-    t.codec = TextCodec::symbols(vocab);
+    t.src_codec = t.tgt_codec = TextCodec::symbols(vocab);
     t.train = data::make_synthetic(kind, cfg.integer("data.synthetic_train_size"), lo, hi, vocab, seed);
     t.valid = data::make_synthetic(kind, cfg.integer("data.synthetic_valid_size"), lo, hi, vocab, seed + 7919);
     fmt::print("data: synthetic '{}' task, {} symbols, lengths {}..{}, {} training and {} validation examples\n", task,
@@ -115,27 +153,20 @@ TaskData load_task_data(const io::Config& cfg) {
   }
   for (const char* key : {"data.train_src", "data.train_tgt", "data.valid_src", "data.valid_tgt"})
     TESSERA_CHECK(!cfg.string(key).empty(), "config: data.task is 'translation' but {} is not set", key);
+  check_vocab_keys(cfg);
   const data::ParallelText train = data::read_parallel(cfg.string("data.train_src"), cfg.string("data.train_tgt"));
   const data::ParallelText valid = data::read_parallel(cfg.string("data.valid_src"), cfg.string("data.valid_tgt"));
-  const std::string vpath = vocab_path(cfg);
-  if (std::filesystem::exists(vpath)) {
-    t.codec = TextCodec::sentencepiece(data::Vocab::load(vpath));
-    fmt::print("data: vocabulary {} ({} entries)\n", vpath, t.codec.size());
+  const VocabPaths paths = vocab_paths(cfg);
+  if (paths.joint()) {
+    t.src_codec = t.tgt_codec = load_or_train_vocab(
+        cfg, paths.src, "data.vocab", {cfg.string("data.train_src"), cfg.string("data.train_tgt")}, "joint");
   } else {
-    TESSERA_CHECK(cfg.string("data.vocab").empty(), "config: data.vocab = '{}' does not exist", vpath);
-    std::filesystem::create_directories(std::filesystem::path(vpath).parent_path());
-    data::VocabTrainOptions vo;
-    vo.inputs = {cfg.string("data.train_src"), cfg.string("data.train_tgt")};
-    vo.model_prefix = vpath.substr(0, vpath.size() - std::string(".model").size());
-    vo.vocab_size = cfg.integer("data.vocab_size");
-    vo.model_type = cfg.string("data.vocab_type");
-    vo.seed = seed;
-    t.codec = TextCodec::sentencepiece(data::Vocab::train(vo));
-    fmt::print("data: trained a joint {} vocabulary of {} entries into {}\n", vo.model_type, t.codec.size(), vpath);
+    t.src_codec = load_or_train_vocab(cfg, paths.src, "data.vocab", {cfg.string("data.train_src")}, "source");
+    t.tgt_codec = load_or_train_vocab(cfg, paths.tgt, "data.vocab_tgt", {cfg.string("data.train_tgt")}, "target");
   }
   const std::int64_t max_len = cfg.integer("data.max_len");
-  t.train = encode_pairs(t.codec, train, max_len, "training", nullptr);
-  t.valid = encode_pairs(t.codec, valid, max_len, "validation", &t.valid_refs);
+  t.train = encode_pairs(t.src_codec, t.tgt_codec, train, max_len, "training", nullptr);
+  t.valid = encode_pairs(t.src_codec, t.tgt_codec, valid, max_len, "validation", &t.valid_refs);
   return t;
 }
 
@@ -161,17 +192,27 @@ models::TokenRows translate_ids(const models::Transformer& model, const std::vec
   return out;
 }
 
-Translator::Translator(const std::string& checkpoint, const std::string& vocab) {
+Translator::Translator(const std::string& checkpoint, const std::string& vocab, const std::string& vocab_tgt) {
   const io::Checkpoint w = io::load_checkpoint(checkpoint, /*weights_only=*/true);
   std::vector<std::string> overrides;
   if (!vocab.empty()) overrides.push_back("data.vocab=" + vocab);
+  if (!vocab_tgt.empty()) overrides.push_back("data.vocab_tgt=" + vocab_tgt);
   cfg_ = io::Config::parse(tessera_schema(), w.config_yaml, checkpoint, overrides);
-  std::string vpath = vocab_path(cfg_);
-  const auto beside = std::filesystem::path(checkpoint).parent_path() / "vocab.model";
-  if (vocab.empty() && !std::filesystem::exists(vpath) && std::filesystem::exists(beside)) vpath = beside.string();
-  codec_ =
-      cfg_.string("data.task") == "translation" ? TextCodec::sentencepiece(data::Vocab::load(vpath)) : load_codec(cfg_);
-  model_ = std::make_unique<models::Transformer>(model_config(cfg_, codec_.size(), codec_.size()), 0);
+  if (cfg_.string("data.task") == "translation") {
+    // A vocabulary not where the run's config says (a copied or moved run folder) is looked for
+    // beside the checkpoint under its own file name.
+    const auto find = [&](const std::string& path, const std::string& given) {
+      const auto beside = std::filesystem::path(checkpoint).parent_path() / std::filesystem::path(path).filename();
+      return given.empty() && !std::filesystem::exists(path) && std::filesystem::exists(beside) ? beside.string()
+                                                                                                : path;
+    };
+    const VocabPaths paths = vocab_paths(cfg_);
+    src_codec_ = TextCodec::sentencepiece(data::Vocab::load(find(paths.src, vocab)));
+    tgt_codec_ = paths.joint() ? src_codec_ : TextCodec::sentencepiece(data::Vocab::load(find(paths.tgt, vocab_tgt)));
+  } else {
+    src_codec_ = tgt_codec_ = TextCodec::symbols(cfg_.integer("data.synthetic_vocab"));
+  }
+  model_ = std::make_unique<models::Transformer>(model_config(cfg_, src_codec_.size(), tgt_codec_.size()), 0);
   std::vector<ag::Var> params = model_->parameters();
   io::assign_weights(w, checkpoint, params);
 }
@@ -181,7 +222,7 @@ std::vector<std::string> Translator::translate(const std::vector<std::string>& l
   const auto limit = static_cast<std::size_t>(cfg_.integer("model.max_positions") - 1);
   std::vector<std::vector<std::int32_t>> sources;
   for (const auto& line : lines) {
-    auto ids = codec_.encode(line);
+    auto ids = src_codec_.encode(line);
     // Cut rather than fail the whole batch.
     if (ids.size() > limit) {
       fmt::print(stderr, "translate: line {} has {} tokens; keeping the first {}\n", sources.size() + 1, ids.size(),
@@ -191,7 +232,7 @@ std::vector<std::string> Translator::translate(const std::vector<std::string>& l
     sources.push_back(std::move(ids));
   }
   std::vector<std::string> out;
-  for (const auto& h : translate_ids(*model_, sources, opt, batch_sentences)) out.push_back(codec_.decode(h));
+  for (const auto& h : translate_ids(*model_, sources, opt, batch_sentences)) out.push_back(tgt_codec_.decode(h));
   return out;
 }
 

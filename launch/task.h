@@ -1,4 +1,4 @@
-// What a run trains on, built from the config: the text codec (SentencePiece for corpora,
+// What a run trains on, built from the config: the text codecs (SentencePiece for corpora,
 // symbol numbers for synthetic tasks) and the encoded training and validation examples.
 #pragma once
 
@@ -28,30 +28,34 @@ class TextCodec {
 };
 
 struct TaskData {
-  TextCodec codec;
+  TextCodec src_codec, tgt_codec;  // the same vocabulary twice when it is joint
   std::vector<data::Example> train, valid;
   std::vector<std::string> valid_refs;  // raw validation targets (BLEU references); empty for synthetic tasks
   bool synthetic = false;
 };
 
-// The vocabulary path a run uses: data.vocab, or <output.dir>/vocab.model.
-std::string vocab_path(const io::Config& cfg);
+// The SentencePiece models a translation run uses: data.vocab (and data.vocab_tgt when not
+// joint), or the ones trained on first use into output.dir: vocab.model (joint), or
+// vocab.src.model and vocab.tgt.model (one per language).
+struct VocabPaths {
+  std::string src, tgt;
+  bool joint() const { return src == tgt; }
+};
+VocabPaths vocab_paths(const io::Config& cfg);
 // Loads (or, for a corpus without a vocabulary yet, trains) everything a run needs. Logs what it
 // skipped (empty and over-long pairs).
 TaskData load_task_data(const io::Config& cfg);
-// The codec alone, for translation: needs the vocabulary to exist already.
-TextCodec load_codec(const io::Config& cfg);
 
 // Decodes many sources (ids without eos), batched by length for speed, results in input order.
 models::TokenRows translate_ids(const models::Transformer& model, const std::vector<std::vector<std::int32_t>>& sources,
                                 const models::DecodeOptions& opt, std::int64_t batch_sentences);
 
 // A trained model ready to translate text: the weights of any checkpoint (full, weights-only or
-// averaged), the config saved in it, and its vocabulary (`vocab`, else the config's, else the
-// vocab.model beside the checkpoint).
+// averaged), the config saved in it, and its vocabularies (`vocab` / `vocab_tgt`, else the
+// config's, else the files of the same names beside the checkpoint).
 class Translator {
  public:
-  Translator(const std::string& checkpoint, const std::string& vocab);
+  Translator(const std::string& checkpoint, const std::string& vocab, const std::string& vocab_tgt);
   // Detokenized translations of `lines`, in order. Inputs longer than the positional table
   // allows are cut to fit (and said so on stderr).
   std::vector<std::string> translate(const std::vector<std::string>& lines, const models::DecodeOptions& opt,
@@ -60,7 +64,7 @@ class Translator {
 
  private:
   io::Config cfg_;
-  TextCodec codec_;
+  TextCodec src_codec_, tgt_codec_;
   std::unique_ptr<models::Transformer> model_;
 };
 

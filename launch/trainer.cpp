@@ -122,7 +122,7 @@ class Run {
         seed_(static_cast<std::uint64_t>(cfg.integer("train.seed"))),
         dir_(cfg.string("output.dir")),
         task_(load_task_data(cfg)),
-        model_(model_config(cfg, task_.codec.size(), task_.codec.size()),
+        model_(model_config(cfg, task_.src_codec.size(), task_.tgt_codec.size()),
                static_cast<std::uint64_t>(cfg.integer("train.seed")), grid.tensor.get()),
         adam_(model_.parameters(), {.lr = 0.0,
                                     .beta1 = cfg.real("train.adam_beta1"),
@@ -544,7 +544,7 @@ class Run {
       extra = fmt::format("exact match {:.2f}% ({} of {})", 100 * result.valid_accuracy, exact, n);
     } else {
       std::vector<std::string> out, refs(task_.valid_refs.begin(), task_.valid_refs.begin() + n);
-      for (const auto& h : hyps) out.push_back(task_.codec.decode(h));
+      for (const auto& h : hyps) out.push_back(task_.tgt_codec.decode(h));
       const eval::BleuScore bleu = eval::corpus_bleu(out, {refs});
       result.valid_bleu = bleu.score;
       extra = fmt::format("BLEU {:.2f} on {} sentences", bleu.score, n);

@@ -1,0 +1,46 @@
+#!/bin/sh
+# A corpus run with one SentencePiece vocabulary per language: the source one trained on first use
+# from the source side only, the target one given; embeddings of their own sizes; translate and
+# score through both, also after the run folder moved.
+# Usage: per_language_vocab.sh TESSERA CORPUS_DIR WORKDIR
+set -eu
+tessera=$1 corpus=$2 work=$3
+rm -rf "$work" && mkdir -p "$work"
+fail() { echo "FAIL: $*"; exit 1; }
+en=$corpus/multi30k_300.en de=$corpus/multi30k_300.de
+head -n 20 "$en" > "$work/valid.en"
+head -n 20 "$de" > "$work/valid.de"
+
+"$tessera" vocab --input "$de" --model-prefix "$work/de250" --vocab-size 250 > /dev/null
+"$tessera" train --set data.train_src="$en" --set data.train_tgt="$de" --set data.valid_src="$work/valid.en" \
+  --set data.valid_tgt="$work/valid.de" --set data.joint_vocab=false --set model.share_embeddings=false \
+  --set data.vocab_size=300 --set data.vocab_tgt="$work/de250.model" --set model.layers=1 --set model.d_model=32 \
+  --set model.d_ff=64 --set model.heads=2 --set train.max_steps=6 --set train.warmup=3 --set train.log_every=3 \
+  --set train.batch_tokens=1024 --set checkpoint.every=0 --set decode.max_extra_len=5 \
+  --set output.dir="$work/run" > "$work/train.log"
+grep -q "data: trained a source bpe vocabulary of 300 entries into $work/run/vocab.src.model" "$work/train.log" ||
+  { cat "$work/train.log"; fail "the source vocabulary was not trained into the run folder"; }
+grep -q "data: target vocabulary $work/de250.model (250 entries)" "$work/train.log" ||
+  { cat "$work/train.log"; fail "the given target vocabulary was not used"; }
+# The source vocabulary saw English only: no German letter in it (the German one has them).
+grep -q "ß" "$work/de250.vocab" || fail "the German vocabulary has no ß: the check below proves nothing"
+grep -q "ß" "$work/run/vocab.src.vocab" && fail "the source vocabulary was trained on German text too"
+
+h5ls -r "$work/run/model.h5" > "$work/h5ls.txt"
+grep -q '^/model/encoder\.embed_tokens\.weight  *Dataset {300, 32}$' "$work/h5ls.txt" &&
+  grep -q '^/model/decoder\.embed_tokens\.weight  *Dataset {250, 32}$' "$work/h5ls.txt" ||
+  { cat "$work/h5ls.txt"; fail "the embeddings do not have the two vocabularies' sizes"; }
+
+# Move the run folder: the source vocabulary is found beside the checkpoint.
+mv "$work/run" "$work/moved"
+"$tessera" translate --checkpoint "$work/moved/model.h5" -i "$work/valid.en" > "$work/hyp.de"
+[ "$(wc -l < "$work/hyp.de")" -eq 20 ] || fail "translate wrote $(wc -l < "$work/hyp.de") lines for 20"
+"$tessera" score --checkpoint "$work/moved/model.h5" --src "$work/valid.en" --ref "$work/valid.de" |
+  grep -q '^BLEU = ' || fail "score --checkpoint"
+# A target vocabulary of another size does not fit the weights: named, exit 1.
+status=0
+"$tessera" translate --checkpoint "$work/moved/model.h5" --vocab-tgt "$work/moved/vocab.src.model" \
+  -i "$work/valid.en" > "$work/err.txt" 2>&1 || status=$?
+[ $status -eq 1 ] && grep -q "decoder\.embed_tokens\.weight' has shape \[250, 32\]" "$work/err.txt" ||
+  { cat "$work/err.txt"; fail "a wrong --vocab-tgt was not refused by name (status $status)"; }
+echo PASS
