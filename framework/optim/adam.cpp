@@ -38,8 +38,8 @@ void Adam::set_state(long steps, std::vector<Tensor> first_moments, std::vector<
   for (std::size_t i = 0; i < params_.size(); ++i) {
     for (const Tensor* m : {&first_moments[i], &second_moments[i]})
       TESSERA_CHECK(m->shape() == params_[i].shape() && m->dtype() == params_[i].value().dtype(),
-                    "Adam::set_state: moment of '{}' has shape {}, the parameter {}", params_[i].name(),
-                    shape_str(m->shape()), shape_str(params_[i].shape()));
+                    "Adam::set_state: moment of '{}' is {}, the parameter {}", params_[i].name(), m->describe(),
+                    params_[i].value().describe());
   }
   t_ = steps;
   m_ = std::move(first_moments);

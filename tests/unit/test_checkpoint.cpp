@@ -281,7 +281,11 @@ TEST_F(CheckpointTest, AdamStateResumesBitExactly) {
   EXPECT_EQ(error_of([&] {
               d.set_state(1, {Tensor::zeros({2})}, {Tensor::zeros({4, 3})});
             }),
-            "Adam::set_state: moment of 'w' has shape [2], the parameter [4, 3]");
+            "Adam::set_state: moment of 'w' is float32[2] cpu, the parameter float32[4, 3] cpu");
+  EXPECT_EQ(error_of([&] {
+              d.set_state(1, {Tensor::zeros({4, 3}, DType::f64)}, {Tensor::zeros({4, 3})});
+            }),
+            "Adam::set_state: moment of 'w' is float64[4, 3] cpu, the parameter float32[4, 3] cpu");
 }
 
 }  // namespace

@@ -174,6 +174,9 @@ TEST(Embedding, GatherAndScatterAddWithRepeatedIds) {
               (void)cpu::embedding_forward(w, Tensor::from(std::vector<std::int32_t>{1, 3}, {2}));
             }),
             "embedding: id 3 at flat position 1 of ids [2] is outside the vocabulary [0, 3)");
+  // Embeddings have no ignored id: not even the most negative one passes.
+  EXPECT_EQ(error_of([&] { (void)cpu::embedding_forward(w, Tensor::from(std::vector<std::int32_t>{INT32_MIN}, {1})); }),
+            "embedding: id -2147483648 at flat position 0 of ids [1] is outside the vocabulary [0, 3)");
   EXPECT_EQ(error_of([&] { (void)cpu::embedding_forward(w, Tensor::zeros({2})); }),
             "embedding: ids must be int32, got float32[2] cpu");
 }

@@ -115,12 +115,12 @@ LayerNormGrads layer_norm_backward(const Tensor& dy, const Tensor& x, const Tens
 }
 
 // ---------------------------------------------------------------- embedding
-void check_ids(const char* op, const Tensor& ids, std::int64_t vocab, std::int32_t ignore_index) {
+void check_ids(const char* op, const Tensor& ids, std::int64_t vocab, std::optional<std::int32_t> ignore_index) {
   check_cpu(op, ids);
   TESSERA_CHECK(ids.dtype() == DType::i32, "{}: ids must be int32, got {}", op, ids.describe());
   const std::int32_t* p = ids.data<std::int32_t>();
   for (std::int64_t i = 0; i < ids.numel(); ++i) {
-    TESSERA_CHECK((p[i] >= 0 && p[i] < vocab) || p[i] == ignore_index,
+    TESSERA_CHECK((p[i] >= 0 && p[i] < vocab) || (ignore_index && p[i] == *ignore_index),
                   "{}: id {} at flat position {} of ids {} is outside the vocabulary [0, {})", op, p[i], i,
                   shape_str(ids.shape()), vocab);
   }
@@ -130,7 +130,7 @@ Tensor embedding_forward(const Tensor& weight, const Tensor& ids) {
   check_rank("embedding", weight, 2, "weight");
   check_float("embedding", weight);
   const std::int64_t vocab = weight.size(0), d = weight.size(1);
-  check_ids("embedding", ids, vocab, std::numeric_limits<std::int32_t>::min());
+  check_ids("embedding", ids, vocab, std::nullopt);
   Shape shape = ids.shape();
   shape.push_back(d);
   Tensor out = Tensor::empty(shape, weight.dtype());
@@ -147,7 +147,7 @@ Tensor embedding_forward(const Tensor& weight, const Tensor& ids) {
 void embedding_backward(Tensor& dweight, const Tensor& dout, const Tensor& ids) {
   check_rank("embedding_backward", dweight, 2, "dweight");
   const std::int64_t vocab = dweight.size(0), d = dweight.size(1);
-  check_ids("embedding_backward", ids, vocab, std::numeric_limits<std::int32_t>::min());
+  check_ids("embedding_backward", ids, vocab, std::nullopt);
   TESSERA_CHECK(dout.numel() == ids.numel() * d, "embedding_backward: gradient {} does not match ids {} x dim {}",
                 shape_str(dout.shape()), shape_str(ids.shape()), d);
   check_same_dtype("embedding_backward", dweight, dout);

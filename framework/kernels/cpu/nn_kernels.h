@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 
 #include "tensor/tensor.h"
 
@@ -46,6 +47,6 @@ Tensor cross_entropy_backward(const Tensor& dloss, const Tensor& logits, const T
                               double smoothing, std::int32_t ignore_index);
 
 // Token ids must lie in [0, vocab); ignore_index (if in range of the check) is allowed.
-void check_ids(const char* op, const Tensor& ids, std::int64_t vocab, std::int32_t ignore_index);
+void check_ids(const char* op, const Tensor& ids, std::int64_t vocab, std::optional<std::int32_t> ignore_index);
 
 }  // namespace tessera::cpu

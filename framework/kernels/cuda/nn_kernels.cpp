@@ -1,7 +1,7 @@
 #include "kernels/cuda/nn_kernels.h"
 
 #include <algorithm>
-#include <limits>
+#include <optional>
 
 #include "kernels/cuda/device.h"
 
@@ -9,7 +9,7 @@ namespace tessera::cuda {
 namespace {
 
 // Ids are checked on the host (a GPU kernel reading out of range fails far from the cause).
-Tensor checked_ids(const char* op, const Tensor& ids, std::int64_t vocab, std::int32_t ignore_index) {
+Tensor checked_ids(const char* op, const Tensor& ids, std::int64_t vocab, std::optional<std::int32_t> ignore_index) {
   TESSERA_CHECK(ids.dtype() == DType::i32, "{}: ids must be int32, got {}", op, ids.describe());
   cpu::check_ids(op, ids.to(Device::cpu), vocab, ignore_index);
   return ids.to(Device::cuda);
@@ -144,7 +144,7 @@ Tensor embedding_forward(const Tensor& weight, const Tensor& ids) {
   const char* op = "cuda::embedding_forward";
   const Elem elem = elem_of(op, weight);
   check_rank(op, weight, 2, "weight");
-  const Tensor gids = checked_ids(op, ids, weight.size(0), std::numeric_limits<std::int32_t>::min());
+  const Tensor gids = checked_ids(op, ids, weight.size(0), std::nullopt);
   Shape shape = ids.shape();
   shape.push_back(weight.size(1));
   Tensor out = Tensor::empty(shape, weight.dtype(), Device::cuda);
@@ -160,7 +160,7 @@ void embedding_backward(Tensor& dweight, const Tensor& dout, const Tensor& ids) 
   const Elem elem = elem_of(op, dout);
   TESSERA_CHECK(dout.numel() == ids.numel() * dweight.size(1), "{}: dout {} does not fit ids {} and dweight {}", op,
                 dout.describe(), ids.describe(), dweight.describe());
-  const Tensor gids = checked_ids(op, ids, dweight.size(0), std::numeric_limits<std::int32_t>::min());
+  const Tensor gids = checked_ids(op, ids, dweight.size(0), std::nullopt);
   check_launch(op, launch_embedding_backward(static_cast<float*>(dweight.raw_data()), dout.raw_data(),
                                              static_cast<const std::int32_t*>(gids.raw_data()), ids.numel(),
                                              dweight.size(1), elem, nullptr));
