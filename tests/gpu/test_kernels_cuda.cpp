@@ -14,11 +14,14 @@
 #include "kernels/cpu/adam.h"
 #include "kernels/cpu/attention.h"
 #include "kernels/cpu/gemm.h"
+#include "kernels/cpu/layout.h"
 #include "kernels/cpu/nn_kernels.h"
+#include "kernels/cpu/reduce.h"
 #include "kernels/cuda/adam.h"
 #include "kernels/cuda/attention.h"
 #include "kernels/cuda/gemm.h"
 #include "kernels/cuda/nn_kernels.h"
+#include "kernels/cuda/reduce.h"
 
 namespace tessera {
 namespace {
@@ -94,6 +97,36 @@ TEST(CudaKernels, ElementwiseMatchCpu) {
   const Tensor r = random({4097}, 6, -100, 100);
   const Tensor host_bf16 = r.to(DType::bf16).to(DType::f32);
   expect_close(cuda::cast(r.to(Device::cuda), DType::bf16), host_bf16, 0.0, "cast to bf16");
+}
+
+TEST(CudaKernels, ReductionsSoftmaxAndPermuteMatchCpu) {
+  SKIP_WITHOUT_GPU();
+  for (DType dt : {DType::f32, DType::bf16}) {
+    const std::string l = dtype_label(dt);
+    const Tensor x = as_input(random({5, 7, 300}, 70, -4, 4), dt), dy = as_input(random({5, 7, 300}, 71), dt);
+    const Tensor big = as_input(random({1000003}, 72), dt);  // more blocks than partial sums
+    expect_close(cuda::sum_all(to_gpu(big, dt)), cpu::sum_all(big), kF32Tol * 10, l + " sum_all");
+    expect_close(cuda::mean_all(to_gpu(x, dt)), cpu::mean_all(x), tol_of(dt), l + " mean_all");
+    for (std::int64_t dim : {0, 1, -1})
+      for (bool keep : {false, true}) {
+        const std::string w = l + " dim " + std::to_string(dim) + (keep ? " keepdim" : "");
+        expect_close(cuda::sum_dim(to_gpu(x, dt), dim, keep), cpu::sum_dim(x, dim, keep), tol_of(dt) * 5, w + " sum");
+        expect_close(cuda::mean_dim(to_gpu(x, dt), dim, keep), cpu::mean_dim(x, dim, keep), tol_of(dt), w + " mean");
+      }
+    const Tensor ys = cpu::softmax_lastdim(x), yl = cpu::log_softmax_lastdim(x);
+    const Tensor gys = cuda::softmax_lastdim(to_gpu(x, dt)), gyl = cuda::log_softmax_lastdim(to_gpu(x, dt));
+    expect_close(gys, ys, tol_of(dt), l + " softmax");
+    expect_close(gyl, yl, tol_of(dt), l + " log_softmax");
+    // Backward from the same (CPU-rounded) forward output on both sides.
+    const Tensor ys_in = as_input(ys, dt), yl_in = as_input(yl, dt);
+    expect_close(cuda::softmax_backward(to_gpu(dy, dt), to_gpu(ys_in, dt)), cpu::softmax_backward(dy, ys_in),
+                 tol_of(dt), l + " softmax backward");
+    expect_close(cuda::log_softmax_backward(to_gpu(dy, dt), to_gpu(yl_in, dt)), cpu::log_softmax_backward(dy, yl_in),
+                 tol_of(dt), l + " log_softmax backward");
+    const Tensor heads = as_input(random({2, 9, 4, 16}, 73), dt);
+    for (const std::vector<std::int64_t>& dims : {std::vector<std::int64_t>{0, 2, 1, 3}, {3, 1, 0, 2}, {0, 1, 2, 3}})
+      expect_close(cuda::permute(to_gpu(heads, dt), dims), cpu::permute(heads, dims), 0.0, l + " permute");
+  }
 }
 
 TEST(CudaKernels, LayerNormMatchesCpu) {

@@ -102,4 +102,30 @@ cudaError_t launch_attention_backward(const void* dout, const void* q, const voi
                                       float* dq_accum, float* delta, void* dq, void* dk, void* dv,
                                       const AttentionShape& s, Elem elem, cudaStream_t stream);
 
+// ---- reductions and softmax (reduce.cu); float32 accumulation, results in elem ----
+// y[o, i] = scale * sum_j x[o, j, i] for x viewed as [outer, n, inner] (sum or mean over a dim).
+cudaError_t launch_reduce_dim(const void* x, void* y, std::int64_t outer, std::int64_t n, std::int64_t inner,
+                              float scale, Elem elem, cudaStream_t stream);
+// y[0] = scale * sum of all n elements, in a fixed order (per-block partials, then one block):
+// `partial` is scratch of kReducePartials floats.
+inline constexpr int kReducePartials = 1024;
+cudaError_t launch_reduce_all(const void* x, float* partial, void* y, std::int64_t n, float scale, Elem elem,
+                              cudaStream_t stream);
+// Row-wise softmax (or log-softmax) over the last dimension of [rows, cols], and its backward
+// from the forward's output y: softmax dx = y (dy - sum(dy y)); log-softmax dx = dy - exp(y) sum(dy).
+cudaError_t launch_softmax(const void* x, void* y, std::int64_t rows, std::int64_t cols, bool log, Elem elem,
+                           cudaStream_t stream);
+cudaError_t launch_softmax_backward(const void* dy, const void* y, void* dx, std::int64_t rows, std::int64_t cols,
+                                    bool log, Elem elem, cudaStream_t stream);
+
+// ---- layout (reduce.cu): y = x with dimensions permuted; rank <= kMaxRank ----
+inline constexpr int kMaxRank = 8;
+struct PermuteDims {
+  int rank;
+  std::int64_t out_shape[kMaxRank];
+  std::int64_t in_stride[kMaxRank];  // x's stride of the dimension that becomes output dimension d
+};
+cudaError_t launch_permute(const void* x, void* y, std::int64_t n, const PermuteDims& dims, Elem elem,
+                           cudaStream_t stream);
+
 }  // namespace tessera::cuda
