@@ -57,6 +57,7 @@ struct MaxSum {
 };
 
 __device__ __forceinline__ MaxSum merge(MaxSum a, MaxSum b) {
+  if (isnan(a.m) || isnan(b.m)) return {NAN, NAN};  // fmaxf would drop a NaN; the CPU twin keeps it
   const float m = fmaxf(a.m, b.m);
   if (m == -INFINITY) return {m, 0.0f};
   return {m, a.s * expf(a.m - m) + b.s * expf(b.m - m)};

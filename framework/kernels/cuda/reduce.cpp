@@ -9,6 +9,7 @@ namespace {
 
 Tensor reduce_all(const char* op, const Tensor& x, bool mean) {
   const Elem elem = elem_of(op, x);
+  TESSERA_CHECK(!mean || x.numel() > 0, "{}: mean of the empty tensor {}", op, x.describe());
   Tensor y = Tensor::empty({}, x.dtype(), Device::cuda);
   Tensor partial = Tensor::empty({kReducePartials}, DType::f32, Device::cuda);
   const float scale = mean && x.numel() > 0 ? 1.0f / static_cast<float>(x.numel()) : 1.0f;
@@ -26,6 +27,7 @@ Tensor reduce_dim(const char* op, const Tensor& x, std::int64_t dim, bool keepdi
   for (std::int64_t i = 0; i < d; ++i) outer *= x.size(i);
   for (std::int64_t i = d + 1; i < rank; ++i) inner *= x.size(i);
   const std::int64_t n = x.size(d);
+  TESSERA_CHECK(!mean || n > 0, "{}: mean over the empty dimension {} of {}", op, dim, x.describe());
   Shape shape = x.shape();
   if (keepdim)
     shape[static_cast<std::size_t>(d)] = 1;
@@ -51,6 +53,7 @@ Tensor softmax_grad(const char* op, const Tensor& dy, const Tensor& y, bool log)
   check_on_gpu(op, dy);
   check_same_shape(op, dy, y);
   check_same_dtype(op, dy, y);
+  TESSERA_CHECK(y.dim() >= 1, "{}: {} has no dimension", op, y.describe());
   const std::int64_t cols = y.size(-1), rows = cols == 0 ? 0 : y.numel() / cols;
   Tensor dx = Tensor::empty(y.shape(), y.dtype(), Device::cuda);
   check_launch(op, launch_softmax_backward(dy.raw_data(), y.raw_data(), dx.raw_data(), rows, cols, log, elem, nullptr));
