@@ -81,6 +81,10 @@ TEST(CudaKernels, ElementwiseMatchCpu) {
                  l + " relu");
     expect_close(cuda::unary(cpu::UnaryOp::exp, to_gpu(a, dt)), cpu::unary(cpu::UnaryOp::exp, a), tol_of(dt),
                  l + " exp");
+    expect_close(cuda::unary(cpu::UnaryOp::neg, to_gpu(a, dt)), cpu::unary(cpu::UnaryOp::neg, a), tol_of(dt),
+                 l + " neg");
+    expect_close(cuda::unary(cpu::UnaryOp::log, to_gpu(b, dt)), cpu::unary(cpu::UnaryOp::log, b), tol_of(dt),
+                 l + " log");
     expect_close(cuda::unary(cpu::UnaryOp::tanh, to_gpu(a, dt)), cpu::unary(cpu::UnaryOp::tanh, a), tol_of(dt),
                  l + " tanh");
     expect_close(cuda::affine(to_gpu(a, dt), 0.5, -2.0), cpu::affine(a, 0.5, -2.0), tol_of(dt), l + " affine");
@@ -97,6 +101,7 @@ TEST(CudaKernels, ElementwiseMatchCpu) {
   const Tensor r = random({4097}, 6, -100, 100);
   const Tensor host_bf16 = r.to(DType::bf16).to(DType::f32);
   expect_close(cuda::cast(r.to(Device::cuda), DType::bf16), host_bf16, 0.0, "cast to bf16");
+  expect_close(cuda::cast(r.to(DType::bf16).to(Device::cuda), DType::f32), host_bf16, 0.0, "cast to fp32");
 }
 
 TEST(CudaKernels, ReductionsSoftmaxAndPermuteMatchCpu) {
