@@ -4,6 +4,10 @@
 
 #include "dist/local_communicator.h"
 #include "dist/mpi_communicator.h"
+#include "tensor/allocator.h"
+#ifdef TESSERA_WITH_CUDA
+#include "dist/device_communicator.h"
+#endif
 
 namespace tessera::launch {
 
@@ -28,22 +32,32 @@ int launcher_size() {
 ProcessGrid make_process_grid(const io::Config& cfg) {
   const auto tp = static_cast<int>(cfg.integer("parallel.tensor"));
   const auto dp = static_cast<int>(cfg.integer("parallel.data"));
+  const bool gpu = cfg.string("train.device") == "cuda";
   ProcessGrid g;
   if (!launched_by_mpi() && tp * dp == 1) {
     g.world = std::make_unique<dist::LocalCommunicator>();
     g.tensor = std::make_unique<dist::LocalCommunicator>();
     g.data = std::make_unique<dist::LocalCommunicator>();
+    if (gpu) g.gpu = select_cuda_device(0);
     return g;
   }
-  auto world = dist::MpiCommunicator::world();
+  std::unique_ptr<dist::Communicator> world = dist::MpiCommunicator::world();
   dist::set_collective_timeout(cfg.real("parallel.timeout_s"));
   g.rank = world->rank();
   g.size = world->size();
-  g.local_rank = world->local_rank();
+  g.local_rank = world->mpi()->local_rank();
   if (tp * dp != g.size)
     throw io::ConfigError(
         fmt::format("parallel.tensor ({}) x parallel.data ({}) = {} processes, but this run has {} (mpirun -np {})", tp,
                     dp, tp * dp, g.size, g.size));
+  if (gpu) {
+    g.gpu = select_cuda_device(g.local_rank);
+#ifdef TESSERA_WITH_CUDA
+    // Collective: every rank has selected its GPU above (or thrown there, as all would).
+    world = std::make_unique<dist::DeviceCommunicator>(
+        std::unique_ptr<dist::MpiCommunicator>(static_cast<dist::MpiCommunicator*>(world.release())));
+#endif
+  }
   g.tensor = world->split(/*color=*/g.rank / tp, /*key=*/g.rank);
   g.data = world->split(/*color=*/g.rank % tp, /*key=*/g.rank);
   g.world = std::move(world);

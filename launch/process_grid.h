@@ -4,6 +4,7 @@
 #pragma once
 
 #include <memory>
+#include <string>
 
 #include "dist/communicator.h"
 #include "io/config.h"
@@ -13,6 +14,7 @@ namespace tessera::launch {
 struct ProcessGrid {
   std::unique_ptr<dist::Communicator> world, tensor, data;
   int rank = 0, size = 1, local_rank = 0;
+  std::string gpu;  // train.device = cuda: the GPU this rank uses, e.g. "cuda:1 (NVIDIA H200)"
   bool root() const { return rank == 0; }
 };
 
@@ -25,7 +27,8 @@ int launcher_size();
 
 // Uses MPI when launched by mpirun or when parallel.tensor x parallel.data > 1; otherwise a
 // single process without MPI. Throws (on every rank alike) when tensor x data is not the number
-// of processes.
+// of processes. With train.device = cuda each rank takes GPU local_rank % GPUs and the groups
+// carry CUDA tensors over NCCL (CPU tensors still over MPI).
 ProcessGrid make_process_grid(const io::Config& cfg);
 
 }  // namespace tessera::launch

@@ -55,7 +55,13 @@ const io::Schema& tessera_schema() {
         .integer("train.seed", 1, 0, 4294967295, "seed of initialization, data order and dropout")
         .integer("train.log_every", 100, 1, 100000000, "steps between log lines")
         .integer("train.valid_every", 1000, 0, 100000000, "steps between validations (0: only at the end)")
-        .integer("train.valid_max_sentences", 0, 0, 100000000, "validate BLEU on at most this many sentences (0: all)");
+        .integer("train.valid_max_sentences", 0, 0, 100000000, "validate BLEU on at most this many sentences (0: all)")
+        .string("train.device", "cpu", {"cpu", "cuda"},
+                "where the model trains: cpu, or cuda (one GPU per process, chosen by its rank on the machine)")
+        .string("train.precision", "fp32", {"fp32", "bf16"},
+                "bf16: bfloat16 weights copies and activations in compute, float32 master weights, optimizer and "
+                "loss (train.device: cuda only)")
+        .boolean("train.tf32", false, "float32 GEMMs on the GPU's TF32 tensor cores (faster, ~10 mantissa bits)");
     // ---- decoding
     s.integer("decode.beam", 4, 1, 1000, "beam size (1: greedy)")
         .real("decode.length_penalty", 0.6, 0.0, 10.0, "alpha of the length penalty ((5 + len) / 6)^alpha")
@@ -102,6 +108,13 @@ models::TransformerConfig model_config(const io::Config& cfg, std::int64_t src_v
   m.share_embeddings = cfg.boolean("model.share_embeddings");
   m.tie_output = cfg.boolean("model.tie_output");
   m.max_positions = cfg.integer("model.max_positions");
+  return m;
+}
+
+models::TransformerConfig training_model_config(const io::Config& cfg, std::int64_t src_vocab, std::int64_t tgt_vocab) {
+  models::TransformerConfig m = model_config(cfg, src_vocab, tgt_vocab);
+  m.device = cfg.string("train.device") == "cuda" ? Device::cuda : Device::cpu;
+  m.bf16_compute = cfg.string("train.precision") == "bf16";
   return m;
 }
 

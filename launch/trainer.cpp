@@ -19,6 +19,7 @@
 #include "dist/sharding.h"
 #include "eval/bleu.h"
 #include "io/checkpoint.h"
+#include "kernels/dispatch.h"
 #include "launch/process_grid.h"
 #include "launch/schema.h"
 #include "launch/task.h"
@@ -99,6 +100,19 @@ struct LossSums {
   std::int64_t tokens = 0;
 };
 
+// Model FLOPs of one training step on a batch (forward + backward = 3 x forward, 2 per
+// multiply-add), the convention of model-FLOPs utilization: weight GEMMs count real tokens,
+// attention counts each real query against its batch's padded key length (causal: half).
+double training_flops(const models::TransformerConfig& m, const data::Batch& b) {
+  const double d = static_cast<double>(m.d_model), ff = static_cast<double>(m.d_ff);
+  const double ls = static_cast<double>(b.src.size(1)), lt = static_cast<double>(b.tgt_in.size(1));
+  const double src = static_cast<double>(b.src_tokens), tgt = static_cast<double>(b.tgt_tokens);
+  const double enc = static_cast<double>(m.encoder_layers) * src * (4 * d * d + 2 * d * ff + 2 * ls * d);
+  const double dec = static_cast<double>(m.decoder_layers) * tgt * (8 * d * d + 2 * d * ff + lt * d + 2 * ls * d);
+  const double out = tgt * d * static_cast<double>(m.tgt_vocab);
+  return 3.0 * 2.0 * (enc + dec + out);
+}
+
 // One batch forward (and backward when `grad_scale` > 0): returns the summed losses.
 LossSums run_batch(const models::Transformer& model, const data::Batch& b, double smoothing,
                    models::DropoutStream& drop, double grad_scale) {
@@ -122,7 +136,7 @@ class Run {
         seed_(static_cast<std::uint64_t>(cfg.integer("train.seed"))),
         dir_(cfg.string("output.dir")),
         task_(load_task_data(cfg)),
-        model_(model_config(cfg, task_.src_codec.size(), task_.tgt_codec.size()),
+        model_(training_model_config(cfg, task_.src_codec.size(), task_.tgt_codec.size()),
                static_cast<std::uint64_t>(cfg.integer("train.seed")), grid.tensor.get()),
         adam_(model_.parameters(), {.lr = 0.0,
                                     .beta1 = cfg.real("train.adam_beta1"),
@@ -142,6 +156,10 @@ class Run {
                model_.num_parameters(), cfg.integer("model.layers"), cfg.integer("model.d_model"),
                cfg.integer("model.d_ff"), cfg.integer("model.heads"), cfg.string("model.norm"),
                batcher_.batches_per_epoch());
+    if (!grid_.gpu.empty())
+      fmt::print("device: {}; {} compute{}\n", grid_.gpu,
+                 model_.config().bf16_compute ? "bfloat16 mixed-precision" : "float32",
+                 cfg.boolean("train.tf32") && !model_.config().bf16_compute ? " (TF32 GEMMs)" : "");
     if (grid_.size > 1)
       fmt::print("parallel: {} processes = {} tensor-parallel x {} data-parallel ({} parameters per rank){}\n",
                  grid_.size, grid_.tensor->size(), grid_.data->size(), model_.num_parameters(),
@@ -190,6 +208,8 @@ class Run {
     auto window_start = start_;
     LossSums window;
     std::int64_t window_padded = 0, window_slots = 0;
+    double window_flops = 0;  // model FLOPs of the global batches (all replicas)
+    const bool on_gpu = model_.config().device == Device::cuda;
     TrainResult result;
     const std::int64_t first_step = step_;
     std::int64_t window_step = step_;
@@ -217,6 +237,7 @@ class Run {
       for (std::size_t i = 0; i < batches.size(); ++i) {
         const data::Batch& b = batches[i];
         window.tokens += b.tgt_tokens;
+        window_flops += training_flops(model_.config(), b);
         window_padded += b.padded_slots - b.src_tokens - b.tgt_tokens;
         window_slots += b.padded_slots;
         // The last backward of the update starts the data-parallel gradient buckets as they finish.
@@ -263,15 +284,21 @@ class Run {
         const double loss = window.smoothed / static_cast<double>(window.tokens);
         const double ppl = std::exp(window.nll / static_cast<double>(window.tokens));
         const double tps = static_cast<double>(window.tokens) / wsecs;
+        const double tflops = window_flops / wsecs / 1e12;  // all ranks together
+        const MemoryStats mem = device_memory_stats();
         const double pad =
             static_cast<double>(window_padded) / static_cast<double>(std::max<std::int64_t>(window_slots, 1));
         // Data parallelism: time per step spent waiting for gradient all-reduces after backward.
         const auto window_steps = static_cast<double>(std::max<std::int64_t>(step - window_step, 1));
         const double wait_ms = 1000 * comm_wait_ / window_steps, skew_ms = 1000 * skew_wait_ / window_steps;
         fmt::print(
-            "step {} | epoch {} | loss {:.4f} | ppl {:.2f} | lr {:.3e} | gnorm {:.3f} | {:.0f} tok/s | pad {:.1f}% | "
+            "step {} | epoch {} | loss {:.4f} | ppl {:.2f} | lr {:.3e} | gnorm {:.3f} | {:.0f} tok/s | {}pad {:.1f}% | "
             "{}elapsed {} | eta {}\n",
-            step, batcher_.epoch() + 1, loss, ppl, lr, gnorm, tps, 100 * pad,
+            step, batcher_.epoch() + 1, loss, ppl, lr, gnorm, tps,
+            on_gpu ? fmt::format("{:.1f} model TFLOP/s | gpu peak {:.2f} GiB | ", tflops,
+                                 static_cast<double>(mem.peak_in_use) / (1024.0 * 1024.0 * 1024.0))
+                   : std::string(),
+            100 * pad,
             reducer_ ? fmt::format("allreduce wait {:.1f} ms/step{} | ", wait_ms,
                                    measure_comm ? fmt::format(" (+ {:.1f} imbalance)", skew_ms) : std::string())
                      : std::string(),
@@ -279,15 +306,16 @@ class Run {
         std::fflush(stdout);
         metric(
             fmt::format("{{\"step\": {}, \"epoch\": {}, \"loss\": {}, \"ppl\": {}, \"lr\": {}, \"grad_norm\": {}, "
-                        "\"tokens_per_s\": {}, \"padding\": {}, \"allreduce_wait_ms\": {}, \"imbalance_wait_ms\": {}, "
-                        "\"elapsed_s\": {}, \"eta_s\": {}}}\n",
+                        "\"tokens_per_s\": {}, \"model_tflops\": {}, \"gpu_peak_bytes\": {}, \"padding\": {}, "
+                        "\"allreduce_wait_ms\": {}, \"imbalance_wait_ms\": {}, \"elapsed_s\": {}, \"eta_s\": {}}}\n",
                         step, batcher_.epoch() + 1, json_number(loss), json_number(ppl), json_number(lr),
-                        json_number(gnorm), json_number(tps), json_number(pad), json_number(wait_ms),
-                        json_number(skew_ms), json_number(elapsed), json_number(eta)));
+                        json_number(gnorm), json_number(tps), json_number(tflops), mem.peak_in_use, json_number(pad),
+                        json_number(wait_ms), json_number(skew_ms), json_number(elapsed), json_number(eta)));
         comm_wait_ = skew_wait_ = 0;
         window_step = step;
         window = {};
         window_padded = window_slots = 0;
+        window_flops = 0;
         window_start = Clock::now();
       }
       if (valid_every > 0 && step % valid_every == 0 && step != max_steps && !out_of_time) validate(step, result);
@@ -360,7 +388,7 @@ class Run {
     for (std::size_t i = 0; i < params.size(); ++i) {
       if (model_.shard_dim(i) != dist::ShardDim::replicated) continue;
       ag::Var p = params[i];
-      Tensor g = p.grad().defined() ? p.grad() : Tensor::zeros(p.shape(), p.value().dtype());
+      Tensor g = p.grad().defined() ? p.grad() : Tensor::zeros(p.shape(), p.value().dtype(), p.value().device());
       grid_.tensor->broadcast(g, 0);
       p.set_grad(g);
     }
@@ -429,13 +457,14 @@ class Run {
     io::Checkpoint c;
     c.step = step_;
     c.config_yaml = cfg_.to_yaml(false);
-    // This rank's tensors (its blocks under tensor parallelism); no copies.
+    // This rank's tensors (its blocks under tensor parallelism); no copies on the CPU, copies
+    // to the host from the GPU.
     const std::vector<ag::Var>& params = adam_.params();
-    for (const ag::Var& p : params) c.model.emplace(p.name(), p.value());
+    for (const ag::Var& p : params) c.model.emplace(p.name(), p.value().to(Device::cpu));
     if (!with_state) return c;
     for (std::size_t i = 0; i < params.size(); ++i) {
-      c.exp_avg.emplace(params[i].name(), adam_.first_moments()[i]);
-      c.exp_avg_sq.emplace(params[i].name(), adam_.second_moments()[i]);
+      c.exp_avg.emplace(params[i].name(), adam_.first_moments()[i].to(Device::cpu));
+      c.exp_avg_sq.emplace(params[i].name(), adam_.second_moments()[i].to(Device::cpu));
     }
     c.state = io::TrainingState{.step = step_,
                                 .epoch = batcher_.epoch(),
@@ -493,8 +522,8 @@ class Run {
     const std::vector<ag::Var>& params = model_.parameters();
     for (std::size_t i = 0; i < params.size(); ++i) {
       if (!params[i].grad().defined()) continue;
-      double& acc = sq.data<double>()[model_.shard_dim(i) == dist::ShardDim::replicated ? 0 : 1];
-      for (double g : params[i].grad().to_doubles()) acc += g * g;
+      sq.data<double>()[model_.shard_dim(i) == dist::ShardDim::replicated ? 0 : 1] +=
+          kernels::squared_norm(params[i].grad());
     }
     grid_.tensor->all_reduce(sq, dist::ReduceOp::sum);
     const double norm = std::sqrt(sq.data<double>()[0] / grid_.tensor->size() + sq.data<double>()[1]);
@@ -502,11 +531,7 @@ class Run {
       for (const ag::Var& p : model_.parameters()) {
         if (!p.grad().defined()) continue;
         Tensor g = p.grad();
-        dispatch_float("clip_norm", g.dtype(), [&]<typename T>() {
-          T* d = g.data<T>();
-          const auto f = static_cast<T>(clip / norm);
-          for (std::int64_t i = 0; i < g.numel(); ++i) d[i] *= f;
-        });
+        kernels::scale_inplace(g, clip / norm);
       }
     }
     return norm;
@@ -612,7 +637,8 @@ TrainResult run_training(const io::Config& cfg, const TrainOptions& options) {
   ProcessGrid grid = make_process_grid(cfg);
   // The model's own constraints (heads divide d_model and the tensor-parallel size, ...) fail
   // now, on every rank alike, before data is read.
-  models::validate(model_config(cfg, 1000, 1000), static_cast<int>(cfg.integer("parallel.tensor")));
+  models::validate(training_model_config(cfg, 1000, 1000), static_cast<int>(cfg.integer("parallel.tensor")));
+  kernels::set_allow_tf32(cfg.boolean("train.tf32"));
   // Rank 0 alone logs; the others' standard output is dropped (their errors still reach stderr).
   if (!grid.root() && std::freopen("/dev/null", "w", stdout) == nullptr) fail("cannot silence rank {}", grid.rank);
   const std::filesystem::path dir(cfg.string("output.dir"));

@@ -83,7 +83,10 @@ TokenRows greedy_decode_uncached(const Transformer& model, const Tensor& src, co
   for (std::int64_t step = 0; std::find(done.begin(), done.end(), false) != done.end(); ++step) {
     std::vector<std::int32_t> ids;
     for (const auto& p : prefix) ids.insert(ids.end(), p.begin(), p.end());
-    const Tensor logits = model.decode(memory, src_padding, Tensor::from(ids, {batch, step + 1}), no_dropout).value();
+    const Tensor logits = model.decode(memory, src_padding, Tensor::from(ids, {batch, step + 1}), no_dropout)
+                              .value()
+                              .to(Device::cpu)
+                              .to(DType::f32);
     for (std::int64_t b = 0; b < batch; ++b) {
       const auto s = static_cast<std::size_t>(b);
       const std::int32_t tok = argmax_row(logits.data<float>() + (b * (step + 1) + step) * vocab, vocab);

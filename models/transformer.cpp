@@ -5,7 +5,7 @@
 #include <random>
 
 #include "dist/parallel_ops.h"
-#include "kernels/cpu/layout.h"
+#include "kernels/dispatch.h"
 #include "nn/positional.h"
 
 namespace tessera::models {
@@ -47,6 +47,10 @@ void validate(const TransformerConfig& c, int tensor_parallel) {
                 tensor_parallel);
   TESSERA_CHECK(c.dtype == DType::f32 || c.dtype == DType::f64, "model: parameters are float32 or float64, not {}",
                 dtype_name(c.dtype));
+  TESSERA_CHECK(!c.bf16_compute || (c.device == Device::cuda && c.dtype == DType::f32),
+                "model: bfloat16 compute (train.precision: bf16) runs on the GPU from float32 weights (train.device: "
+                "cuda), not on {} with {} weights",
+                device_name(c.device), dtype_name(c.dtype));
   TESSERA_CHECK(!c.share_embeddings || c.src_vocab == c.tgt_vocab,
                 "model: share_embeddings needs one vocabulary, but source has {} and target {} entries", c.src_vocab,
                 c.tgt_vocab);
@@ -62,15 +66,16 @@ ag::Var DropoutStream::apply(const ag::Var& x, double p) {
 void DecoderCache::select_rows(const std::vector<std::int64_t>& rows) {
   for (auto* group : {&self_k, &self_v, &cross_k, &cross_v})
     for (Tensor& t : *group)
-      if (t.defined()) t = cpu::index_rows(t, rows);
-  src_padding = cpu::index_rows(src_padding, rows);
+      if (t.defined()) t = kernels::index_rows(t, rows);
+  src_padding = kernels::index_rows(src_padding, rows);
 }
 
 ag::Var Transformer::param(const std::string& name, Tensor init, ShardDim shard) {
   TESSERA_CHECK(!index_.count(name), "model: duplicate parameter name '{}'", name);
   index_[name] = params_.size();
   // The full tensor is drawn as in a single process, then this rank keeps its block.
-  Tensor value = dist::take_block(init, shard, tensor_parallel_rank(), tensor_parallel_size()).to(cfg_.dtype);
+  Tensor value =
+      dist::take_block(init, shard, tensor_parallel_rank(), tensor_parallel_size()).to(cfg_.dtype).to(cfg_.device);
   params_.push_back(ag::Var::parameter(std::move(value), name));
   shard_dims_.push_back(tensor_parallel_size() > 1 ? shard : ShardDim::replicated);
   return params_.back();
@@ -82,14 +87,16 @@ Transformer::Linear Transformer::make_linear(const std::string& name, std::int64
                      : split == Split::row_parallel  ? ShardDim::columns
                                                      : ShardDim::replicated;
   const ShardDim b = split == Split::column_parallel ? ShardDim::rows : ShardDim::replicated;
-  Linear l{param(name + ".weight", xavier_uniform(out, in, seed++), w), param(name + ".bias", Tensor::zeros({out}), b)};
+  Linear l{param(name + ".weight", xavier_uniform(out, in, seed++), w), param(name + ".bias", Tensor::zeros({out}), b),
+           cfg_.compute_dtype()};
   if (split == Split::row_parallel && tp_ != nullptr && tp_->size() > 1) l.row_parallel = tp_;
   return l;
 }
 
 ag::Var Transformer::Linear::operator()(const ag::Var& x) const {
-  if (row_parallel == nullptr) return ag::linear(x, w, b);
-  return ag::add(dist::reduce_from_tensor_parallel(ag::linear(x, w), *row_parallel), b);
+  const ag::Var wc = ag::cast(w, compute), bc = ag::cast(b, compute);
+  if (row_parallel == nullptr) return ag::linear(x, wc, bc);
+  return ag::add(dist::reduce_from_tensor_parallel(ag::linear(x, wc), *row_parallel), bc);
 }
 
 ag::Var Transformer::enter_parallel(const ag::Var& x) const {
@@ -150,7 +157,7 @@ Transformer::Transformer(const TransformerConfig& config, std::uint64_t seed, di
   }
   out_proj_ =
       cfg_.tie_output ? tgt_embed_ : param("decoder.output_projection.weight", xavier_uniform(cfg_.tgt_vocab, d, s++));
-  positions_ = nn::sinusoidal_positional_encoding(cfg_.max_positions, d).to(cfg_.dtype);
+  positions_ = nn::sinusoidal_positional_encoding(cfg_.max_positions, d).to(cfg_.compute_dtype()).to(cfg_.device);
 }
 
 const ag::Var& Transformer::parameter(const std::string& name) const {
@@ -172,7 +179,9 @@ ag::Var Transformer::embed(const ag::Var& table, const Tensor& ids, std::int64_t
   TESSERA_CHECK(first_position + len <= cfg_.max_positions,
                 "model: position {} is beyond model.max_positions = {} (raise it or shorten the inputs)",
                 first_position + len, cfg_.max_positions);
-  ag::Var x = ag::scale(ag::embedding(table, ids), std::sqrt(static_cast<double>(cfg_.d_model)));
+  // The rows come from the float32 table (its gradient stays float32), then join the compute dtype.
+  ag::Var x = ag::scale(ag::cast(ag::embedding(table, ids), cfg_.compute_dtype()),
+                        std::sqrt(static_cast<double>(cfg_.d_model)));
   x = ag::add(x, ag::Var(positions_.narrow_rows(first_position, len)));
   return drop.apply(x, cfg_.dropout);
 }
@@ -209,7 +218,9 @@ ag::Var Transformer::feed_forward(const FeedForward& f, const ag::Var& x) const 
   return f.fc2(ag::relu(f.fc1(enter_parallel(x))));
 }
 
-ag::Var Transformer::output_logits(const ag::Var& h) const { return ag::matmul(h, out_proj_, false, true); }
+ag::Var Transformer::output_logits(const ag::Var& h) const {
+  return ag::matmul(h, ag::cast(out_proj_, cfg_.compute_dtype()), false, true);
+}
 
 // ---------------------------------------------------------------- training / scoring
 ag::Var Transformer::encode(const Tensor& src, const Tensor& src_padding, DropoutStream& drop) const {
@@ -264,8 +275,8 @@ Tensor Transformer::decode_step(DecoderCache& cache, const std::vector<std::int3
       const ag::Var q = split_heads(l.self_attn.q(h));
       Tensor k = split_heads(l.self_attn.k(h)).value(), v = split_heads(l.self_attn.v(h)).value();
       if (cache.steps > 0) {  // append this step's key and value to the cache (dimension 2: time)
-        k = cpu::concat({cache.self_k[i], k}, 2);
-        v = cpu::concat({cache.self_v[i], v}, 2);
+        k = kernels::concat({cache.self_k[i], k}, 2);
+        v = kernels::concat({cache.self_v[i], v}, 2);
       }
       cache.self_k[i] = k;
       cache.self_v[i] = v;
@@ -282,7 +293,9 @@ Tensor Transformer::decode_step(DecoderCache& cache, const std::vector<std::int3
   }
   if (cfg_.pre_norm) y = norm(decoder_final_norm_, y);
   ++cache.steps;
-  return ag::log_softmax(ag::reshape(output_logits(y), {rows, cfg_.tgt_vocab})).value();
+  // Beam search scores on the host, in float32 (or the model's float64).
+  const ag::Var logits = ag::cast(ag::reshape(output_logits(y), {rows, cfg_.tgt_vocab}), cfg_.dtype);
+  return ag::log_softmax(logits).value().to(Device::cpu);
 }
 
 }  // namespace tessera::models

@@ -24,6 +24,11 @@ struct TransformerConfig {
   double layer_norm_eps = 1e-5;
   std::int64_t max_positions = 1024;  // sinusoidal table size
   DType dtype = DType::f32;           // of parameters and activations (float64 for exact comparisons)
+  Device device = Device::cpu;        // where parameters live and every op runs
+  // Mixed precision (GPU only): bfloat16 copies of the float32 weights feed bfloat16 GEMMs and
+  // activations; layer-norm parameters, the loss and the optimizer stay float32.
+  bool bf16_compute = false;
+  DType compute_dtype() const { return bf16_compute ? DType::bf16 : dtype; }
 };
 
 using dist::ShardDim;
@@ -65,7 +70,8 @@ class Transformer {
   }
 
   // Incremental decoding (no graph is recorded): start from the encoder output, then each
-  // step feeds one token per row and returns log-probabilities [B, tgt_vocab] for the next.
+  // step feeds one token per row and returns log-probabilities [B, tgt_vocab] for the next (a CPU
+  // tensor of the model's dtype, whatever the device).
   DecoderCache start_decoding(const Tensor& memory, const Tensor& src_padding) const;
   Tensor decode_step(DecoderCache& cache, const std::vector<std::int32_t>& tokens) const;
 
@@ -82,7 +88,8 @@ class Transformer {
 
  private:
   struct Linear {
-    ag::Var w, b;  // w: [out, in] (PyTorch convention), b: [out]
+    ag::Var w, b;                // w: [out, in] (PyTorch convention), b: [out]
+    DType compute = DType::f32;  // weights are cast to it for the product (mixed precision)
     // Row-parallel (set): w holds this rank's input columns; the partial outputs are summed over
     // the group, then the (replicated) bias is added once.
     dist::Communicator* row_parallel = nullptr;

@@ -1,45 +1,55 @@
 #include "autograd/ops.h"
 
-#include "kernels/cpu/elementwise.h"
 #include "kernels/cpu/gemm.h"
 #include "kernels/cpu/layout.h"
-#include "kernels/cpu/nn_kernels.h"
-#include "kernels/cpu/reduce.h"
+#include "kernels/dispatch.h"
 
 namespace tessera::ag {
 
-using namespace tessera::cpu;
+// Every kernel goes through the dispatch layer: the same op runs on the CPU or the GPU by the
+// device of its inputs.
+using namespace tessera::kernels;
+using cpu::AttentionOptions;
 
 // ------------------------------------------------------------ elementwise
+// Gradients are computed only for inputs that need one (a positional table added to the
+// embeddings needs none).
 Var add(const Var& a, const Var& b) {
   const Shape sa = a.shape(), sb = b.shape();
-  return make_result(cpu::add(a.value(), b.value()), "add", {a, b}, [sa, sb](const Tensor& g) {
-    return std::vector<Tensor>{sum_to_shape(g, sa), sum_to_shape(g, sb)};
+  const bool need_a = a.requires_grad(), need_b = b.requires_grad();
+  return make_result(kernels::add(a.value(), b.value()), "add", {a, b}, [=](const Tensor& g) {
+    return std::vector<Tensor>{need_a ? sum_to_shape(g, sa) : Tensor(), need_b ? sum_to_shape(g, sb) : Tensor()};
   });
 }
 
 Var sub(const Var& a, const Var& b) {
   const Shape sa = a.shape(), sb = b.shape();
-  return make_result(cpu::sub(a.value(), b.value()), "sub", {a, b}, [sa, sb](const Tensor& g) {
-    return std::vector<Tensor>{sum_to_shape(g, sa), sum_to_shape(affine(g, -1.0, 0.0), sb)};
+  const bool need_a = a.requires_grad(), need_b = b.requires_grad();
+  return make_result(kernels::sub(a.value(), b.value()), "sub", {a, b}, [=](const Tensor& g) {
+    return std::vector<Tensor>{need_a ? sum_to_shape(g, sa) : Tensor(),
+                               need_b ? sum_to_shape(affine(g, -1.0, 0.0), sb) : Tensor()};
   });
 }
 
 Var mul(const Var& a, const Var& b) {
   const Tensor va = a.value(), vb = b.value();
-  return make_result(cpu::mul(va, vb), "mul", {a, b}, [va, vb](const Tensor& g) {
-    return std::vector<Tensor>{sum_to_shape(cpu::mul(g, vb), va.shape()), sum_to_shape(cpu::mul(g, va), vb.shape())};
+  const bool need_a = a.requires_grad(), need_b = b.requires_grad();
+  return make_result(kernels::mul(va, vb), "mul", {a, b}, [=](const Tensor& g) {
+    return std::vector<Tensor>{need_a ? sum_to_shape(kernels::mul(g, vb), va.shape()) : Tensor(),
+                               need_b ? sum_to_shape(kernels::mul(g, va), vb.shape()) : Tensor()};
   });
 }
 
 Var div(const Var& a, const Var& b) {
   const Tensor va = a.value(), vb = b.value();
   const Shape sa = va.shape();
-  Tensor out = cpu::div(va, vb);
-  return make_result(out, "div", {a, b}, [sa, vb, out](const Tensor& g) {
-    Tensor ga = cpu::div(g, vb);                       // d(a/b)/da = 1/b
-    Tensor gb = affine(cpu::mul(ga, out), -1.0, 0.0);  // d(a/b)/db = -(a/b)/b
-    return std::vector<Tensor>{sum_to_shape(ga, sa), sum_to_shape(gb, vb.shape())};
+  const bool need_a = a.requires_grad(), need_b = b.requires_grad();
+  Tensor out = kernels::div(va, vb);
+  return make_result(out, "div", {a, b}, [=](const Tensor& g) {
+    Tensor ga = kernels::div(g, vb);                                           // d(a/b)/da = 1/b
+    Tensor gb = need_b ? affine(kernels::mul(ga, out), -1.0, 0.0) : Tensor();  // d(a/b)/db = -(a/b)/b
+    return std::vector<Tensor>{need_a ? sum_to_shape(ga, sa) : Tensor(),
+                               need_b ? sum_to_shape(gb, vb.shape()) : Tensor()};
   });
 }
 
@@ -52,26 +62,26 @@ Var scale(const Var& x, double alpha) {
 
 Var relu(const Var& x) {
   const Tensor vx = x.value();
-  return make_result(unary(UnaryOp::relu, vx), "relu", {x},
+  return make_result(kernels::unary(UnaryOp::relu, vx), "relu", {x},
                      [vx](const Tensor& g) { return std::vector<Tensor>{relu_backward(g, vx)}; });
 }
 
 Var exp(const Var& x) {
-  Tensor out = unary(UnaryOp::exp, x.value());
-  return make_result(out, "exp", {x}, [out](const Tensor& g) { return std::vector<Tensor>{cpu::mul(g, out)}; });
+  Tensor out = kernels::unary(UnaryOp::exp, x.value());
+  return make_result(out, "exp", {x}, [out](const Tensor& g) { return std::vector<Tensor>{kernels::mul(g, out)}; });
 }
 
 Var log(const Var& x) {
   const Tensor vx = x.value();
-  return make_result(unary(UnaryOp::log, vx), "log", {x},
-                     [vx](const Tensor& g) { return std::vector<Tensor>{cpu::div(g, vx)}; });
+  return make_result(kernels::unary(UnaryOp::log, vx), "log", {x},
+                     [vx](const Tensor& g) { return std::vector<Tensor>{kernels::div(g, vx)}; });
 }
 
 Var tanh(const Var& x) {
-  Tensor out = unary(UnaryOp::tanh, x.value());
+  Tensor out = kernels::unary(UnaryOp::tanh, x.value());
   return make_result(out, "tanh", {x}, [out](const Tensor& g) {
     // d tanh = 1 - tanh^2
-    return std::vector<Tensor>{cpu::mul(g, affine(cpu::mul(out, out), -1.0, 1.0))};
+    return std::vector<Tensor>{kernels::mul(g, affine(kernels::mul(out, out), -1.0, 1.0))};
   });
 }
 
@@ -115,45 +125,59 @@ Var mean(const Var& x, std::int64_t dim, bool keepdim) {
 }
 
 // ------------------------------------------------------------ matmul
+namespace {
+// dB for a 2-D b shared by every batch of a transposed a ([..., K, M]): the per-batch products
+// summed over the batch, C = A_i^T op(B).
+Tensor shared_b_grad_of_transposed_a(const Tensor& va, const Tensor& vb, const Tensor& g, bool tb) {
+  const std::int64_t batch = va.numel() / (va.size(-1) * va.size(-2));
+  const Tensor a3 = va.reshape({batch, va.size(-2), va.size(-1)}), g3 = g.reshape({batch, g.size(-2), g.size(-1)});
+  if (vb.device() != Device::cpu)  // the GPU: one batched GEMM, then the sum over the batch
+    return sum_dim(tb ? kernels::matmul(g3, a3, true, true) : kernels::matmul(a3, g3, false, false), 0, false);
+  Tensor gb = Tensor::zeros(vb.shape(), vb.dtype());
+  dispatch_float("matmul_backward", vb.dtype(), [&]<typename T>() {
+    const std::int64_t m = g3.size(1), n = g3.size(2), k = a3.size(1);
+    // a is [K, M] per batch; dB (N x K when tb, K x N otherwise) accumulates over batches.
+    if (tb) {
+      cpu::gemm_strided_batched<T>(true, true, n, k, m, T(1), g3.data<T>(), n, m * n, a3.data<T>(), m, k * m, T(1),
+                                   gb.data<T>(), k, 0, batch);
+    } else {
+      cpu::gemm_strided_batched<T>(false, false, k, n, m, T(1), a3.data<T>(), m, k * m, g3.data<T>(), n, m * n, T(1),
+                                   gb.data<T>(), n, 0, batch);
+    }
+  });
+  return gb;
+}
+}  // namespace
+
 Var matmul(const Var& a, const Var& b, bool ta, bool tb) {
   const Tensor va = a.value(), vb = b.value();
-  return make_result(cpu::matmul(va, vb, ta, tb), "matmul", {a, b}, [va, vb, ta, tb](const Tensor& g) {
+  const bool need_a = a.requires_grad(), need_b = b.requires_grad();
+  return make_result(kernels::matmul(va, vb, ta, tb), "matmul", {a, b}, [=](const Tensor& g) {
     // C = op(A) op(B): dA = dC op(B)^T (transposed back when A was), dB = op(A)^T dC (likewise).
     const bool b_shared = vb.dim() == 2 && va.dim() > 2;
     Tensor ga;
-    if (!ta) {
-      ga = cpu::matmul(g, vb, false, !tb);
+    if (!need_a) {
+    } else if (!ta) {
+      ga = kernels::matmul(g, vb, false, !tb);
     } else if (!b_shared) {
-      ga = cpu::matmul(vb, g, tb, true);
+      ga = kernels::matmul(vb, g, tb, true);
     } else {
       // dA^T = dC op(B)^T per batch, then swap the last two dimensions.
       std::vector<std::int64_t> swap_last(static_cast<std::size_t>(va.dim()));
       for (std::size_t i = 0; i < swap_last.size(); ++i) swap_last[i] = static_cast<std::int64_t>(i);
       std::swap(swap_last[swap_last.size() - 1], swap_last[swap_last.size() - 2]);
-      ga = cpu::permute(cpu::matmul(g, vb, false, !tb), swap_last);
+      ga = kernels::permute(kernels::matmul(g, vb, false, !tb), swap_last);
     }
     Tensor gb;
-    if (!b_shared) {
-      gb = tb ? cpu::matmul(g, va, true, ta) : cpu::matmul(va, g, !ta, false);
+    if (!need_b) {
+    } else if (!b_shared) {
+      gb = tb ? kernels::matmul(g, va, true, ta) : kernels::matmul(va, g, !ta, false);
     } else if (!ta) {
       // Shared b: flatten the batch of a and g into rows, one GEMM sums over all of them.
       const Tensor a2 = va.reshape({-1, va.size(-1)}), g2 = g.reshape({-1, g.size(-1)});
-      gb = tb ? cpu::matmul(g2, a2, true, false) : cpu::matmul(a2, g2, true, false);
+      gb = tb ? kernels::matmul(g2, a2, true, false) : kernels::matmul(a2, g2, true, false);
     } else {
-      gb = Tensor::zeros(vb.shape(), vb.dtype());
-      const std::int64_t batch = va.numel() / (va.size(-1) * va.size(-2));
-      const Tensor a3 = va.reshape({batch, va.size(-2), va.size(-1)}), g3 = g.reshape({batch, g.size(-2), g.size(-1)});
-      dispatch_float("matmul_backward", vb.dtype(), [&]<typename T>() {
-        const std::int64_t m = g3.size(1), n = g3.size(2), k = a3.size(1);
-        // a is [K, M] per batch; dB (N x K when tb, K x N otherwise) accumulates over batches.
-        if (tb) {
-          gemm_strided_batched<T>(true, true, n, k, m, T(1), g3.data<T>(), n, m * n, a3.data<T>(), m, k * m, T(1),
-                                  gb.data<T>(), k, 0, batch);
-        } else {
-          gemm_strided_batched<T>(false, false, k, n, m, T(1), a3.data<T>(), m, k * m, g3.data<T>(), n, m * n, T(1),
-                                  gb.data<T>(), n, 0, batch);
-        }
-      });
+      gb = shared_b_grad_of_transposed_a(va, vb, g, tb);
     }
     return std::vector<Tensor>{ga, gb};
   });
@@ -172,9 +196,9 @@ Var reshape(const Var& x, const Shape& shape) {
 }
 
 Var permute(const Var& x, const std::vector<std::int64_t>& dims) {
-  const auto inv = inverse_permutation(dims);
-  return make_result(cpu::permute(x.value(), dims), "permute", {x},
-                     [inv](const Tensor& g) { return std::vector<Tensor>{cpu::permute(g, inv)}; });
+  const auto inv = cpu::inverse_permutation(dims);
+  return make_result(kernels::permute(x.value(), dims), "permute", {x},
+                     [inv](const Tensor& g) { return std::vector<Tensor>{kernels::permute(g, inv)}; });
 }
 
 // ------------------------------------------------------------ normalization
@@ -191,10 +215,10 @@ Var log_softmax(const Var& x) {
 
 Var layer_norm(const Var& x, const Var& gamma, const Var& beta, double eps) {
   const Tensor vx = x.value(), vg = gamma.value();
-  LayerNormOutput f = layer_norm_forward(vx, vg, beta.value(), eps);
+  cpu::LayerNormOutput f = layer_norm_forward(vx, vg, beta.value(), eps);
   const Tensor mean = f.mean, rstd = f.rstd;
   return make_result(f.y, "layer_norm", {x, gamma, beta}, [vx, vg, mean, rstd](const Tensor& g) {
-    LayerNormGrads lg = layer_norm_backward(g, vx, vg, mean, rstd);
+    cpu::LayerNormGrads lg = layer_norm_backward(g, vx, vg, mean, rstd);
     return std::vector<Tensor>{lg.dx, lg.dgamma, lg.dbeta};
   });
 }
@@ -203,8 +227,9 @@ Var layer_norm(const Var& x, const Var& gamma, const Var& beta, double eps) {
 Var embedding(const Var& weight, const Tensor& ids) {
   const Shape sw = weight.shape();
   const DType dt = weight.value().dtype();
-  return make_result(embedding_forward(weight.value(), ids), "embedding", {weight}, [sw, dt, ids](const Tensor& g) {
-    Tensor gw = Tensor::zeros(sw, dt);
+  const Device dev = weight.value().device();
+  return make_result(embedding_forward(weight.value(), ids), "embedding", {weight}, [=](const Tensor& g) {
+    Tensor gw = Tensor::zeros(sw, dt, dev);
     embedding_backward(gw, g, ids);
     return std::vector<Tensor>{gw};
   });
@@ -220,22 +245,40 @@ Var dropout(const Var& x, double p, std::uint64_t seed, std::uint64_t offset) {
 Var cross_entropy(const Var& logits, const Tensor& targets, double smoothing, std::int32_t ignore_index,
                   double* nll_sum) {
   const Tensor vz = logits.value();
-  CrossEntropyOutput f = cross_entropy_forward(vz, targets, smoothing, ignore_index);
-  if (nll_sum) *nll_sum = sum_all(f.nll).item();
+  if (vz.device() != Device::cpu && grad_enabled() && logits.requires_grad()) {
+    // The GPU computes the loss and its gradient in one pass over the logits; the backward only
+    // scales the kept gradient (the logits themselves need not stay alive).
+    CrossEntropyWithGrad f = cross_entropy_with_grad(vz, targets, smoothing, ignore_index);
+    if (nll_sum) *nll_sum = sum_all(f.out.nll).to(Device::cpu).item();
+    const Tensor dlogits = f.dlogits;
+    return make_result(sum_all(f.out.loss), "cross_entropy", {logits}, [dlogits](const Tensor& g) {
+      return std::vector<Tensor>{affine(dlogits, g.to(Device::cpu).item(), 0.0)};
+    });
+  }
+  cpu::CrossEntropyOutput f = cross_entropy_forward(vz, targets, smoothing, ignore_index);
+  if (nll_sum) *nll_sum = sum_all(f.nll).to(Device::cpu).item();
   const Tensor lse = f.lse;
   return make_result(
       sum_all(f.loss), "cross_entropy", {logits}, [vz, targets, lse, smoothing, ignore_index](const Tensor& g) {
         // d(sum of rows)/d(row loss) = g for every row.
-        Tensor per_row = Tensor::full({vz.size(0)}, g.item(), vz.dtype());
+        Tensor per_row = full({vz.size(0)}, g.to(Device::cpu).item(),
+                              vz.device() == Device::cpu ? vz.dtype() : DType::f32, vz.device());
         return std::vector<Tensor>{cross_entropy_backward(per_row, vz, targets, lse, smoothing, ignore_index)};
       });
 }
 
+Var cast(const Var& x, DType dtype) {
+  if (x.value().dtype() == dtype) return x;
+  const DType from = x.value().dtype();
+  return make_result(kernels::cast(x.value(), dtype), "cast", {x},
+                     [from](const Tensor& g) { return std::vector<Tensor>{kernels::cast(g, from)}; });
+}
+
 Var attention(const Var& q, const Var& k, const Var& v, const Tensor& key_padding, const AttentionOptions& opt) {
   const Tensor vq = q.value(), vk = k.value(), vv = v.value();
-  AttentionOutput f = attention_forward(vq, vk, vv, key_padding, opt);
+  cpu::AttentionOutput f = kernels::attention_forward(vq, vk, vv, key_padding, opt);
   return make_result(f.out, "attention", {q, k, v}, [vq, vk, vv, key_padding, f, opt](const Tensor& g) {
-    AttentionGrads ag = attention_backward(g, vq, vk, vv, key_padding, f, opt);
+    cpu::AttentionGrads ag = kernels::attention_backward(g, vq, vk, vv, key_padding, f, opt);
     return std::vector<Tensor>{ag.dq, ag.dk, ag.dv};
   });
 }

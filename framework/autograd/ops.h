@@ -1,4 +1,5 @@
-// Differentiable ops: each forward is a CPU kernel call, and its backward sits next to it.
+// Differentiable ops: each forward is a kernel call (CPU or GPU by the inputs' device), and its
+// backward sits next to it.
 #pragma once
 
 #include <cstdint>
@@ -48,6 +49,9 @@ Var dropout(const Var& x, double p, std::uint64_t seed, std::uint64_t offset);
 // When nll_sum is given it receives the summed unsmoothed negative log-likelihood (for perplexity).
 Var cross_entropy(const Var& logits, const Tensor& targets, double smoothing, std::int32_t ignore_index,
                   double* nll_sum = nullptr);
+// A copy in another dtype (mixed precision: bfloat16 compute from float32 master weights); the
+// gradient comes back in the input's dtype. The same Var when the dtype already matches.
+Var cast(const Var& x, DType dtype);
 // Flash-style scaled dot-product attention (see kernels/cpu/attention.h for shapes and masks).
 Var attention(const Var& q, const Var& k, const Var& v, const Tensor& key_padding, const cpu::AttentionOptions& opt);
 

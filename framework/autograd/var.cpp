@@ -3,33 +3,37 @@
 #include <cmath>
 #include <unordered_set>
 
-#include "kernels/cpu/elementwise.h"
+#include "kernels/dispatch.h"
 
 namespace tessera::ag {
 namespace {
 thread_local bool g_grad_enabled = true;
 bool g_check_nan = false;
 
-void accumulate(Node& n, const Tensor& g) {
-  TESSERA_CHECK(g.shape() == n.value.shape(), "backward: gradient {} for '{}' does not match its value {}",
-                shape_str(g.shape()), n.name, shape_str(n.value.shape()));
+void accumulate(Node& n, const Tensor& grad) {
+  TESSERA_CHECK(grad.shape() == n.value.shape(), "backward: gradient {} for '{}' does not match its value {}",
+                shape_str(grad.shape()), n.name, shape_str(n.value.shape()));
+  // A gradient has its value's dtype (mixed precision: a float32 master weight's gradient may
+  // arrive in bfloat16 from the op that used its bfloat16 copy).
+  const Tensor g = kernels::cast(grad, n.value.dtype());
   if (!n.grad.defined()) {
     // Leaves own their gradient (optimizers and clipping change it in place); an intermediate
     // may share the tensor its consumer produced, since nobody writes to it.
-    n.grad = n.is_leaf ? g.clone() : g;
+    n.grad = n.is_leaf && g.raw_data() == grad.raw_data() ? g.clone() : g;
   } else if (n.is_leaf) {
-    cpu::add_inplace(n.grad, g);
+    kernels::add_inplace(n.grad, g);
   } else {
-    n.grad = cpu::add(n.grad, g);
+    n.grad = kernels::add(n.grad, g);
   }
 }
 
-void check_finite(const Tensor& t, const char* op) {
-  if (t.dtype() != DType::f32 && t.dtype() != DType::f64) return;
+void check_finite(const Tensor& value, const char* op) {
+  if (value.dtype() == DType::i32) return;
+  const Tensor t = value.to(Device::cpu);
   const auto v = t.to_doubles();
   for (std::size_t i = 0; i < v.size(); ++i) {
     TESSERA_CHECK(std::isfinite(v[i]), "check-nan: op '{}' produced {} at flat index {} of its output {}", op,
-                  std::isnan(v[i]) ? "NaN" : (v[i] > 0 ? "+inf" : "-inf"), i, t.describe());
+                  std::isnan(v[i]) ? "NaN" : (v[i] > 0 ? "+inf" : "-inf"), i, value.describe());
   }
 }
 }  // namespace
@@ -74,7 +78,7 @@ void Var::set_grad_ready_hook(std::function<void()> fn) {
 void Var::backward() {
   TESSERA_CHECK(value().numel() == 1, "backward: output '{}' has shape {}; give a seed gradient for non-scalars",
                 name(), shape_str(value().shape()));
-  backward(Tensor::ones(value().shape(), value().dtype()));
+  backward(kernels::full(value().shape(), 1.0, value().dtype(), value().device()));
 }
 
 void Var::backward(const Tensor& seed) {

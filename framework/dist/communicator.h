@@ -11,6 +11,7 @@
 namespace tessera::dist {
 
 enum class ReduceOp { sum, average };
+class MpiCommunicator;
 
 // A non-blocking collective in flight; wait() returns when its result is in place (and rethrows
 // its failure). Destroying an unfinished request waits for it.
@@ -41,6 +42,8 @@ class Communicator {
   virtual void barrier() = 0;
   // Ranks with the same color form a new communicator, ordered by key (then by rank).
   virtual std::unique_ptr<Communicator> split(int color, int key) = 0;
+  // The MPI communicator over the same ranks, where there is one (parallel HDF5 needs MPI-IO).
+  virtual MpiCommunicator* mpi() { return nullptr; }
 };
 
 // dim-0 sizes of an even split of n rows over `parts` (the first n % parts get one more).

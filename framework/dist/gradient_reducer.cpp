@@ -1,7 +1,6 @@
 #include "dist/gradient_reducer.h"
 
 #include <chrono>
-#include <cstring>
 
 namespace tessera::dist {
 
@@ -22,7 +21,9 @@ GradientReducer::GradientReducer(std::vector<ag::Var> params, Communicator& grou
   for (std::size_t b = 0; b < buckets_.size(); ++b) {
     std::int64_t n = 0;
     for (std::size_t k : buckets_[b].params) n += params_[k].value().numel();
-    buckets_[b].flat = Tensor::zeros({n}, buckets_[b].flat.dtype());
+    // On the parameters' device: CUDA buckets travel over NCCL, CPU ones over MPI.
+    buckets_[b].flat =
+        Tensor::zeros({n}, buckets_[b].flat.dtype(), params_[buckets_[b].params.front()].value().device());
     for (std::size_t k : buckets_[b].params) params_[k].set_grad_ready_hook([this, b] { on_ready(b); });
   }
 }
@@ -50,17 +51,15 @@ void GradientReducer::on_ready(std::size_t bucket) {
 
 void GradientReducer::launch(Bucket& b) {
   if (b.request) return;
-  std::size_t offset = 0;
-  const std::size_t elem = dtype_size(b.flat.dtype());
-  char* flat = static_cast<char*>(b.flat.raw_data());
+  std::int64_t offset = 0;
   for (std::size_t k : b.params) {
     const ag::Var& p = params_[k];
-    const std::size_t bytes = static_cast<std::size_t>(p.value().numel()) * elem;
+    Tensor slot = b.flat.narrow_rows(offset, p.value().numel());
     if (p.grad().defined())
-      std::memcpy(flat + offset, p.grad().raw_data(), bytes);
+      slot.copy_from(p.grad().reshape({p.value().numel()}));
     else
-      std::memset(flat + offset, 0, bytes);
-    offset += bytes;
+      zero_bytes(slot.raw_data(), slot.device(), slot.nbytes());
+    offset += p.value().numel();
   }
   b.request = group_.all_reduce_async(b.flat, ReduceOp::sum);
 }
@@ -70,14 +69,11 @@ double GradientReducer::finish() {
   for (Bucket& b : buckets_) launch(b);
   for (Bucket& b : buckets_) {
     b.request->wait();
-    std::size_t offset = 0;
-    const char* flat = static_cast<const char*>(b.flat.raw_data());
+    std::int64_t offset = 0;
     for (std::size_t k : b.params) {
       ag::Var& p = params_[k];
-      Tensor g = Tensor::empty(p.shape(), p.value().dtype());
-      std::memcpy(g.raw_data(), flat + offset, g.nbytes());
-      offset += g.nbytes();
-      p.set_grad(g);
+      p.set_grad(b.flat.narrow_rows(offset, p.value().numel()).reshape(p.shape()).clone());
+      offset += p.value().numel();
     }
     b.request.reset();
   }

@@ -36,6 +36,7 @@ class MpiCommunicator final : public Communicator {
   void broadcast(Tensor& t, int root) override;
   void barrier() override;
   std::unique_ptr<Communicator> split(int color, int key) override;
+  MpiCommunicator* mpi() override { return this; }
 
   MPI_Comm comm() const { return comm_; }
   // Ranks on this machine and this process's index among them (MPI_COMM_TYPE_SHARED).

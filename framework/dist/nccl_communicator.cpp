@@ -61,21 +61,35 @@ NcclCommunicator::NcclCommunicator(MpiCommunicator& bootstrap)
   if (MPI_Bcast(&id, sizeof(id), MPI_BYTE, 0, bootstrap.comm()) != MPI_SUCCESS)
     fail("NCCL bootstrap: MPI_Bcast failed");
   check_nccl(ncclCommInitRank(&comm_, size_, id, rank_), "ncclCommInitRank");
-  cudaStream_t s;
-  check_cuda(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "cudaStreamCreate");
-  stream_ = s;
+  create_stream();
 }
 
 NcclCommunicator::NcclCommunicator(ncclComm_t comm, std::unique_ptr<MpiCommunicator> sizes)
     : comm_(comm), mpi_(std::move(sizes)), bootstrap_(mpi_.get()), rank_(mpi_->rank()), size_(mpi_->size()) {
+  create_stream();
+}
+
+void NcclCommunicator::create_stream() {
   cudaStream_t s;
   check_cuda(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "cudaStreamCreate");
   stream_ = s;
+  cudaEvent_t e;
+  check_cuda(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), "cudaEventCreate");
+  compute_done_ = e;
 }
 
 NcclCommunicator::~NcclCommunicator() {
+  if (compute_done_ != nullptr) cudaEventDestroy(static_cast<cudaEvent_t>(compute_done_));
   if (stream_ != nullptr) cudaStreamDestroy(static_cast<cudaStream_t>(stream_));
   if (comm_ != nullptr) ncclCommDestroy(comm_);
+}
+
+void NcclCommunicator::after_compute() {
+  // The tensors were written by kernels on the default stream; the communicator's own stream
+  // does not wait for it by itself (it is non-blocking), so it waits for an event recorded there.
+  check_cuda(cudaEventRecord(static_cast<cudaEvent_t>(compute_done_), nullptr), "NCCL collective");
+  check_cuda(cudaStreamWaitEvent(static_cast<cudaStream_t>(stream_), static_cast<cudaEvent_t>(compute_done_), 0),
+             "NCCL collective");
 }
 
 void NcclCommunicator::synchronize() {
@@ -89,6 +103,7 @@ void NcclCommunicator::all_reduce(Tensor& t, ReduceOp op) {
 
 std::unique_ptr<Request> NcclCommunicator::all_reduce_async(Tensor& t, ReduceOp op) {
   check_gpu(t, "all_reduce");
+  after_compute();
   auto stream = static_cast<cudaStream_t>(stream_);
   check_nccl(ncclAllReduce(t.raw_data(), t.raw_data(), static_cast<std::size_t>(t.numel()),
                            nccl_type(t.dtype(), "all_reduce"), nccl_op(op), comm_, stream),
@@ -112,6 +127,7 @@ Tensor NcclCommunicator::all_gather(const Tensor& t) {
   Tensor out = Tensor::empty(shape, t.dtype(), Device::cuda);
   const std::size_t elem = dtype_size(t.dtype());
   auto stream = static_cast<cudaStream_t>(stream_);
+  after_compute();
   check_nccl(ncclGroupStart(), "all_gather");
   std::int64_t offset = 0;
   for (int r = 0; r < size_; ++r) {
@@ -135,6 +151,7 @@ Tensor NcclCommunicator::reduce_scatter(const Tensor& t, const std::vector<std::
   Tensor out = Tensor::empty(shape, t.dtype(), Device::cuda);
   const std::size_t elem = dtype_size(t.dtype());
   auto stream = static_cast<cudaStream_t>(stream_);
+  after_compute();
   // One reduce per rank to that rank (uneven shares), inside one group.
   check_nccl(ncclGroupStart(), "reduce_scatter");
   std::int64_t offset = 0;
@@ -153,6 +170,7 @@ Tensor NcclCommunicator::reduce_scatter(const Tensor& t, const std::vector<std::
 
 void NcclCommunicator::broadcast(Tensor& t, int root) {
   check_gpu(t, "broadcast");
+  after_compute();
   check_nccl(
       ncclBroadcast(t.raw_data(), t.raw_data(), t.nbytes(), ncclUint8, root, comm_, static_cast<cudaStream_t>(stream_)),
       "broadcast");

@@ -31,9 +31,12 @@ class NcclCommunicator final : public Communicator {
 
  private:
   NcclCommunicator(ncclComm_t comm, std::unique_ptr<MpiCommunicator> sizes);
+  void create_stream();
+  void after_compute();  // the communicator's stream waits for the work queued on the default stream
   void synchronize();
   ncclComm_t comm_ = nullptr;
   void* stream_ = nullptr;                // cudaStream_t
+  void* compute_done_ = nullptr;          // cudaEvent_t
   std::unique_ptr<MpiCommunicator> mpi_;  // the same ranks over MPI: exchanges uneven sizes
   MpiCommunicator* bootstrap_ = nullptr;  // mpi_ or the constructor's argument
   int rank_ = 0, size_ = 1;

@@ -218,6 +218,54 @@ void copy_bytes(void* dst, Device dst_device, const void* src, Device src_device
 #endif
 }
 
+void zero_bytes(void* dst, Device device, std::size_t bytes) {
+  if (bytes == 0) return;
+  if (device == Device::cpu) {
+    std::memset(dst, 0, bytes);
+    return;
+  }
+#ifdef TESSERA_WITH_CUDA
+  const cudaError_t err = cudaMemsetAsync(dst, 0, bytes, nullptr);
+  TESSERA_CHECK(err == cudaSuccess, "zero_bytes: cudaMemset of {} bytes failed: {}", bytes, cudaGetErrorString(err));
+#else
+  fail("zero_bytes: this build of Tessera has no CUDA support");
+#endif
+}
+
+std::string select_cuda_device(int local_rank) {
+#ifdef TESSERA_WITH_CUDA
+  int count = 0;
+  const cudaError_t err = cudaGetDeviceCount(&count);
+  TESSERA_CHECK(err == cudaSuccess && count > 0, "train.device = cuda, but no GPU answers on this machine ({})",
+                err == cudaSuccess ? "no CUDA device" : cudaGetErrorString(err));
+  const int device = local_rank % count;
+  const cudaError_t set = cudaSetDevice(device);
+  TESSERA_CHECK(set == cudaSuccess, "cudaSetDevice({}) for local rank {} failed: {}", device, local_rank,
+                cudaGetErrorString(set));
+  cudaDeviceProp prop{};
+  if (cudaGetDeviceProperties(&prop, device) != cudaSuccess) return fmt::format("cuda:{}", device);
+  return fmt::format("cuda:{} ({}, {:.1f} GiB)", device, prop.name,
+                     static_cast<double>(prop.totalGlobalMem) / (1024.0 * 1024.0 * 1024.0));
+#else
+  (void)local_rank;
+  fail(
+      "train.device = cuda, but this build of Tessera has no CUDA support (configure with -DTESSERA_CUDA=ON where "
+      "nvcc is installed)");
+#endif
+}
+
+void synchronize_device() {
+#ifdef TESSERA_WITH_CUDA
+  int count = 0;
+  if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) {
+    cudaGetLastError();
+    return;
+  }
+  const cudaError_t err = cudaDeviceSynchronize();
+  TESSERA_CHECK(err == cudaSuccess, "the GPU failed: {}", cudaGetErrorString(err));
+#endif
+}
+
 bool cuda_available() {
 #ifdef TESSERA_WITH_CUDA
   int count = 0;

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstddef>
+#include <string>
 
 #include "tensor/dtype.h"
 
@@ -32,7 +33,15 @@ MemoryStats device_memory_stats();
 void release_cached_device_memory();
 void reset_peak_device_memory();
 
+// Sets every byte to 0 (asynchronously on the GPU's default stream).
+void zero_bytes(void* dst, Device device, std::size_t bytes);
+
 // True when this build has CUDA and a GPU answers. Any CUDA error counts as "no GPU".
 bool cuda_available();
+// Makes GPU local_rank % (GPUs on this machine) current for this process (one GPU per rank) and
+// describes it ("cuda:1 (NVIDIA H200, 139.8 GiB)"). Throws naming the cause without CUDA or a GPU.
+std::string select_cuda_device(int local_rank);
+// Waits until the GPU has finished the work queued so far (timings); no-op without a GPU.
+void synchronize_device();
 
 }  // namespace tessera

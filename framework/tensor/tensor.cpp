@@ -30,9 +30,9 @@ Tensor Tensor::empty(const Shape& shape, DType dtype, Device device) {
 }
 
 Tensor Tensor::zeros(const Shape& shape, DType dtype, Device device) {
-  Tensor t = empty(shape, dtype, Device::cpu);
-  std::memset(t.raw_data(), 0, t.nbytes());  // all-zero bits are 0 in every dtype
-  return device == Device::cpu ? t : t.to(device);
+  Tensor t = empty(shape, dtype, device);
+  zero_bytes(t.raw_data(), device, t.nbytes());  // all-zero bits are 0 in every dtype
+  return t;
 }
 
 Tensor Tensor::full(const Shape& shape, double value, DType dtype) {
@@ -169,7 +169,7 @@ void Tensor::copy_from(const Tensor& src) {
 
 double Tensor::item() const {
   TESSERA_CHECK(numel_ == 1, "item: tensor {} has {} elements, not 1", describe(), numel_);
-  return to_doubles()[0];
+  return device_ == Device::cpu ? to_doubles()[0] : to(Device::cpu).to_doubles()[0];  // a GPU value waits for it
 }
 
 std::vector<double> Tensor::to_doubles() const {

@@ -76,7 +76,7 @@ class Tensor {
   Tensor to(Device device) const;  // copy to another device (same tensor if already there)
   void fill(double value);
   void copy_from(const Tensor& src);  // same shape and dtype, any devices
-  double item() const;                // value of a one-element tensor, as double
+  double item() const;                // value of a one-element tensor (on any device), as double
   std::vector<double> to_doubles() const;
 
  private:

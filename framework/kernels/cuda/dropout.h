@@ -8,7 +8,7 @@
 
 namespace tessera::cuda {
 
-// x: a float32 CUDA tensor; returns a CUDA tensor.
+// x: a float32 or bfloat16 CUDA tensor; returns one of the same dtype.
 Tensor dropout_forward(const Tensor& x, double p, std::uint64_t seed, std::uint64_t offset);
 
 }  // namespace tessera::cuda

@@ -13,8 +13,8 @@ namespace tessera::cuda {
 enum class Elem : int { f32 = 0, bf16 = 1 };
 
 // ---- dropout: y[i] = keep(i) ? x[i] * scale : 0, keep(i) = philox::dropout_keep(seed, offset, i, p).
-cudaError_t launch_dropout(const float* x, float* y, std::int64_t n, float p, float scale, std::uint64_t seed,
-                           std::uint64_t offset, cudaStream_t stream);
+cudaError_t launch_dropout(const void* x, void* y, std::int64_t n, float p, float scale, std::uint64_t seed,
+                           std::uint64_t offset, Elem elem, cudaStream_t stream);
 
 // ---- elementwise (elementwise.cu) ----
 enum class Binary : int { add = 0, sub = 1, mul = 2, div = 3 };

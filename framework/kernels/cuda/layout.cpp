@@ -1,0 +1,59 @@
+#include "kernels/cuda/layout.h"
+
+#include "kernels/cuda/device.h"
+#include "kernels/cuda/nn_kernels.h"
+
+namespace tessera::cuda {
+
+Tensor concat(const std::vector<Tensor>& parts, std::int64_t dim) {
+  const char* op = "cuda::concat";
+  TESSERA_CHECK(!parts.empty(), "{}: nothing to concatenate", op);
+  const Tensor& first = parts.front();
+  const std::int64_t rank = first.dim();
+  const std::int64_t d = dim < 0 ? dim + rank : dim;
+  TESSERA_CHECK(d >= 0 && d < rank, "{}: dimension {} out of range for {}", op, dim, first.describe());
+  Shape out_shape = first.shape();
+  out_shape[static_cast<std::size_t>(d)] = 0;
+  for (const Tensor& p : parts) {
+    check_on_gpu(op, p);
+    bool fits = p.dim() == rank && p.dtype() == first.dtype();
+    for (std::int64_t i = 0; fits && i < rank; ++i) fits = i == d || p.size(i) == first.size(i);
+    TESSERA_CHECK(fits, "{}: {} does not fit {} along dimension {}", op, p.describe(), first.describe(), d);
+    out_shape[static_cast<std::size_t>(d)] += p.size(d);
+  }
+  Tensor out = Tensor::empty(out_shape, first.dtype(), Device::cuda);
+  // Every part is a [outer, width_p] matrix of bytes; the output is [outer, sum of widths].
+  std::int64_t outer = 1;
+  for (std::int64_t i = 0; i < d; ++i) outer *= first.size(i);
+  const std::size_t out_row = outer == 0 ? 0 : out.nbytes() / static_cast<std::size_t>(outer);
+  std::size_t column = 0;
+  for (const Tensor& p : parts) {
+    const std::size_t width = outer == 0 ? 0 : p.nbytes() / static_cast<std::size_t>(outer);
+    if (width > 0)
+      check_launch(op, cudaMemcpy2DAsync(static_cast<char*>(out.raw_data()) + column, out_row, p.raw_data(), width,
+                                         width, static_cast<std::size_t>(outer), cudaMemcpyDeviceToDevice, nullptr));
+    column += width;
+  }
+  return out;
+}
+
+Tensor index_rows(const Tensor& x, const std::vector<std::int64_t>& indices) {
+  const char* op = "cuda::index_rows";
+  check_on_gpu(op, x);
+  TESSERA_CHECK(x.dim() >= 1, "{}: {} has no rows", op, x.describe());
+  std::vector<std::int32_t> ids;
+  ids.reserve(indices.size());
+  for (std::int64_t i : indices) {
+    TESSERA_CHECK(i >= 0 && i < x.size(0), "{}: row {} out of range for {}", op, i, x.describe());
+    ids.push_back(static_cast<std::int32_t>(i));
+  }
+  Shape out_shape = x.shape();
+  out_shape[0] = static_cast<std::int64_t>(indices.size());
+  const std::int64_t row = x.size(0) == 0 ? 0 : x.numel() / x.size(0);
+  if (indices.empty() || row == 0) return Tensor::empty(out_shape, x.dtype(), Device::cuda);
+  // A row gather is an embedding lookup with the rows as the table.
+  return embedding_forward(x.reshape({x.size(0), row}), Tensor::from(ids, {static_cast<std::int64_t>(ids.size())}))
+      .reshape(out_shape);
+}
+
+}  // namespace tessera::cuda

@@ -1,0 +1,280 @@
+#include "kernels/dispatch.h"
+
+#include <algorithm>
+
+#include "kernels/cpu/gemm.h"
+#include "kernels/cpu/layout.h"
+#include "kernels/cpu/reduce.h"
+
+#ifdef TESSERA_WITH_CUDA
+#include "kernels/cuda/attention.h"
+#include "kernels/cuda/dropout.h"
+#include "kernels/cuda/gemm.h"
+#include "kernels/cuda/layout.h"
+#include "kernels/cuda/nn_kernels.h"
+#include "kernels/cuda/reduce.h"
+// The GPU branch of a kernel: its statements where CUDA is built, an error elsewhere.
+#define ON_GPU(...) __VA_ARGS__
+#else
+#define ON_GPU(...) no_cuda(__func__)
+#endif
+
+namespace tessera::kernels {
+namespace {
+
+bool on_cpu(const Tensor& t) { return !t.defined() || t.device() == Device::cpu; }
+
+[[maybe_unused]] [[noreturn]] void no_cuda(const char* op) {
+  fail("{}: a CUDA tensor, but this build of Tessera has no CUDA support", op);
+}
+
+// `shape` with its leading size-1 dimensions dropped.
+[[maybe_unused]] Shape without_leading_ones(const Shape& shape) {
+  auto first = std::find_if(shape.begin(), shape.end(), [](std::int64_t d) { return d != 1; });
+  return Shape(first, shape.end());
+}
+
+// True when `small` (leading ones dropped) is a trailing suffix of `big`: the broadcasts the GPU has.
+[[maybe_unused]] bool is_suffix(const Shape& small, const Shape& big) {
+  const Shape s = without_leading_ones(small);
+  return s.size() <= big.size() && std::equal(s.begin(), s.end(), big.end() - static_cast<std::ptrdiff_t>(s.size()));
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------- elementwise
+Tensor binary(BinaryOp op, const Tensor& a, const Tensor& b) {
+  if (on_cpu(a)) return cpu::binary(op, a, b);
+  ON_GPU({
+    if (a.shape() == b.shape() || is_suffix(b.shape(), a.shape()))
+      return cuda::binary(op, a, b.reshape(without_leading_ones(b.shape())));
+    // a broadcast over b: expand a first (the model never does this; tests may).
+    if (is_suffix(a.shape(), b.shape())) return cuda::binary(op, broadcast_to(a, b.shape()), b);
+    fail("binary: broadcasting {} with {} on the GPU (only the same shape or a trailing suffix)", a.describe(),
+         b.describe());
+  });
+}
+
+Tensor unary(UnaryOp op, const Tensor& x) {
+  if (on_cpu(x)) return cpu::unary(op, x);
+  ON_GPU(return cuda::unary(op, x));
+}
+
+Tensor affine(const Tensor& x, double alpha, double beta) {
+  if (on_cpu(x)) return cpu::affine(x, alpha, beta);
+  ON_GPU(return cuda::affine(x, alpha, beta));
+}
+
+Tensor relu_backward(const Tensor& dy, const Tensor& x) {
+  if (on_cpu(x)) return cpu::relu_backward(dy, x);
+  ON_GPU(return cuda::relu_backward(dy, x));
+}
+
+void add_inplace(Tensor& dst, const Tensor& src, double alpha) {
+  if (on_cpu(dst)) return cpu::add_inplace(dst, src, alpha);
+  ON_GPU({
+    if (dst.dtype() == DType::f32) return cuda::add_inplace(dst, src, alpha);
+    // bfloat16: the sum rounded once into dst's storage.
+    dst.copy_from(cuda::binary(BinaryOp::add, dst, alpha == 1.0 ? src : cuda::affine(src, alpha, 0.0)));
+  });
+}
+
+void scale_inplace(Tensor& t, double alpha) {
+  if (on_cpu(t)) {
+    dispatch_float("scale_inplace", t.dtype(), [&]<typename T>() {
+      T* d = t.data<T>();
+      const auto f = static_cast<T>(alpha);
+      for (std::int64_t i = 0; i < t.numel(); ++i) d[i] *= f;
+    });
+    return;
+  }
+  ON_GPU(t.copy_from(cuda::affine(t, alpha, 0.0)));
+}
+
+double squared_norm(const Tensor& t) {
+  if (on_cpu(t)) {
+    double acc = 0;
+    for (double g : t.to_doubles()) acc += g * g;
+    return acc;
+  }
+  ON_GPU(return cuda::sum_all(cuda::binary(BinaryOp::mul, t, t)).to(Device::cpu).item());
+}
+
+Tensor sum_to_shape(const Tensor& t, const Shape& shape) {
+  if (on_cpu(t)) return cpu::sum_to_shape(t, shape);
+  ON_GPU({
+    if (t.shape() == shape) return t;
+    TESSERA_CHECK(is_suffix(shape, t.shape()),
+                  "sum_to_shape: summing {} to {} on the GPU (only to a trailing suffix of the shape)", t.describe(),
+                  shape_str(shape));
+    const std::int64_t cols = shape_numel(shape);
+    if (cols == 0 || t.numel() == 0) return Tensor::zeros(shape, t.dtype(), Device::cuda);
+    // A bias-like [n] target has its own kernel; other suffixes sum the leading rows away.
+    const Tensor sums = without_leading_ones(shape).size() == 1 ? cuda::sum_to_last_dim(t)
+                                                                : cuda::sum_dim(t.reshape({-1, cols}), 0, false);
+    return cast(sums, t.dtype()).reshape(shape);
+  });
+}
+
+Tensor broadcast_to(const Tensor& t, const Shape& shape) {
+  if (on_cpu(t)) return cpu::broadcast_to(t, shape);
+  ON_GPU({
+    TESSERA_CHECK(is_suffix(t.shape(), shape),
+                  "broadcast_to: expanding {} to {} on the GPU (only from a trailing suffix of the shape)",
+                  t.describe(), shape_str(shape));
+    return cuda::binary(BinaryOp::add, Tensor::zeros(shape, t.dtype(), Device::cuda),
+                        t.reshape(without_leading_ones(t.shape())));
+  });
+}
+
+Tensor cast(const Tensor& x, DType dtype) {
+  if (x.dtype() == dtype) return x;
+  if (on_cpu(x)) return x.to(dtype);
+  ON_GPU(return cuda::cast(x, dtype));
+}
+
+Tensor full(const Shape& shape, double value, DType dtype, Device device) {
+  if (device == Device::cpu || value == 0.0) {
+    Tensor t = value == 0.0 ? Tensor::zeros(shape, dtype, device) : Tensor::full(shape, value, dtype);
+    return t;
+  }
+  ON_GPU(return cuda::affine(Tensor::zeros(shape, dtype, Device::cuda), 0.0, value));
+}
+
+// ---------------------------------------------------------------- GEMM and layout
+void set_allow_tf32(bool allow) {
+#ifdef TESSERA_WITH_CUDA
+  cuda::set_allow_tf32(allow);
+#else
+  (void)allow;
+#endif
+}
+
+Tensor matmul(const Tensor& a, const Tensor& b, bool trans_a, bool trans_b) {
+  if (on_cpu(a)) return cpu::matmul(a, b, trans_a, trans_b);
+  ON_GPU(return cuda::matmul(a, b, trans_a, trans_b));
+}
+
+Tensor permute(const Tensor& x, const std::vector<std::int64_t>& dims) {
+  if (on_cpu(x)) return cpu::permute(x, dims);
+  ON_GPU(return cuda::permute(x, dims));
+}
+
+Tensor concat(const std::vector<Tensor>& parts, std::int64_t dim) {
+  if (parts.empty() || on_cpu(parts.front())) return cpu::concat(parts, dim);
+  ON_GPU(return cuda::concat(parts, dim));
+}
+
+Tensor index_rows(const Tensor& x, const std::vector<std::int64_t>& indices) {
+  if (on_cpu(x)) return cpu::index_rows(x, indices);
+  ON_GPU(return cuda::index_rows(x, indices));
+}
+
+// ---------------------------------------------------------------- reductions and softmax
+Tensor sum_all(const Tensor& x) {
+  if (on_cpu(x)) return cpu::sum_all(x);
+  ON_GPU(return cuda::sum_all(x));
+}
+
+Tensor mean_all(const Tensor& x) {
+  if (on_cpu(x)) return cpu::mean_all(x);
+  ON_GPU(return cuda::mean_all(x));
+}
+
+Tensor sum_dim(const Tensor& x, std::int64_t dim, bool keepdim) {
+  if (on_cpu(x)) return cpu::sum_dim(x, dim, keepdim);
+  ON_GPU(return cuda::sum_dim(x, dim, keepdim));
+}
+
+Tensor mean_dim(const Tensor& x, std::int64_t dim, bool keepdim) {
+  if (on_cpu(x)) return cpu::mean_dim(x, dim, keepdim);
+  ON_GPU(return cuda::mean_dim(x, dim, keepdim));
+}
+
+Tensor softmax_lastdim(const Tensor& x) {
+  if (on_cpu(x)) return cpu::softmax_lastdim(x);
+  ON_GPU(return cuda::softmax_lastdim(x));
+}
+
+Tensor log_softmax_lastdim(const Tensor& x) {
+  if (on_cpu(x)) return cpu::log_softmax_lastdim(x);
+  ON_GPU(return cuda::log_softmax_lastdim(x));
+}
+
+Tensor softmax_backward(const Tensor& dy, const Tensor& y) {
+  if (on_cpu(y)) return cpu::softmax_backward(dy, y);
+  ON_GPU(return cuda::softmax_backward(dy, y));
+}
+
+Tensor log_softmax_backward(const Tensor& dy, const Tensor& y) {
+  if (on_cpu(y)) return cpu::log_softmax_backward(dy, y);
+  ON_GPU(return cuda::log_softmax_backward(dy, y));
+}
+
+// ---------------------------------------------------------------- the Transformer's kernels
+cpu::LayerNormOutput layer_norm_forward(const Tensor& x, const Tensor& gamma, const Tensor& beta, double eps) {
+  if (on_cpu(x)) return cpu::layer_norm_forward(x, gamma, beta, eps);
+  ON_GPU(return cuda::layer_norm_forward(x, gamma, beta, eps));
+}
+
+cpu::LayerNormGrads layer_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& gamma, const Tensor& mean,
+                                        const Tensor& rstd) {
+  if (on_cpu(x)) return cpu::layer_norm_backward(dy, x, gamma, mean, rstd);
+  ON_GPU(return cuda::layer_norm_backward(dy, x, gamma, mean, rstd));
+}
+
+Tensor embedding_forward(const Tensor& weight, const Tensor& ids) {
+  if (on_cpu(weight)) return cpu::embedding_forward(weight, ids);
+  ON_GPU(return cuda::embedding_forward(weight, ids));
+}
+
+void embedding_backward(Tensor& dweight, const Tensor& dout, const Tensor& ids) {
+  if (on_cpu(dweight)) return cpu::embedding_backward(dweight, dout, ids);
+  ON_GPU(cuda::embedding_backward(dweight, dout, ids));
+}
+
+Tensor dropout_forward(const Tensor& x, double p, std::uint64_t seed, std::uint64_t offset) {
+  if (on_cpu(x)) return cpu::dropout_forward(x, p, seed, offset);
+  ON_GPU(return cuda::dropout_forward(x, p, seed, offset));
+}
+
+cpu::CrossEntropyOutput cross_entropy_forward(const Tensor& logits, const Tensor& targets, double smoothing,
+                                              std::int32_t ignore_index) {
+  if (on_cpu(logits)) return cpu::cross_entropy_forward(logits, targets, smoothing, ignore_index);
+  ON_GPU(return cuda::cross_entropy_forward(logits, targets, smoothing, ignore_index));
+}
+
+Tensor cross_entropy_backward(const Tensor& dloss, const Tensor& logits, const Tensor& targets, const Tensor& lse,
+                              double smoothing, std::int32_t ignore_index) {
+  if (on_cpu(logits)) return cpu::cross_entropy_backward(dloss, logits, targets, lse, smoothing, ignore_index);
+  ON_GPU(return cuda::cross_entropy_backward(dloss, logits, targets, lse, smoothing, ignore_index));
+}
+
+CrossEntropyWithGrad cross_entropy_with_grad(const Tensor& logits, const Tensor& targets, double smoothing,
+                                             std::int32_t ignore_index) {
+  if (on_cpu(logits)) {
+    CrossEntropyWithGrad r{cpu::cross_entropy_forward(logits, targets, smoothing, ignore_index), {}};
+    r.dlogits = cpu::cross_entropy_backward(Tensor::full({logits.size(0)}, 1.0, logits.dtype()), logits, targets,
+                                            r.out.lse, smoothing, ignore_index);
+    return r;
+  }
+  ON_GPU({
+    cuda::FusedCrossEntropy f = cuda::cross_entropy_fused(logits, targets, smoothing, ignore_index, 1.0);
+    return CrossEntropyWithGrad{std::move(f.out), std::move(f.dlogits)};
+  });
+}
+
+cpu::AttentionOutput attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& key_padding,
+                                       const cpu::AttentionOptions& opt) {
+  if (on_cpu(q)) return cpu::attention_forward(q, k, v, key_padding, opt);
+  ON_GPU(return cuda::attention_forward(q, k, v, key_padding, opt));
+}
+
+cpu::AttentionGrads attention_backward(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v,
+                                       const Tensor& key_padding, const cpu::AttentionOutput& fwd,
+                                       const cpu::AttentionOptions& opt) {
+  if (on_cpu(q)) return cpu::attention_backward(dout, q, k, v, key_padding, fwd, opt);
+  ON_GPU(return cuda::attention_backward(dout, q, k, v, key_padding, fwd, opt));
+}
+
+}  // namespace tessera::kernels

@@ -1,0 +1,89 @@
+// The kernels the autograd ops, optimizer and models call: each routes to the CPU kernel or to
+// its CUDA twin by the device of its tensors, with the twins' shared signatures. The CPU path is
+// exactly the CPU kernel; the CUDA path exists in builds with CUDA (elsewhere a CUDA tensor
+// cannot be made). Where the GPU covers less than the CPU (broadcasting beyond "same shape or a
+// trailing suffix"), the error names the op and the shapes.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "kernels/cpu/attention.h"
+#include "kernels/cpu/elementwise.h"
+#include "kernels/cpu/nn_kernels.h"
+#include "tensor/tensor.h"
+
+namespace tessera::kernels {
+
+using cpu::BinaryOp;
+using cpu::UnaryOp;
+
+// ---- elementwise ----
+Tensor binary(BinaryOp op, const Tensor& a, const Tensor& b);
+inline Tensor add(const Tensor& a, const Tensor& b) { return kernels::binary(BinaryOp::add, a, b); }
+inline Tensor sub(const Tensor& a, const Tensor& b) { return kernels::binary(BinaryOp::sub, a, b); }
+inline Tensor mul(const Tensor& a, const Tensor& b) { return kernels::binary(BinaryOp::mul, a, b); }
+inline Tensor div(const Tensor& a, const Tensor& b) { return kernels::binary(BinaryOp::div, a, b); }
+Tensor unary(UnaryOp op, const Tensor& x);
+Tensor affine(const Tensor& x, double alpha, double beta);
+Tensor relu_backward(const Tensor& dy, const Tensor& x);
+// dst += alpha * src (same shape and dtype).
+void add_inplace(Tensor& dst, const Tensor& src, double alpha = 1.0);
+// t *= alpha, in place (gradient clipping).
+void scale_inplace(Tensor& t, double alpha);
+// Sum of squares of every element, accumulated in double on the CPU, in float32 on the GPU.
+double squared_norm(const Tensor& t);
+Tensor sum_to_shape(const Tensor& t, const Shape& shape);
+Tensor broadcast_to(const Tensor& t, const Shape& shape);
+// A converted copy (the same tensor when the dtype already matches).
+Tensor cast(const Tensor& x, DType dtype);
+// A tensor of `shape` filled with `value`, on `device`.
+Tensor full(const Shape& shape, double value, DType dtype, Device device);
+
+// ---- GEMM and layout ----
+// float32 GEMMs on the GPU's TF32 tensor cores (off by default; no effect on the CPU).
+void set_allow_tf32(bool allow);
+Tensor matmul(const Tensor& a, const Tensor& b, bool trans_a = false, bool trans_b = false);
+Tensor permute(const Tensor& x, const std::vector<std::int64_t>& dims);
+Tensor concat(const std::vector<Tensor>& parts, std::int64_t dim);
+Tensor index_rows(const Tensor& x, const std::vector<std::int64_t>& indices);
+
+// ---- reductions and softmax ----
+Tensor sum_all(const Tensor& x);
+Tensor mean_all(const Tensor& x);
+Tensor sum_dim(const Tensor& x, std::int64_t dim, bool keepdim);
+Tensor mean_dim(const Tensor& x, std::int64_t dim, bool keepdim);
+Tensor softmax_lastdim(const Tensor& x);
+Tensor log_softmax_lastdim(const Tensor& x);
+Tensor softmax_backward(const Tensor& dy, const Tensor& y);
+Tensor log_softmax_backward(const Tensor& dy, const Tensor& y);
+
+// ---- the Transformer's kernels ----
+cpu::LayerNormOutput layer_norm_forward(const Tensor& x, const Tensor& gamma, const Tensor& beta, double eps);
+cpu::LayerNormGrads layer_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& gamma, const Tensor& mean,
+                                        const Tensor& rstd);
+Tensor embedding_forward(const Tensor& weight, const Tensor& ids);
+void embedding_backward(Tensor& dweight, const Tensor& dout, const Tensor& ids);
+Tensor dropout_forward(const Tensor& x, double p, std::uint64_t seed, std::uint64_t offset);
+inline Tensor dropout_backward(const Tensor& dy, double p, std::uint64_t seed, std::uint64_t offset) {
+  return dropout_forward(dy, p, seed, offset);
+}
+cpu::CrossEntropyOutput cross_entropy_forward(const Tensor& logits, const Tensor& targets, double smoothing,
+                                              std::int32_t ignore_index);
+Tensor cross_entropy_backward(const Tensor& dloss, const Tensor& logits, const Tensor& targets, const Tensor& lse,
+                              double smoothing, std::int32_t ignore_index);
+// The forward and the gradient of sum_i loss_i with respect to the logits: one pass over the
+// logits on the GPU (the fused kernel), the forward then the backward on the CPU.
+struct CrossEntropyWithGrad {
+  cpu::CrossEntropyOutput out;
+  Tensor dlogits;
+};
+CrossEntropyWithGrad cross_entropy_with_grad(const Tensor& logits, const Tensor& targets, double smoothing,
+                                             std::int32_t ignore_index);
+cpu::AttentionOutput attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& key_padding,
+                                       const cpu::AttentionOptions& opt);
+cpu::AttentionGrads attention_backward(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v,
+                                       const Tensor& key_padding, const cpu::AttentionOutput& fwd,
+                                       const cpu::AttentionOptions& opt);
+
+}  // namespace tessera::kernels
