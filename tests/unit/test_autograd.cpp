@@ -106,6 +106,28 @@ TEST(Autograd, CheckNanNamesTheFirstBadOp) {
   }
 }
 
+TEST(Autograd, CastCarriesTheGradientBackInTheInputDtype) {
+  // y = sum(x) + sum(3 * float32(x)) as float64: every dx is 1 + 3, in float64.
+  auto x = ag::Var::parameter(Tensor::from(std::vector<double>{0.1, -2.0, 7.5}, {3}), "x");
+  const ag::Var x32 = ag::cast(x, DType::f32);
+  EXPECT_EQ(x32.value().dtype(), DType::f32);
+  EXPECT_EQ(ag::cast(x, DType::f64).node(), x.node());  // same dtype: the same Var
+  ag::add(ag::sum(x), ag::cast(ag::sum(ag::scale(x32, 3.0)), DType::f64)).backward();
+  EXPECT_EQ(x.grad().dtype(), DType::f64);
+  EXPECT_EQ(x.grad().to_doubles(), (std::vector<double>{4.0, 4.0, 4.0}));
+}
+
+TEST(Autograd, GradientsArriveInTheValueDtype) {
+  // An op whose backward hands a float32 gradient to a float64 input (as a bfloat16 GEMM does to
+  // a float32 master weight): the leaf's gradient is converted, then accumulated.
+  auto x = ag::Var::parameter(Tensor::ones({2}, DType::f64), "x");
+  const auto f32_grad = [](const Tensor& g) { return std::vector<Tensor>{g.to(DType::f32)}; };
+  ag::Var y = ag::make_result(x.value().clone(), "f32_backward", {x}, f32_grad);
+  ag::sum(ag::add(y, ag::make_result(x.value().clone(), "f32_backward", {x}, f32_grad))).backward();
+  EXPECT_EQ(x.grad().dtype(), DType::f64);
+  EXPECT_EQ(x.grad().to_doubles(), (std::vector<double>{2.0, 2.0}));
+}
+
 TEST(Adam, MatchesTheUpdateRuleByHand) {
   auto w = ag::Var::parameter(Tensor::from(std::vector<double>{1.0}, {1}), "w");
   optim::Adam adam({w}, {.lr = 0.1, .beta1 = 0.9, .beta2 = 0.98, .eps = 1e-9});

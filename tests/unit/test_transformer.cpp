@@ -102,6 +102,16 @@ TEST(Transformer, BadConfigsAreNamed) {
   } catch (const Error& e) {
     EXPECT_STREQ(e.what(), "model: d_model 16 is not divisible by heads 5");
   }
+  c = tiny_config();
+  c.bf16_compute = true;  // mixed precision is a GPU feature
+  try {
+    Transformer m(c, 1);
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_STREQ(e.what(),
+                 "model: bfloat16 compute (train.precision: bf16) runs on the GPU from float32 weights (train.device: "
+                 "cuda), not on cpu with float32 weights");
+  }
 }
 
 }  // namespace

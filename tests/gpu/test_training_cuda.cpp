@@ -1,0 +1,260 @@
+// The GPU training path against the CPU: every autograd op forward and backward through the
+// dispatch layer, a Transformer training step (loss, every gradient, the Adam update) in float32
+// and in bfloat16 mixed precision, incremental decoding with its caches, and the layout kernels
+// decoding uses. Float32 cases use gpu_test_util.h's 1e-4 rule (TF32 off); bfloat16 training is
+// compared by relative norms (documented at each check).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <functional>
+#include <random>
+
+#include "autograd/ops.h"
+#include "data/vocab.h"
+#include "gpu_test_util.h"
+#include "kernels/cpu/layout.h"
+#include "kernels/cpu/nn_kernels.h"
+#include "kernels/dispatch.h"
+#include "models/transformer.h"
+#include "optim/adam.h"
+
+namespace tessera {
+namespace {
+
+using Leaves = std::vector<ag::Var>;
+
+// ||gpu - cpu|| / ||cpu|| over all elements (float64 on the host).
+double relative_error(const Tensor& gpu, const Tensor& cpu_ref) {
+  const std::vector<double> g = gpu.to(Device::cpu).to_doubles(), c = cpu_ref.to(Device::cpu).to_doubles();
+  double diff = 0, norm = 0;
+  for (std::size_t i = 0; i < c.size(); ++i) {
+    diff += (g[i] - c[i]) * (g[i] - c[i]);
+    norm += c[i] * c[i];
+  }
+  return std::sqrt(diff) / std::max(std::sqrt(norm), 1e-30);
+}
+
+// Runs `f` on CPU leaves and on GPU copies of them, then the backward of sum(y * w) for fixed
+// random w (every output element matters); compares the outputs and every leaf's gradient.
+void expect_op_matches(const std::string& what, const std::vector<Tensor>& inputs,
+                       const std::function<ag::Var(const Leaves&)>& f, double tol = kF32Tol) {
+  Leaves c, g;
+  for (std::size_t i = 0; i < inputs.size(); ++i) {
+    c.push_back(ag::Var::parameter(inputs[i].clone(), "in" + std::to_string(i)));
+    g.push_back(ag::Var::parameter(inputs[i].to(Device::cuda), "in" + std::to_string(i)));
+  }
+  const ag::Var yc = f(c), yg = f(g);
+  ASSERT_EQ(yg.value().device(), Device::cuda) << what;
+  expect_close(yg.value(), yc.value(), tol, what + " forward");
+  const Tensor w = random(yc.shape(), 99);
+  ag::sum(ag::mul(yc, ag::Var(w.to(yc.value().dtype())))).backward();
+  ag::sum(ag::mul(yg, ag::Var(w.to(yg.value().dtype()).to(Device::cuda)))).backward();
+  for (std::size_t i = 0; i < inputs.size(); ++i) {
+    ASSERT_EQ(c[i].grad().defined(), g[i].grad().defined()) << what << " input " << i;
+    if (c[i].grad().defined())
+      expect_close(g[i].grad(), c[i].grad(), tol, what + " gradient of input " + std::to_string(i));
+  }
+}
+
+TEST(CudaAutograd, ElementwiseReductionsAndLayoutMatchCpu) {
+  SKIP_WITHOUT_GPU();
+  const Tensor a = random({4, 5, 8}, 1), b = random({4, 5, 8}, 2, 0.5, 2.0);
+  expect_op_matches("add bias", {a, random({8}, 3)}, [](const Leaves& x) { return ag::add(x[0], x[1]); });
+  expect_op_matches("add table", {a, random({5, 8}, 4)}, [](const Leaves& x) { return ag::add(x[0], x[1]); });
+  expect_op_matches("sub", {a, b}, [](const Leaves& x) { return ag::sub(x[0], x[1]); });
+  expect_op_matches("mul", {a, b}, [](const Leaves& x) { return ag::mul(x[0], x[1]); });
+  expect_op_matches("div", {a, b}, [](const Leaves& x) { return ag::div(x[0], x[1]); });
+  expect_op_matches("relu", {a}, [](const Leaves& x) { return ag::relu(x[0]); });
+  expect_op_matches("tanh", {a}, [](const Leaves& x) { return ag::tanh(x[0]); });
+  expect_op_matches("exp", {a}, [](const Leaves& x) { return ag::exp(x[0]); });
+  expect_op_matches("log", {b}, [](const Leaves& x) { return ag::log(x[0]); });
+  expect_op_matches("scale", {a}, [](const Leaves& x) { return ag::scale(x[0], -1.5); });
+  expect_op_matches("sum over dim 0", {a}, [](const Leaves& x) { return ag::sum(x[0], 0); });
+  expect_op_matches("mean", {a}, [](const Leaves& x) { return ag::mean(x[0]); });
+  expect_op_matches("softmax", {a}, [](const Leaves& x) { return ag::softmax(x[0]); });
+  expect_op_matches("log_softmax", {a}, [](const Leaves& x) { return ag::log_softmax(x[0]); });
+  expect_op_matches("permute", {random({2, 3, 4, 5}, 5)}, [](const Leaves& x) {
+    return ag::permute(x[0], {0, 2, 1, 3});
+  });
+  expect_op_matches("reshape", {a}, [](const Leaves& x) { return ag::reshape(x[0], {20, 8}); });
+  // float32 -> bfloat16 -> float32: one bfloat16 rounding each way.
+  expect_op_matches(
+      "cast", {a}, [](const Leaves& x) { return ag::cast(ag::scale(ag::cast(x[0], DType::bf16), 2.0), DType::f32); },
+      kBf16Tol);
+}
+
+TEST(CudaAutograd, MatmulEveryTransposeAndSharedWeightMatchCpu) {
+  SKIP_WITHOUT_GPU();
+  for (bool ta : {false, true}) {
+    for (bool tb : {false, true}) {
+      const std::string l = std::string("matmul ta=") + (ta ? "1" : "0") + " tb=" + (tb ? "1" : "0");
+      const Tensor a = random(ta ? Shape{3, 5, 6} : Shape{3, 6, 5}, 10),
+                   b = random(tb ? Shape{3, 7, 5} : Shape{3, 5, 7}, 11);
+      expect_op_matches(l, {a, b}, [=](const Leaves& x) { return ag::matmul(x[0], x[1], ta, tb); });
+      const Tensor shared = random(tb ? Shape{7, 5} : Shape{5, 7}, 12);
+      expect_op_matches(l + " shared b", {a, shared}, [=](const Leaves& x) { return ag::matmul(x[0], x[1], ta, tb); });
+    }
+  }
+  expect_op_matches("linear", {random({4, 5, 8}, 13), random({6, 8}, 14), random({6}, 15)},
+                    [](const Leaves& x) { return ag::linear(x[0], x[1], x[2]); });
+}
+
+TEST(CudaAutograd, TransformerKernelsMatchCpu) {
+  SKIP_WITHOUT_GPU();
+  expect_op_matches("layer_norm", {random({4, 5, 16}, 20), random({16}, 21), random({16}, 22)},
+                    [](const Leaves& x) { return ag::layer_norm(x[0], x[1], x[2], 1e-5); });
+  const Tensor ids = Tensor::from(std::vector<std::int32_t>{1, 4, 4, 0, 10, 3, 1, 1, 7, 2, 9, 4}, {3, 4});
+  expect_op_matches("embedding", {random({11, 8}, 23)}, [&](const Leaves& x) { return ag::embedding(x[0], ids); });
+  expect_op_matches("dropout", {random({6, 33}, 24)}, [](const Leaves& x) { return ag::dropout(x[0], 0.3, 7, 128); });
+  const Tensor targets = Tensor::from(std::vector<std::int32_t>{5, 0, 8, 1, 0, 0, 4, 7, 2, 3, 6, 0}, {12});
+  expect_op_matches("cross_entropy", {random({12, 9}, 25, -3.0, 3.0)},
+                    [&](const Leaves& x) { return ag::cross_entropy(x[0], targets, 0.1, data::kPadId); });
+  // Ragged key padding (the second row sees 3 of 7 keys), cross-attention lengths, and causal.
+  std::vector<std::int32_t> pad(14, 0);
+  for (int j = 3; j < 7; ++j) pad[static_cast<std::size_t>(7 + j)] = 1;
+  const Tensor key_padding = Tensor::from(pad, {2, 7});
+  expect_op_matches(
+      "cross attention", {random({2, 2, 5, 32}, 26), random({2, 2, 7, 32}, 27), random({2, 2, 7, 32}, 28)},
+      [&](const Leaves& x) { return ag::attention(x[0], x[1], x[2], key_padding, {.causal = false, .scale = 0.0}); });
+  expect_op_matches(
+      "causal attention", {random({2, 2, 6, 64}, 29), random({2, 2, 6, 64}, 30), random({2, 2, 6, 64}, 31)},
+      [](const Leaves& x) { return ag::attention(x[0], x[1], x[2], Tensor(), {.causal = true, .scale = 0.0}); });
+}
+
+TEST(CudaLayout, ConcatIndexRowsAndBf16DropoutMatchCpu) {
+  SKIP_WITHOUT_GPU();
+  const Tensor a = random({2, 3, 4, 8}, 40), b = random({2, 3, 1, 8}, 41);
+  expect_close(kernels::concat({a.to(Device::cuda), b.to(Device::cuda)}, 2), cpu::concat({a, b}, 2), 0.0, "concat");
+  expect_close(kernels::index_rows(a.to(Device::cuda), {1, 0, 0}), cpu::index_rows(a, {1, 0, 0}), 0.0, "index_rows");
+  // bfloat16 dropout: the CPU twin's float32 result on the same inputs, rounded once.
+  const Tensor x = as_input(random({5, 77}, 42), DType::bf16);
+  expect_close(kernels::dropout_forward(to_gpu(x, DType::bf16), 0.2, 3, 64),
+               cpu::dropout_forward(x, 0.2, 3, 64).to(DType::bf16).to(DType::f32), 0.0, "bf16 dropout");
+}
+
+// ---------------------------------------------------------------- the model
+models::TransformerConfig small_config(Device device, bool bf16) {
+  models::TransformerConfig c;
+  c.src_vocab = c.tgt_vocab = 37;
+  c.encoder_layers = c.decoder_layers = 2;
+  c.d_model = 64;
+  c.d_ff = 128;
+  c.heads = 2;  // head dimension 32
+  c.dropout = 0.1;
+  c.device = device;
+  c.bf16_compute = bf16;
+  return c;
+}
+
+// Random ids in [4, vocab) with ragged lengths: rows end in eos, then padding (pad = 1 there).
+void ragged_ids(std::int64_t rows, std::int64_t len, std::uint32_t seed, Tensor& ids, Tensor& pad) {
+  std::mt19937 rng(seed);
+  ids = Tensor::zeros({rows, len}, DType::i32);
+  pad = Tensor::zeros({rows, len}, DType::i32);
+  for (std::int64_t r = 0; r < rows; ++r) {
+    const std::int64_t n = 2 + static_cast<std::int64_t>(rng() % static_cast<unsigned>(len - 2));
+    for (std::int64_t j = 0; j < len; ++j) {
+      std::int32_t id = data::kPadId;
+      if (j < n) id = 4 + static_cast<std::int32_t>(rng() % 33u);
+      if (j == n) id = data::kEosId;
+      ids.data<std::int32_t>()[r * len + j] = id;
+      pad.data<std::int32_t>()[r * len + j] = j > n;
+    }
+  }
+}
+
+struct Step {
+  double loss;
+  std::vector<Tensor> grads;
+};
+
+// One training step's forward and backward (dropout on), as the trainer runs it.
+Step train_step(const models::Transformer& m, const Tensor& src, const Tensor& src_pad, const Tensor& tgt_in,
+                const Tensor& tgt_out) {
+  models::DropoutStream drop{.seed = 5, .offset = 1ull << 32, .training = true};
+  const std::int64_t rows = tgt_out.numel();
+  ag::Var logits = ag::reshape(m.forward(src, src_pad, tgt_in, drop), {rows, m.config().tgt_vocab});
+  ag::Var loss = ag::cross_entropy(logits, tgt_out.reshape({rows}), 0.1, data::kPadId);
+  ag::scale(loss, 1.0 / 100.0).backward();
+  Step s{loss.value().item(), {}};
+  for (const ag::Var& p : m.parameters()) s.grads.push_back(p.grad());
+  return s;
+}
+
+class CudaTransformer : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!cuda_available()) GTEST_SKIP() << "no GPU on this machine: GPU test not run";
+    ragged_ids(6, 11, 1, src, src_pad);
+    Tensor unused;
+    ragged_ids(6, 9, 2, tgt_out, unused);
+    // Teacher forcing: bos, then the target shifted right.
+    tgt_in = Tensor::zeros(tgt_out.shape(), DType::i32);
+    for (std::int64_t r = 0; r < 6; ++r) {
+      tgt_in.data<std::int32_t>()[r * 9] = data::kBosId;
+      for (std::int64_t j = 1; j < 9; ++j)
+        tgt_in.data<std::int32_t>()[r * 9 + j] = tgt_out.data<std::int32_t>()[r * 9 + j - 1];
+    }
+  }
+  Tensor src, src_pad, tgt_in, tgt_out;
+};
+
+TEST_F(CudaTransformer, Float32StepAndAdamUpdateMatchCpu) {
+  const models::Transformer cpu_model(small_config(Device::cpu, false), 3),
+      gpu_model(small_config(Device::cuda, false), 3);
+  const Step c = train_step(cpu_model, src, src_pad, tgt_in, tgt_out);
+  const Step g = train_step(gpu_model, src, src_pad, tgt_in, tgt_out);
+  EXPECT_NEAR(g.loss, c.loss, kF32Tol * (1 + std::abs(c.loss)));
+  for (std::size_t i = 0; i < c.grads.size(); ++i)
+    expect_close(g.grads[i], c.grads[i], kF32Tol, "gradient of " + cpu_model.parameters()[i].name());
+  // The GPU's fused Adam on the GPU's gradients, the CPU's Adam on the CPU's: the weights agree.
+  optim::Adam cpu_adam(cpu_model.parameters(), {.lr = 1e-3}), gpu_adam(gpu_model.parameters(), {.lr = 1e-3});
+  cpu_adam.step();
+  gpu_adam.step();
+  for (std::size_t i = 0; i < c.grads.size(); ++i)
+    expect_close(gpu_model.parameters()[i].value(), cpu_model.parameters()[i].value(), kF32Tol,
+                 "updated " + cpu_model.parameters()[i].name());
+}
+
+TEST_F(CudaTransformer, Bf16MixedPrecisionStaysCloseToFloat32) {
+  const models::Transformer cpu_model(small_config(Device::cpu, false), 3),
+      gpu_model(small_config(Device::cuda, true), 3);
+  for (const ag::Var& p : gpu_model.parameters())
+    EXPECT_EQ(p.value().dtype(), DType::f32) << "master weight " << p.name();
+  const Step c = train_step(cpu_model, src, src_pad, tgt_in, tgt_out);
+  const Step g = train_step(gpu_model, src, src_pad, tgt_in, tgt_out);
+  // bfloat16 has 8 mantissa bits: the loss within 1%, each gradient within 10% in norm.
+  EXPECT_NEAR(g.loss, c.loss, 1e-2 * std::abs(c.loss));
+  for (std::size_t i = 0; i < c.grads.size(); ++i) {
+    EXPECT_EQ(g.grads[i].dtype(), DType::f32) << cpu_model.parameters()[i].name();
+    EXPECT_LE(relative_error(g.grads[i], c.grads[i]), 0.1) << "gradient of " << cpu_model.parameters()[i].name();
+  }
+}
+
+TEST_F(CudaTransformer, IncrementalDecodingMatchesCpu) {
+  auto cfg = [](Device d) {
+    models::TransformerConfig c = small_config(d, false);
+    c.dropout = 0.0;
+    return c;
+  };
+  const models::Transformer cpu_model(cfg(Device::cpu), 4), gpu_model(cfg(Device::cuda), 4);
+  models::DropoutStream none;
+  ag::NoGradGuard no_grad;
+  models::DecoderCache cc = cpu_model.start_decoding(cpu_model.encode(src, src_pad, none).value(), src_pad);
+  models::DecoderCache gc = gpu_model.start_decoding(gpu_model.encode(src, src_pad, none).value(), src_pad);
+  std::vector<std::int32_t> tokens(6, data::kBosId);
+  for (int step = 0; step < 4; ++step) {
+    const Tensor lc = cpu_model.decode_step(cc, tokens), lg = gpu_model.decode_step(gc, tokens);
+    ASSERT_EQ(lg.device(), Device::cpu);
+    expect_close(lg, lc, kF32Tol, "log-probabilities at step " + std::to_string(step));
+    for (std::size_t r = 0; r < tokens.size(); ++r) tokens[r] = 4 + static_cast<std::int32_t>((r * 7 + step) % 33);
+    if (step == 1) {  // beam search reorders and duplicates rows
+      const std::vector<std::int64_t> rows{5, 0, 0, 2, 3, 1};
+      cc.select_rows(rows);
+      gc.select_rows(rows);
+    }
+  }
+}
+
+}  // namespace
+}  // namespace tessera
