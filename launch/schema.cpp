@@ -59,8 +59,8 @@ const io::Schema& tessera_schema() {
         .string("train.device", "cpu", {"cpu", "cuda"},
                 "where the model trains: cpu, or cuda (one GPU per process, chosen by its rank on the machine)")
         .string("train.precision", "fp32", {"fp32", "bf16"},
-                "bf16: bfloat16 weights copies and activations in compute, float32 master weights, optimizer and "
-                "loss (train.device: cuda only)")
+                "bf16: bfloat16 copies of the weights and bfloat16 activations in compute; float32 master weights, "
+                "optimizer and loss (train.device: cuda only)")
         .boolean("train.tf32", false, "float32 GEMMs on the GPU's TF32 tensor cores (faster, ~10 mantissa bits)");
     // ---- decoding
     s.integer("decode.beam", 4, 1, 1000, "beam size (1: greedy)")
