@@ -45,13 +45,14 @@ ProcessGrid make_process_grid(const io::Config& cfg) {
   dist::set_collective_timeout(cfg.real("parallel.timeout_s"));
   g.rank = world->rank();
   g.size = world->size();
-  g.local_rank = world->mpi()->local_rank();
+  const auto [local_rank, local_ranks] = world->mpi()->local_rank_and_size();
+  g.local_rank = local_rank;
   if (tp * dp != g.size)
     throw io::ConfigError(
         fmt::format("parallel.tensor ({}) x parallel.data ({}) = {} processes, but this run has {} (mpirun -np {})", tp,
                     dp, tp * dp, g.size, g.size));
   if (gpu) {
-    g.gpu = select_cuda_device(g.local_rank);
+    g.gpu = select_cuda_device(g.local_rank, local_ranks);
 #ifdef TESSERA_WITH_CUDA
     // Collective: every rank has selected its GPU above (or thrown there, as all would).
     world = std::make_unique<dist::DeviceCommunicator>(

@@ -249,6 +249,8 @@ class Run {
         sums.data<double>()[1] += s.nll;
       }
       if (reducer_) {
+        // The host runs ahead of the GPU: wait for backward, so the waits below are communication.
+        if (on_gpu) synchronize_device();
         if (measure_comm) {  // a barrier first, so the wait below is communication, not load imbalance
           const auto b0 = Clock::now();
           grid_.data->barrier();
@@ -403,7 +405,7 @@ class Run {
   }
 
   dist::MpiCommunicator& tensor_group() const {
-    auto* mpi = dynamic_cast<dist::MpiCommunicator*>(grid_.tensor.get());
+    dist::MpiCommunicator* mpi = grid_.tensor->mpi();  // parallel HDF5 runs over MPI-IO, on any device
     TESSERA_CHECK(mpi != nullptr, "tensor parallelism needs the MPI communicator");
     return *mpi;
   }
@@ -522,8 +524,8 @@ class Run {
     const std::vector<ag::Var>& params = model_.parameters();
     for (std::size_t i = 0; i < params.size(); ++i) {
       if (!params[i].grad().defined()) continue;
-      sq.data<double>()[model_.shard_dim(i) == dist::ShardDim::replicated ? 0 : 1] +=
-          kernels::squared_norm(params[i].grad());
+      double& acc = sq.data<double>()[model_.shard_dim(i) == dist::ShardDim::replicated ? 0 : 1];
+      acc = kernels::add_squares(acc, params[i].grad());
     }
     grid_.tensor->all_reduce(sq, dist::ReduceOp::sum);
     const double norm = std::sqrt(sq.data<double>()[0] / grid_.tensor->size() + sq.data<double>()[1]);

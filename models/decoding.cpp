@@ -6,7 +6,7 @@
 #include <numeric>
 
 #include "data/vocab.h"
-#include "kernels/cpu/layout.h"
+#include "kernels/dispatch.h"
 
 namespace tessera::models {
 namespace {
@@ -115,7 +115,8 @@ TokenRows beam_search(const Transformer& model, const Tensor& src, const Tensor&
   for (std::int64_t b = 0; b < batch; ++b)
     for (std::int64_t j = 0; j < k; ++j) expand.push_back(b);
   const Tensor memory = encode_no_grad(model, src, src_padding);
-  DecoderCache cache = model.start_decoding(cpu::index_rows(memory, expand), cpu::index_rows(src_padding, expand));
+  DecoderCache cache =
+      model.start_decoding(kernels::index_rows(memory, expand), kernels::index_rows(src_padding, expand));
 
   struct Hyp {
     std::vector<std::int32_t> tokens;

@@ -51,6 +51,14 @@ void validate(const TransformerConfig& c, int tensor_parallel) {
                 "model: bfloat16 compute (train.precision: bf16) runs on the GPU from float32 weights (train.device: "
                 "cuda), not on {} with {} weights",
                 device_name(c.device), dtype_name(c.dtype));
+  if (c.device == Device::cuda) {
+    const std::int64_t head_dim = c.d_model / c.heads;
+    TESSERA_CHECK(head_dim == 32 || head_dim == 64 || head_dim == 128,
+                  "model: attention heads of {} (d_model {} / heads {}) on the GPU; its attention takes head sizes "
+                  "32, 64 or 128",
+                  head_dim, c.d_model, c.heads);
+    TESSERA_CHECK(c.dtype == DType::f32, "model: parameters on the GPU are float32, not {}", dtype_name(c.dtype));
+  }
   TESSERA_CHECK(!c.share_embeddings || c.src_vocab == c.tgt_vocab,
                 "model: share_embeddings needs one vocabulary, but source has {} and target {} entries", c.src_vocab,
                 c.tgt_vocab);

@@ -100,7 +100,7 @@ void Var::backward(const Tensor& seed) {
       stack.pop_back();
     }
   }
-  accumulate(*node_, seed);
+  accumulate(*node_, seed.to(node_->value.device()));
   for (auto it = order.rbegin(); it != order.rend(); ++it) {
     Node& n = **it;
     if (n.is_leaf) {

@@ -59,18 +59,6 @@ std::int64_t now_ms() {
       .count();
 }
 
-// Marks one blocking collective for the watchdog.
-class InCollective {
- public:
-  explicit InCollective(const char* name) {
-    g_collective_name = name;
-    g_collective_start_ms = now_ms();
-  }
-  ~InCollective() { g_collective_start_ms = 0; }
-  InCollective(const InCollective&) = delete;
-  InCollective& operator=(const InCollective&) = delete;
-};
-
 void watchdog_loop() {
   for (;;) {
     std::this_thread::sleep_for(std::chrono::seconds(1));
@@ -99,7 +87,7 @@ class MpiRequest final : public Request {
   }
   void wait() override {
     if (done_) return;
-    InCollective mark("all_reduce_async (wait)");
+    CollectiveWatch mark("all_reduce_async (wait)");
     check_mpi(MPI_Wait(&req_, MPI_STATUS_IGNORE), "all_reduce_async");
     finish();
   }
@@ -123,6 +111,12 @@ class MpiRequest final : public Request {
 };
 
 }  // namespace
+
+CollectiveWatch::CollectiveWatch(const char* name) {
+  g_collective_name = name;
+  g_collective_start_ms = now_ms();
+}
+CollectiveWatch::~CollectiveWatch() { g_collective_start_ms = 0; }
 
 void set_collective_timeout(double seconds) {
   static std::once_flag started;
@@ -170,7 +164,7 @@ MpiCommunicator::~MpiCommunicator() {
 
 void MpiCommunicator::all_reduce(Tensor& t, ReduceOp op) {
   check_cpu(t, "all_reduce");
-  InCollective mark("all_reduce");
+  CollectiveWatch mark("all_reduce");
   check_mpi(MPI_Allreduce(MPI_IN_PLACE, t.raw_data(), count_of(t, "all_reduce"), mpi_type(t.dtype(), "all_reduce"),
                           MPI_SUM, comm_),
             "all_reduce");
@@ -189,7 +183,7 @@ std::unique_ptr<Request> MpiCommunicator::all_reduce_async(Tensor& t, ReduceOp o
 Tensor MpiCommunicator::all_gather(const Tensor& t) {
   check_cpu(t, "all_gather");
   TESSERA_CHECK(t.dim() >= 1, "all_gather: needs a tensor with a first dimension, got a scalar");
-  InCollective mark("all_gather");
+  CollectiveWatch mark("all_gather");
   Shape rest(t.shape().begin() + 1, t.shape().end());
   const std::int64_t row_elems = shape_numel(rest);
   // Every rank's row count first, so uneven shares work.
@@ -216,7 +210,7 @@ Tensor MpiCommunicator::all_gather(const Tensor& t) {
 Tensor MpiCommunicator::reduce_scatter(const Tensor& t, const std::vector<std::int64_t>& rows, ReduceOp op) {
   check_cpu(t, "reduce_scatter");
   TESSERA_CHECK(t.dim() >= 1, "reduce_scatter: needs a tensor with a first dimension, got a scalar");
-  InCollective mark("reduce_scatter");
+  CollectiveWatch mark("reduce_scatter");
   TESSERA_CHECK(static_cast<int>(rows.size()) == size_, "reduce_scatter: {} row counts for {} ranks", rows.size(),
                 size_);
   TESSERA_CHECK(std::accumulate(rows.begin(), rows.end(), std::int64_t{0}) == t.size(0),
@@ -238,14 +232,14 @@ Tensor MpiCommunicator::reduce_scatter(const Tensor& t, const std::vector<std::i
 void MpiCommunicator::broadcast(Tensor& t, int root) {
   check_cpu(t, "broadcast");
   TESSERA_CHECK(root >= 0 && root < size_, "broadcast: root {} is not a rank of this group of {}", root, size_);
-  InCollective mark("broadcast");
+  CollectiveWatch mark("broadcast");
   // int32 tensors and bfloat16 bits travel as bytes: a broadcast needs no arithmetic.
   check_mpi(MPI_Bcast(t.raw_data(), static_cast<int>(t.numel() * dtype_size(t.dtype())), MPI_BYTE, root, comm_),
             "broadcast");
 }
 
 void MpiCommunicator::barrier() {
-  InCollective mark("barrier");
+  CollectiveWatch mark("barrier");
   check_mpi(MPI_Barrier(comm_), "barrier");
 }
 
@@ -255,13 +249,14 @@ std::unique_ptr<Communicator> MpiCommunicator::split(int color, int key) {
   return std::make_unique<MpiCommunicator>(sub);
 }
 
-int MpiCommunicator::local_rank() const {
+std::pair<int, int> MpiCommunicator::local_rank_and_size() const {
   MPI_Comm local;
   check_mpi(MPI_Comm_split_type(comm_, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &local), "local_rank");
-  int r = 0;
+  int r = 0, n = 1;
   MPI_Comm_rank(local, &r);
+  MPI_Comm_size(local, &n);
   MPI_Comm_free(&local);
-  return r;
+  return {r, n};
 }
 
 std::vector<std::int64_t> even_split(std::int64_t n, int parts) {

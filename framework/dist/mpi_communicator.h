@@ -4,6 +4,7 @@
 #include <mpi.h>
 
 #include <memory>
+#include <utility>
 
 #include "dist/communicator.h"
 
@@ -17,6 +18,14 @@ bool mpi_initialized();
 // hangs) prints which collective, for how long, and exits with status 1, which makes the
 // launcher end the job. 0 turns the watchdog off (the default).
 void set_collective_timeout(double seconds);
+// Marks one blocking wait for a collective (MPI or NCCL) for that watchdog, while alive.
+class CollectiveWatch {
+ public:
+  explicit CollectiveWatch(const char* name);
+  ~CollectiveWatch();
+  CollectiveWatch(const CollectiveWatch&) = delete;
+  CollectiveWatch& operator=(const CollectiveWatch&) = delete;
+};
 
 class MpiCommunicator final : public Communicator {
  public:
@@ -39,8 +48,9 @@ class MpiCommunicator final : public Communicator {
   MpiCommunicator* mpi() override { return this; }
 
   MPI_Comm comm() const { return comm_; }
-  // Ranks on this machine and this process's index among them (MPI_COMM_TYPE_SHARED).
-  int local_rank() const;
+  // This process's index among the ranks on its machine, and their number (MPI_COMM_TYPE_SHARED).
+  std::pair<int, int> local_rank_and_size() const;
+  int local_rank() const { return local_rank_and_size().first; }
 
  private:
   MPI_Comm comm_;

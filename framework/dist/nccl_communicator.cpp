@@ -44,7 +44,10 @@ class NcclRequest final : public Request {
     cudaEventSynchronize(event_);
     cudaEventDestroy(event_);
   }
-  void wait() override { check_cuda(cudaEventSynchronize(event_), "all_reduce_async"); }
+  void wait() override {
+    CollectiveWatch mark("NCCL all_reduce_async (wait)");  // a dead or hung peer: parallel.timeout_s
+    check_cuda(cudaEventSynchronize(event_), "all_reduce_async");
+  }
   bool test() override { return cudaEventQuery(event_) == cudaSuccess; }
 
  private:
@@ -93,6 +96,7 @@ void NcclCommunicator::after_compute() {
 }
 
 void NcclCommunicator::synchronize() {
+  CollectiveWatch mark("NCCL collective");  // a dead or hung peer: parallel.timeout_s
   check_cuda(cudaStreamSynchronize(static_cast<cudaStream_t>(stream_)), "NCCL collective");
 }
 

@@ -91,13 +91,12 @@ void scale_inplace(Tensor& t, double alpha) {
   ON_GPU(t.copy_from(cuda::affine(t, alpha, 0.0)));
 }
 
-double squared_norm(const Tensor& t) {
+double add_squares(double acc, const Tensor& t) {
   if (on_cpu(t)) {
-    double acc = 0;
     for (double g : t.to_doubles()) acc += g * g;
     return acc;
   }
-  ON_GPU(return cuda::sum_all(cuda::binary(BinaryOp::mul, t, t)).to(Device::cpu).item());
+  ON_GPU(return acc + cuda::sum_all(cuda::binary(BinaryOp::mul, t, t)).item());
 }
 
 Tensor sum_to_shape(const Tensor& t, const Shape& shape) {

@@ -31,8 +31,9 @@ Tensor relu_backward(const Tensor& dy, const Tensor& x);
 void add_inplace(Tensor& dst, const Tensor& src, double alpha = 1.0);
 // t *= alpha, in place (gradient clipping).
 void scale_inplace(Tensor& t, double alpha);
-// Sum of squares of every element, accumulated in double on the CPU, in float32 on the GPU.
-double squared_norm(const Tensor& t);
+// acc + the sum of squares of every element: accumulated element by element into acc in double
+// on the CPU, summed in float32 on the GPU and then added.
+double add_squares(double acc, const Tensor& t);
 Tensor sum_to_shape(const Tensor& t, const Shape& shape);
 Tensor broadcast_to(const Tensor& t, const Shape& shape);
 // A converted copy (the same tensor when the dtype already matches).

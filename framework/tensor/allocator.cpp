@@ -232,13 +232,17 @@ void zero_bytes(void* dst, Device device, std::size_t bytes) {
 #endif
 }
 
-std::string select_cuda_device(int local_rank) {
+std::string select_cuda_device(int local_rank, int local_ranks) {
 #ifdef TESSERA_WITH_CUDA
   int count = 0;
   const cudaError_t err = cudaGetDeviceCount(&count);
   TESSERA_CHECK(err == cudaSuccess && count > 0, "train.device = cuda, but no GPU answers on this machine ({})",
                 err == cudaSuccess ? "no CUDA device" : cudaGetErrorString(err));
-  const int device = local_rank % count;
+  TESSERA_CHECK(local_ranks <= count,
+                "train.device = cuda: this machine runs {} ranks but has {} GPUs (one GPU per rank: start at most {} "
+                "processes per machine, e.g. mpirun --map-by ppr:{}:node)",
+                local_ranks, count, count, count);
+  const int device = local_rank;
   const cudaError_t set = cudaSetDevice(device);
   TESSERA_CHECK(set == cudaSuccess, "cudaSetDevice({}) for local rank {} failed: {}", device, local_rank,
                 cudaGetErrorString(set));
@@ -261,7 +265,8 @@ void synchronize_device() {
     cudaGetLastError();
     return;
   }
-  const cudaError_t err = cudaDeviceSynchronize();
+  // The default (compute) stream only: communication on its own streams goes on.
+  const cudaError_t err = cudaStreamSynchronize(nullptr);
   TESSERA_CHECK(err == cudaSuccess, "the GPU failed: {}", cudaGetErrorString(err));
 #endif
 }

@@ -38,10 +38,12 @@ void zero_bytes(void* dst, Device device, std::size_t bytes);
 
 // True when this build has CUDA and a GPU answers. Any CUDA error counts as "no GPU".
 bool cuda_available();
-// Makes GPU local_rank % (GPUs on this machine) current for this process (one GPU per rank) and
-// describes it ("cuda:1 (NVIDIA H200, 139.8 GiB)"). Throws naming the cause without CUDA or a GPU.
-std::string select_cuda_device(int local_rank);
-// Waits until the GPU has finished the work queued so far (timings); no-op without a GPU.
+// Makes GPU local_rank current for this process (one GPU per rank) and describes it
+// ("cuda:1 (NVIDIA H200, 139.8 GiB)"). Throws naming the cause without CUDA or a GPU, or when the
+// machine runs more ranks (local_ranks) than it has GPUs.
+std::string select_cuda_device(int local_rank, int local_ranks = 1);
+// Waits until the GPU has finished the compute work queued so far (the default stream; not the
+// communicators' streams): timings. A no-op without a GPU.
 void synchronize_device();
 
 }  // namespace tessera

@@ -6,6 +6,7 @@
 
 #include "data/vocab.h"
 #include "models/decoding.h"
+#include "test_util.h"
 
 namespace tessera {
 namespace {
@@ -112,6 +113,11 @@ TEST(Transformer, BadConfigsAreNamed) {
                  "model: bfloat16 compute (train.precision: bf16) runs on the GPU from float32 weights (train.device: "
                  "cuda), not on cpu with float32 weights");
   }
+  c = tiny_config();  // heads of 4: the GPU attention has 32, 64 and 128 (checked before any GPU work)
+  c.device = Device::cuda;
+  EXPECT_EQ(testing::error_of([&] { models::validate(c); }),
+            "model: attention heads of 4 (d_model 16 / heads 4) on the GPU; its attention takes head sizes 32, 64 or "
+            "128");
 }
 
 }  // namespace

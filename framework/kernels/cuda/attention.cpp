@@ -28,7 +28,7 @@ Prepared prepare(const char* op, const Tensor& q, const Tensor& k, const Tensor&
                 q.describe());
   TESSERA_CHECK(attention_supports_head_dim(D), "{}: head dimension {} is not supported on the GPU (32, 64 or 128)", op,
                 D);
-  TESSERA_CHECK(B * H <= 65535, "{}: batch x heads = {} exceeds 65535", op, B * H);
+  TESSERA_CHECK(B <= 65535 && H <= 65535, "{}: batch {} or heads {} exceeds 65535", op, B, H);
   Prepared p{{B, H, Lq, Lk, D, opt.causal,
               static_cast<float>(opt.scale > 0.0 ? opt.scale : 1.0 / std::sqrt(static_cast<double>(D)))},
              elem,

@@ -110,7 +110,8 @@ __global__ void __launch_bounds__(Fwd<T, D>::kWarps * 32)
   T* Pw = reinterpret_cast<T*>(smem + C::kP) + warp * 16 * C::kLdP;
   float* Ow = reinterpret_cast<float*>(smem + C::kO) + warp * 16 * C::kLdO;
 
-  const std::int64_t bh = blockIdx.y, b = bh / s.heads, q0 = static_cast<std::int64_t>(blockIdx.x) * C::kBr;
+  // grid: (query tiles, heads, batch): y and z each stay under 65535 for any batch x heads.
+  const std::int64_t b = blockIdx.z, bh = b * s.heads + blockIdx.y, q0 = static_cast<std::int64_t>(blockIdx.x) * C::kBr;
   const T* qg = q + bh * s.q_len * D;
   const T* kg = k + bh * s.k_len * D;
   const T* vg = v + bh * s.k_len * D;
@@ -229,7 +230,7 @@ __global__ void __launch_bounds__(Bwd<T, D>::kWarps * 32)
   float* dQ_all = reinterpret_cast<float*>(smem + C::kDQ);
   float* dQw = dQ_all + warp * C::kBr * C::kLdA;
 
-  const std::int64_t bh = blockIdx.y, b = bh / s.heads, k0 = static_cast<std::int64_t>(blockIdx.x) * C::kBc;
+  const std::int64_t b = blockIdx.z, bh = b * s.heads + blockIdx.y, k0 = static_cast<std::int64_t>(blockIdx.x) * C::kBc;
   const T* kg = k + bh * s.k_len * D;
   const T* vg = v + bh * s.k_len * D;
   const T* qg = q + bh * s.q_len * D;
@@ -303,7 +304,8 @@ cudaError_t forward(const void* q, const void* k, const void* v, const std::int3
   using C = Fwd<T, D>;
   const cudaError_t err = allow_shared(attention_forward_kernel<T, D>, C::kBytes);
   if (err != cudaSuccess) return err;
-  const dim3 grid(static_cast<unsigned>((s.q_len + C::kBr - 1) / C::kBr), static_cast<unsigned>(s.batch * s.heads));
+  const dim3 grid(static_cast<unsigned>((s.q_len + C::kBr - 1) / C::kBr), static_cast<unsigned>(s.heads),
+                  static_cast<unsigned>(s.batch));
   attention_forward_kernel<T, D><<<grid, C::kWarps * 32, C::kBytes, stream>>>(
       static_cast<const T*>(q), static_cast<const T*>(k), static_cast<const T*>(v), pad, static_cast<T*>(out), lse, s);
   return cudaGetLastError();
@@ -323,7 +325,8 @@ cudaError_t backward(const void* dout, const void* q, const void* k, const void*
   }
   if (s.k_len == 0) return launch_cast(dq_accum, Elem::f32, dq, elem, rows * D, stream);  // no key: dq = 0
   if ((err = allow_shared(attention_backward_kernel<T, D>, C::kBytes)) != cudaSuccess) return err;
-  const dim3 grid(static_cast<unsigned>((s.k_len + C::kBc - 1) / C::kBc), static_cast<unsigned>(s.batch * s.heads));
+  const dim3 grid(static_cast<unsigned>((s.k_len + C::kBc - 1) / C::kBc), static_cast<unsigned>(s.heads),
+                  static_cast<unsigned>(s.batch));
   attention_backward_kernel<T, D><<<grid, C::kWarps * 32, C::kBytes, stream>>>(
       static_cast<const T*>(dout), static_cast<const T*>(q), static_cast<const T*>(k), static_cast<const T*>(v), pad,
       lse, delta, dq_accum, static_cast<T*>(dk), static_cast<T*>(dv), s);
@@ -362,7 +365,7 @@ cudaError_t backward_d(const void* dout, const void* q, const void* k, const voi
   }
 }
 
-bool launchable(const AttentionShape& s) { return s.batch * s.heads <= 65535; }
+bool launchable(const AttentionShape& s) { return s.batch <= 65535 && s.heads <= 65535; }
 
 }  // namespace
 
