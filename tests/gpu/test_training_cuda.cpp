@@ -147,6 +147,12 @@ models::TransformerConfig small_config(Device device, bool bf16) {
   return c;
 }
 
+models::TransformerConfig inference_config(Device device) {
+  models::TransformerConfig c = small_config(device, false);
+  c.dropout = 0.0;
+  return c;
+}
+
 // Random ids in [4, vocab) with ragged lengths: rows end in eos, then padding (pad = 1 there).
 void ragged_ids(std::int64_t rows, std::int64_t len, std::uint32_t seed, Tensor& ids, Tensor& pad) {
   std::mt19937 rng(seed);
@@ -233,12 +239,7 @@ TEST_F(CudaTransformer, Bf16MixedPrecisionStaysCloseToFloat32) {
 }
 
 TEST_F(CudaTransformer, IncrementalDecodingMatchesCpu) {
-  auto cfg = [](Device d) {
-    models::TransformerConfig c = small_config(d, false);
-    c.dropout = 0.0;
-    return c;
-  };
-  const models::Transformer cpu_model(cfg(Device::cpu), 4), gpu_model(cfg(Device::cuda), 4);
+  const models::Transformer cpu_model(inference_config(Device::cpu), 4), gpu_model(inference_config(Device::cuda), 4);
   models::DropoutStream none;
   ag::NoGradGuard no_grad;
   models::DecoderCache cc = cpu_model.start_decoding(cpu_model.encode(src, src_pad, none).value(), src_pad);
@@ -258,12 +259,7 @@ TEST_F(CudaTransformer, IncrementalDecodingMatchesCpu) {
 }
 
 TEST_F(CudaTransformer, BeamSearchOnTheGpuFindsTheCpuHypotheses) {
-  auto cfg = [](Device d) {
-    models::TransformerConfig c = small_config(d, false);
-    c.dropout = 0.0;
-    return c;
-  };
-  const models::Transformer cpu_model(cfg(Device::cpu), 6), gpu_model(cfg(Device::cuda), 6);
+  const models::Transformer cpu_model(inference_config(Device::cpu), 6), gpu_model(inference_config(Device::cuda), 6);
   const models::DecodeOptions opt{.beam = 4, .length_penalty = 0.6, .max_extra_len = 5};
   const models::TokenRows c = models::beam_search(cpu_model, src, src_pad, opt);
   const models::TokenRows g = models::beam_search(gpu_model, src, src_pad, opt);
