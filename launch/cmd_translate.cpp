@@ -16,6 +16,7 @@ Command add_translate_command(CLI::App& parent) {
     std::string checkpoint, input, output, vocab, vocab_tgt;
     std::int64_t beam = 0, batch = 0;
     double length_penalty = -1;
+    std::string device = "cpu";
   };
   auto opt = std::make_shared<Options>();
   CLI::App* cmd = parent.add_subcommand(
@@ -35,8 +36,15 @@ Command add_translate_command(CLI::App& parent) {
       ->check(CLI::Range(0.0, 10.0));
   cmd->add_option("--batch", opt->batch, "Sentences decoded together (default: from the config)")
       ->check(CLI::Range(1, 100000));
+  cmd->add_option("--device", opt->device, "Decode on the cpu or on a GPU (cuda: this process's first GPU)")
+      ->check(CLI::IsMember({"cpu", "cuda"}));
   return {cmd, [opt] {
-            const Translator translator(opt->checkpoint, opt->vocab, opt->vocab_tgt);
+            Device device = Device::cpu;
+            if (opt->device == "cuda") {
+              select_cuda_device(0);
+              device = Device::cuda;
+            }
+            const Translator translator(opt->checkpoint, opt->vocab, opt->vocab_tgt, device);
             const io::Config& cfg = translator.config();
             std::vector<std::string> lines;
             if (opt->input.empty()) {

@@ -192,7 +192,8 @@ models::TokenRows translate_ids(const models::Transformer& model, const std::vec
   return out;
 }
 
-Translator::Translator(const std::string& checkpoint, const std::string& vocab, const std::string& vocab_tgt) {
+Translator::Translator(const std::string& checkpoint, const std::string& vocab, const std::string& vocab_tgt,
+                       Device device) {
   const io::Checkpoint w = io::load_checkpoint(checkpoint, /*weights_only=*/true);
   std::vector<std::string> overrides;
   if (!vocab.empty()) overrides.push_back("data.vocab=" + vocab);
@@ -212,7 +213,9 @@ Translator::Translator(const std::string& checkpoint, const std::string& vocab, 
   } else {
     src_codec_ = tgt_codec_ = TextCodec::symbols(cfg_.integer("data.synthetic_vocab"));
   }
-  model_ = std::make_unique<models::Transformer>(model_config(cfg_, src_codec_.size(), tgt_codec_.size()), 0);
+  models::TransformerConfig mc = model_config(cfg_, src_codec_.size(), tgt_codec_.size());
+  mc.device = device;
+  model_ = std::make_unique<models::Transformer>(mc, 0);
   std::vector<ag::Var> params = model_->parameters();
   io::assign_weights(w, checkpoint, params);
 }

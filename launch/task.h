@@ -55,7 +55,9 @@ models::TokenRows translate_ids(const models::Transformer& model, const std::vec
 // config's, else the files of the same names beside the checkpoint).
 class Translator {
  public:
-  Translator(const std::string& checkpoint, const std::string& vocab, const std::string& vocab_tgt);
+  // device: where the model decodes (cuda: GPU 0 of this process, float32).
+  Translator(const std::string& checkpoint, const std::string& vocab, const std::string& vocab_tgt,
+             Device device = Device::cpu);
   // Detokenized translations of `lines`, in order. Inputs longer than the positional table
   // allows are cut to fit (and said so on stderr).
   std::vector<std::string> translate(const std::vector<std::string>& lines, const models::DecodeOptions& opt,

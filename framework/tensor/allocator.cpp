@@ -236,7 +236,8 @@ std::string select_cuda_device(int local_rank, int local_ranks) {
 #ifdef TESSERA_WITH_CUDA
   int count = 0;
   const cudaError_t err = cudaGetDeviceCount(&count);
-  TESSERA_CHECK(err == cudaSuccess && count > 0, "train.device = cuda, but no GPU answers on this machine ({})",
+  TESSERA_CHECK(err == cudaSuccess && count > 0,
+                "a GPU was asked for (train.device / --device cuda), but none answers on this machine ({})",
                 err == cudaSuccess ? "no CUDA device" : cudaGetErrorString(err));
   TESSERA_CHECK(local_ranks <= count,
                 "train.device = cuda: this machine runs {} ranks but has {} GPUs (one GPU per rank: start at most {} "
