@@ -37,6 +37,10 @@ GemmDims gemm_dims(const char* op, const Tensor& a, const Tensor& b, bool trans_
   TESSERA_CHECK(
       b_shared || (b.dim() == a.dim() && std::equal(a.shape().begin(), a.shape().end() - 2, b.shape().begin())),
       "{}: batch dimensions of {} and {} differ", op, a.describe(), b.describe());
+  // One matrix b for every batch of an untransposed a: the batches are consecutive rows of one
+  // [batch * m, k] matrix, so one large GEMM replaces `batch` small ones (a linear layer over
+  // [B, L, d] is one GEMM of B * L rows, whatever L is).
+  if (b_shared && !trans_a) return {m * batch, n, ka, 1, 0, 0};
   return {m, n, ka, batch, a.size(-1) * a.size(-2), b_shared ? 0 : b.size(-1) * b.size(-2)};
 }
 
@@ -77,7 +81,7 @@ void matmul_into(Tensor& out, const Tensor& a, const Tensor& b, bool trans_a, bo
 Tensor matmul(const Tensor& a, const Tensor& b, bool trans_a, bool trans_b) {
   const GemmDims d = gemm_dims("cuda::matmul", a, b, trans_a, trans_b);
   Shape shape(a.shape().begin(), a.shape().end() - 2);
-  shape.push_back(d.m);
+  shape.push_back(trans_a ? a.size(-1) : a.size(-2));  // d.m may count every batch's rows
   shape.push_back(d.n);
   Tensor out = Tensor::empty(shape, a.dtype(), Device::cuda);
   matmul_into(out, a, b, trans_a, trans_b, 1.0, 0.0);
