@@ -19,3 +19,7 @@ for exe in tessera tests/tessera_gpu_tests tests/tessera_gpu_bench; do
   done
 done
 du -sh "$out"
+# The device tool carries at most 64 MiB: the compressed bundle (~16 MB) travels, and
+# `tar -xJf gpu_bundle.tar.xz` unpacks it there.
+tar -cJf "$out.tar.xz" -C "$(dirname "$out")" "$(basename "$out")"
+ls -la "$out.tar.xz"
