@@ -155,7 +155,7 @@ Var matmul(const Var& a, const Var& b, bool ta, bool tb) {
   return make_result(kernels::matmul(va, vb, ta, tb), "matmul", {a, b}, [=](const Tensor& g) {
     // C = op(A) op(B): dA = dC op(B)^T (transposed back when A was), dB = op(A)^T dC (likewise).
     const bool b_shared = vb.dim() == 2 && va.dim() > 2;
-    Tensor ga;
+    Tensor ga;  // stays undefined when a needs no gradient
     if (!need_a) {
     } else if (!ta) {
       ga = kernels::matmul(g, vb, false, !tb);
@@ -168,7 +168,7 @@ Var matmul(const Var& a, const Var& b, bool ta, bool tb) {
       std::swap(swap_last[swap_last.size() - 1], swap_last[swap_last.size() - 2]);
       ga = kernels::permute(kernels::matmul(g, vb, false, !tb), swap_last);
     }
-    Tensor gb;
+    Tensor gb;  // likewise for b
     if (!need_b) {
     } else if (!b_shared) {
       gb = tb ? kernels::matmul(g, va, true, ta) : kernels::matmul(va, g, !ta, false);
