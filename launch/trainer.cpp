@@ -520,13 +520,14 @@ class Run {
   // Under tensor parallelism the shards' squares are summed over the group; replicated
   // parameters count once.
   double clip_gradients(double clip) {
-    Tensor sq = Tensor::zeros({2}, DType::f64);  // replicated, sharded
+    std::vector<Tensor> replicated, sharded;
     const std::vector<ag::Var>& params = model_.parameters();
     for (std::size_t i = 0; i < params.size(); ++i) {
       if (!params[i].grad().defined()) continue;
-      double& acc = sq.data<double>()[model_.shard_dim(i) == dist::ShardDim::replicated ? 0 : 1];
-      acc = kernels::add_squares(acc, params[i].grad());
+      (model_.shard_dim(i) == dist::ShardDim::replicated ? replicated : sharded).push_back(params[i].grad());
     }
+    Tensor sq =
+        Tensor::from(std::vector<double>{kernels::sum_of_squares(replicated), kernels::sum_of_squares(sharded)}, {2});
     grid_.tensor->all_reduce(sq, dist::ReduceOp::sum);
     const double norm = std::sqrt(sq.data<double>()[0] / grid_.tensor->size() + sq.data<double>()[1]);
     if (clip > 0 && norm > clip) {

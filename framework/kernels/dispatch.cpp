@@ -91,12 +91,19 @@ void scale_inplace(Tensor& t, double alpha) {
   ON_GPU(t.copy_from(cuda::affine(t, alpha, 0.0)));
 }
 
-double add_squares(double acc, const Tensor& t) {
-  if (on_cpu(t)) {
-    for (double g : t.to_doubles()) acc += g * g;
+double sum_of_squares(const std::vector<Tensor>& tensors) {
+  if (tensors.empty() || on_cpu(tensors.front())) {
+    double acc = 0;
+    for (const Tensor& t : tensors)
+      for (double g : t.to_doubles()) acc += g * g;
     return acc;
   }
-  ON_GPU(return acc + cuda::sum_all(cuda::binary(BinaryOp::mul, t, t)).item());
+  ON_GPU({
+    Tensor acc = Tensor::zeros({}, DType::f32, Device::cuda);
+    for (const Tensor& t : tensors)
+      acc = cuda::binary(BinaryOp::add, acc, cuda::sum_all(cuda::binary(BinaryOp::mul, t, t)));
+    return acc.item();
+  });
 }
 
 Tensor sum_to_shape(const Tensor& t, const Shape& shape) {

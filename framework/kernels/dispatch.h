@@ -31,9 +31,10 @@ Tensor relu_backward(const Tensor& dy, const Tensor& x);
 void add_inplace(Tensor& dst, const Tensor& src, double alpha = 1.0);
 // t *= alpha, in place (gradient clipping).
 void scale_inplace(Tensor& t, double alpha);
-// acc + the sum of squares of every element: accumulated element by element into acc in double
-// on the CPU, summed in float32 on the GPU and then added.
-double add_squares(double acc, const Tensor& t);
+// The sum of the squares of every element of every tensor (all on one device): element by
+// element into one double on the CPU; on the GPU summed per tensor in float32 and added there,
+// with a single copy to the host (gradient norms without a sync per parameter).
+double sum_of_squares(const std::vector<Tensor>& tensors);
 Tensor sum_to_shape(const Tensor& t, const Shape& shape);
 Tensor broadcast_to(const Tensor& t, const Shape& shape);
 // A converted copy (the same tensor when the dtype already matches).
