@@ -41,7 +41,7 @@ Command add_translate_command(CLI::App& parent) {
   return {cmd, [opt] {
             Device device = Device::cpu;
             if (opt->device == "cuda") {
-              select_cuda_device(0);
+              (void)select_cuda_device(0);
               device = Device::cuda;
             }
             const Translator translator(opt->checkpoint, opt->vocab, opt->vocab_tgt, device);

@@ -1,5 +1,6 @@
 #include "launch/process_grid.h"
 
+#include <algorithm>
 #include <cstdlib>
 
 #include "dist/local_communicator.h"
@@ -29,6 +30,26 @@ int launcher_size() {
   return 1;
 }
 
+namespace {
+
+// NCCL needs one GPU per rank: every rank learns every rank's GPU UUID and all fail alike, naming
+// two ranks that share one.
+void check_one_gpu_per_rank(dist::Communicator& world, const CudaDevice& device) {
+  const Tensor mine = Tensor::from(std::vector<std::int32_t>(device.uuid.begin(), device.uuid.end()), {1, 4});
+  const Tensor all = world.all_gather(mine);
+  const auto* u = all.data<std::int32_t>();
+  for (int a = 0; a < world.size(); ++a)
+    for (int b = a + 1; b < world.size(); ++b)
+      if (std::equal(u + 4 * a, u + 4 * a + 4, u + 4 * b))
+        fail(
+            "train.device = cuda: ranks {} and {} would share one GPU (each rank needs its own: start at most as "
+            "many processes per machine as it has GPUs, or give each rank a GPU of its own with "
+            "CUDA_VISIBLE_DEVICES)",
+            a, b);
+}
+
+}  // namespace
+
 ProcessGrid make_process_grid(const io::Config& cfg) {
   const auto tp = static_cast<int>(cfg.integer("parallel.tensor"));
   const auto dp = static_cast<int>(cfg.integer("parallel.data"));
@@ -38,21 +59,22 @@ ProcessGrid make_process_grid(const io::Config& cfg) {
     g.world = std::make_unique<dist::LocalCommunicator>();
     g.tensor = std::make_unique<dist::LocalCommunicator>();
     g.data = std::make_unique<dist::LocalCommunicator>();
-    if (gpu) g.gpu = select_cuda_device(0);
+    if (gpu) g.gpu = select_cuda_device(0).description;
     return g;
   }
   std::unique_ptr<dist::Communicator> world = dist::MpiCommunicator::world();
   dist::set_collective_timeout(cfg.real("parallel.timeout_s"));
   g.rank = world->rank();
   g.size = world->size();
-  const auto [local_rank, local_ranks] = world->mpi()->local_rank_and_size();
-  g.local_rank = local_rank;
+  g.local_rank = world->mpi()->local_rank();
   if (tp * dp != g.size)
     throw io::ConfigError(
         fmt::format("parallel.tensor ({}) x parallel.data ({}) = {} processes, but this run has {} (mpirun -np {})", tp,
                     dp, tp * dp, g.size, g.size));
   if (gpu) {
-    g.gpu = select_cuda_device(g.local_rank, local_ranks);
+    const CudaDevice device = select_cuda_device(g.local_rank);
+    g.gpu = device.description;
+    check_one_gpu_per_rank(*world, device);
 #ifdef TESSERA_WITH_CUDA
     // Collective: every rank has selected its GPU above (or thrown there, as all would).
     world = std::make_unique<dist::DeviceCommunicator>(

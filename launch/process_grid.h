@@ -27,7 +27,8 @@ int launcher_size();
 
 // Uses MPI when launched by mpirun or when parallel.tensor x parallel.data > 1; otherwise a
 // single process without MPI. Throws (on every rank alike) when tensor x data is not the number
-// of processes. With train.device = cuda each rank takes the GPU numbered by its local rank and the groups
+// of processes. With train.device = cuda each rank takes GPU local_rank % (GPUs it sees), no two ranks
+// may share a physical GPU, and the groups
 // carry CUDA tensors over NCCL (CPU tensors still over MPI).
 ProcessGrid make_process_grid(const io::Config& cfg);
 

@@ -253,7 +253,8 @@ class Run {
         if (on_gpu) synchronize_device();
         if (measure_comm) {  // a barrier first, so the wait below is communication, not load imbalance
           const auto b0 = Clock::now();
-          grid_.data->barrier();
+          // Over MPI: the NCCL barrier would also wait for the all-reduces in flight.
+          (grid_.data->mpi() != nullptr ? *grid_.data->mpi() : *grid_.data).barrier();
           skew_wait_ += std::chrono::duration<double>(Clock::now() - b0).count();
         }
         comm_wait_ += reducer_->finish();

@@ -83,7 +83,9 @@ class MpiRequest final : public Request {
  public:
   MpiRequest(MPI_Request req, Tensor t, double scale) : req_(req), tensor_(std::move(t)), scale_(scale) {}
   ~MpiRequest() override {
-    if (!done_) MPI_Wait(&req_, MPI_STATUS_IGNORE);
+    if (done_) return;
+    CollectiveWatch mark("all_reduce_async (wait on release)");  // unwinding past a dead peer ends too
+    MPI_Wait(&req_, MPI_STATUS_IGNORE);
   }
   void wait() override {
     if (done_) return;
@@ -249,14 +251,13 @@ std::unique_ptr<Communicator> MpiCommunicator::split(int color, int key) {
   return std::make_unique<MpiCommunicator>(sub);
 }
 
-std::pair<int, int> MpiCommunicator::local_rank_and_size() const {
+int MpiCommunicator::local_rank() const {
   MPI_Comm local;
   check_mpi(MPI_Comm_split_type(comm_, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &local), "local_rank");
-  int r = 0, n = 1;
+  int r = 0;
   MPI_Comm_rank(local, &r);
-  MPI_Comm_size(local, &n);
   MPI_Comm_free(&local);
-  return {r, n};
+  return r;
 }
 
 std::vector<std::int64_t> even_split(std::int64_t n, int parts) {

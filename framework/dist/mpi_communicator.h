@@ -4,7 +4,6 @@
 #include <mpi.h>
 
 #include <memory>
-#include <utility>
 
 #include "dist/communicator.h"
 
@@ -48,9 +47,8 @@ class MpiCommunicator final : public Communicator {
   MpiCommunicator* mpi() override { return this; }
 
   MPI_Comm comm() const { return comm_; }
-  // This process's index among the ranks on its machine, and their number (MPI_COMM_TYPE_SHARED).
-  std::pair<int, int> local_rank_and_size() const;
-  int local_rank() const { return local_rank_and_size().first; }
+  // Ranks on this machine and this process's index among them (MPI_COMM_TYPE_SHARED).
+  int local_rank() const;
 
  private:
   MPI_Comm comm_;

@@ -41,6 +41,7 @@ class NcclRequest final : public Request {
     check_cuda(cudaEventRecord(event_, stream), "all_reduce_async");
   }
   ~NcclRequest() override {
+    CollectiveWatch mark("NCCL all_reduce_async (wait on release)");
     cudaEventSynchronize(event_);
     cudaEventDestroy(event_);
   }

@@ -101,7 +101,7 @@ double sum_of_squares(const std::vector<Tensor>& tensors) {
   ON_GPU({
     Tensor acc = Tensor::zeros({}, DType::f32, Device::cuda);
     for (const Tensor& t : tensors)
-      acc = cuda::binary(BinaryOp::add, acc, cuda::sum_all(cuda::binary(BinaryOp::mul, t, t)));
+      acc = cuda::binary(BinaryOp::add, acc, cast(cuda::sum_all(cuda::binary(BinaryOp::mul, t, t)), DType::f32));
     return acc.item();
   });
 }

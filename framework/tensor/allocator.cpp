@@ -232,30 +232,35 @@ void zero_bytes(void* dst, Device device, std::size_t bytes) {
 #endif
 }
 
-std::string select_cuda_device(int local_rank, int local_ranks) {
+CudaDevice select_cuda_device(int local_rank) {
 #ifdef TESSERA_WITH_CUDA
   int count = 0;
   const cudaError_t err = cudaGetDeviceCount(&count);
   TESSERA_CHECK(err == cudaSuccess && count > 0,
                 "a GPU was asked for (train.device / --device cuda), but none answers on this machine ({})",
                 err == cudaSuccess ? "no CUDA device" : cudaGetErrorString(err));
-  TESSERA_CHECK(local_ranks <= count,
-                "train.device = cuda: this machine runs {} ranks but has {} GPUs (one GPU per rank: start at most {} "
-                "processes per machine, e.g. mpirun --map-by ppr:{}:node)",
-                local_ranks, count, count, count);
-  const int device = local_rank;
+  // Where the launcher shows each rank only its own GPU (Slurm --gpus-per-task, CUDA_VISIBLE_DEVICES
+  // per rank), count is 1 and every rank takes device 0; sharing is caught by comparing UUIDs.
+  const int device = local_rank % count;
   const cudaError_t set = cudaSetDevice(device);
   TESSERA_CHECK(set == cudaSuccess, "cudaSetDevice({}) for local rank {} failed: {}", device, local_rank,
                 cudaGetErrorString(set));
+  CudaDevice d;
   cudaDeviceProp prop{};
-  if (cudaGetDeviceProperties(&prop, device) != cudaSuccess) return fmt::format("cuda:{}", device);
-  return fmt::format("cuda:{} ({}, {:.1f} GiB)", device, prop.name,
-                     static_cast<double>(prop.totalGlobalMem) / (1024.0 * 1024.0 * 1024.0));
+  if (cudaGetDeviceProperties(&prop, device) != cudaSuccess) {
+    d.description = fmt::format("cuda:{}", device);
+    return d;
+  }
+  d.description = fmt::format("cuda:{} ({}, {:.1f} GiB)", device, prop.name,
+                              static_cast<double>(prop.totalGlobalMem) / (1024.0 * 1024.0 * 1024.0));
+  static_assert(sizeof(prop.uuid.bytes) == sizeof(d.uuid));
+  std::memcpy(d.uuid.data(), prop.uuid.bytes, sizeof(d.uuid));
+  return d;
 #else
   (void)local_rank;
   fail(
-      "train.device = cuda, but this build of Tessera has no CUDA support (configure with -DTESSERA_CUDA=ON where "
-      "nvcc is installed)");
+      "a GPU was asked for (train.device / --device cuda), but this build of Tessera has no CUDA support (configure "
+      "with -DTESSERA_CUDA=ON where nvcc is installed)");
 #endif
 }
 

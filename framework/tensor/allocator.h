@@ -1,7 +1,9 @@
 // Raw memory for tensors: 64-byte-aligned host memory; device memory when built with CUDA.
 #pragma once
 
+#include <array>
 #include <cstddef>
+#include <cstdint>
 #include <string>
 
 #include "tensor/dtype.h"
@@ -38,10 +40,13 @@ void zero_bytes(void* dst, Device device, std::size_t bytes);
 
 // True when this build has CUDA and a GPU answers. Any CUDA error counts as "no GPU".
 bool cuda_available();
-// Makes GPU local_rank current for this process (one GPU per rank) and describes it
-// ("cuda:1 (NVIDIA H200, 139.8 GiB)"). Throws naming the cause without CUDA or a GPU, or when the
-// machine runs more ranks (local_ranks) than it has GPUs.
-std::string select_cuda_device(int local_rank, int local_ranks = 1);
+// Makes GPU local_rank % (GPUs this process sees) current for this process (one GPU per rank).
+// Throws naming the cause without CUDA or a GPU.
+struct CudaDevice {
+  std::string description;             // e.g. "cuda:1 (NVIDIA H200, 139.8 GiB)"
+  std::array<std::int32_t, 4> uuid{};  // the physical GPU's UUID: ranks compare it to find sharing
+};
+CudaDevice select_cuda_device(int local_rank);
 // Waits until the GPU has finished the compute work queued so far (the default stream; not the
 // communicators' streams): timings. A no-op without a GPU.
 void synchronize_device();

@@ -6,7 +6,7 @@
 # and the CUDA runtime from its toolkit or PyTorch's wheels).
 # Usage: tests/gpu/bundle.sh BUILD_DIR OUT_DIR     (after building tessera, tessera_gpu_tests and tessera_gpu_bench)
 set -euo pipefail
-build=$1 out=$2
+build=$1 out=${2%/}
 rm -rf "$out" && mkdir -p "$out/lib"
 for exe in tessera tests/tessera_gpu_tests tests/tessera_gpu_bench; do
   cp "$build/$exe" "$out/"

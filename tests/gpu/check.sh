@@ -14,6 +14,14 @@ repo=$(cd "$here/../.." && pwd)
 work=$(mktemp -d /tmp/tessera_check.XXXXXX)
 # A build folder keeps the executables in tests/ and the top; a bundle keeps them together.
 exe() { if [ -x "$bin/$1" ]; then echo "$bin/$1"; else echo "$bin/tests/$1"; fi; }
+# The whole check fits CHECK_BUDGET_S (default 540 s: under the device tool's 600 s a command):
+# each step's timeout is cut to what is left.
+budget=${CHECK_BUDGET_S:-540}
+cap() {
+  local left=$((budget - SECONDS - 10))
+  ((left < 5)) && left=5
+  echo $(($1 < left ? $1 : left))
+}
 mkdir -p "$(dirname "$report")"
 # CUDA libraries: the toolkit's, else the ones PyTorch's wheels carry.
 libs="$bin/lib:/usr/local/cuda/lib64"
@@ -32,7 +40,7 @@ export LD_LIBRARY_PATH="$libs:${LD_LIBRARY_PATH:-}"
   echo "## 1. CUDA kernels and the GPU training path against their CPU twins"
   echo
   echo '```'
-  timeout 240 "$(exe tessera_gpu_tests)" 2>&1 | grep -E '^\[ *(OK|FAILED|PASSED|SKIPPED) *\]|Failure|worst at|error' | head -80
+  timeout $(cap 240) "$(exe tessera_gpu_tests)" 2>&1 | grep -E '^\[ *(OK|FAILED|PASSED|SKIPPED) *\]|Failure|worst at|error' | head -80
   echo "exit status: ${PIPESTATUS[0]}"
   echo '```'
   echo
@@ -49,7 +57,7 @@ export LD_LIBRARY_PATH="$libs:${LD_LIBRARY_PATH:-}"
     set -- $run
     dir="$work/small_$1_${2:-fp32}"
     start=$(date +%s.%N)
-    timeout 150 "$(exe tessera)" train "${small[@]}" --set train.device=$1 --set train.precision=${2:-fp32} \
+    timeout $(cap 150) "$(exe tessera)" train "${small[@]}" --set train.device=$1 --set train.precision=${2:-fp32} \
       --set output.dir="$dir" > "$dir.log" 2>&1
     echo "$run: exit status $?, $(python3 -c "print(f'{$(date +%s.%N) - $start:.1f}')") s"
     grep -E "^device:|error" "$dir.log" | head -3
@@ -79,9 +87,9 @@ PY
   echo
   echo "## 3. Flash attention, bf16, FlashAttention's FLOP convention (fwd+bwd = 3.5 x fwd)"
   echo
-  timeout 150 "$(exe tessera_gpu_bench)" > /tmp/tessera_bench.csv 2>&1
+  timeout $(cap 150) "$(exe tessera_gpu_bench)" > /tmp/tessera_bench.csv 2>&1
   echo "exit status: $?"
-  timeout 120 python3 "$here/sdpa_reference.py" > /tmp/sdpa.csv 2>&1
+  timeout $(cap 120) python3 "$here/sdpa_reference.py" > /tmp/sdpa.csv 2>&1
   python3 - /tmp/tessera_bench.csv /tmp/sdpa.csv <<'PY'
 import csv, sys
 def rows(path):
@@ -113,7 +121,7 @@ PY
   echo "|---|---|---|---|---|---|"
   for model in base big; do
     dir="$work/$model"
-    timeout 200 "$(exe tessera)" train --config "$repo/configs/$model.yaml" --set data.task=copy \
+    timeout $(cap 200) "$(exe tessera)" train --config "$repo/configs/$model.yaml" --set data.task=copy \
       --set data.synthetic_vocab=32000 --set data.synthetic_min_len=20 --set data.synthetic_max_len=40 \
       --set data.synthetic_train_size=100000 --set data.synthetic_valid_size=4 --set train.device=cuda \
       --set train.precision=bf16 --set train.max_steps=30 --set train.log_every=10 --set train.valid_every=0 \

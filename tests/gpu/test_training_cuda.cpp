@@ -170,6 +170,12 @@ void ragged_ids(std::int64_t rows, std::int64_t len, std::uint32_t seed, Tensor&
   }
 }
 
+// A key projection's bias adds one constant to every score of a query's row, which softmax
+// ignores: its exact gradient is 0, and what both devices compute is rounding noise.
+bool has_no_true_gradient(const std::string& name) {
+  return name.size() >= 11 && name.compare(name.size() - 11, 11, "k_proj.bias") == 0;
+}
+
 struct Step {
   double loss;
   std::vector<Tensor> grads;
@@ -218,9 +224,11 @@ TEST_F(CudaTransformer, Float32StepAndAdamUpdateMatchCpu) {
   optim::Adam cpu_adam(cpu_model.parameters(), {.lr = 1e-3}), gpu_adam(gpu_model.parameters(), {.lr = 1e-3});
   cpu_adam.step();
   gpu_adam.step();
-  for (std::size_t i = 0; i < c.grads.size(); ++i)
-    expect_close(gpu_model.parameters()[i].value(), cpu_model.parameters()[i].value(), kF32Tol,
-                 "updated " + cpu_model.parameters()[i].name());
+  for (std::size_t i = 0; i < c.grads.size(); ++i) {
+    const std::string& name = cpu_model.parameters()[i].name();
+    if (has_no_true_gradient(name)) continue;  // Adam turns its rounding noise into +-lr steps
+    expect_close(gpu_model.parameters()[i].value(), cpu_model.parameters()[i].value(), kF32Tol, "updated " + name);
+  }
 }
 
 TEST_F(CudaTransformer, Bf16MixedPrecisionStaysCloseToFloat32) {
@@ -233,8 +241,10 @@ TEST_F(CudaTransformer, Bf16MixedPrecisionStaysCloseToFloat32) {
   // bfloat16 has 8 mantissa bits: the loss within 1%, each gradient within 10% in norm.
   EXPECT_NEAR(g.loss, c.loss, 1e-2 * std::abs(c.loss));
   for (std::size_t i = 0; i < c.grads.size(); ++i) {
-    EXPECT_EQ(g.grads[i].dtype(), DType::f32) << cpu_model.parameters()[i].name();
-    EXPECT_LE(relative_error(g.grads[i], c.grads[i]), 0.1) << "gradient of " << cpu_model.parameters()[i].name();
+    const std::string& name = cpu_model.parameters()[i].name();
+    EXPECT_EQ(g.grads[i].dtype(), DType::f32) << name;
+    if (has_no_true_gradient(name)) continue;  // both sides are rounding noise
+    EXPECT_LE(relative_error(g.grads[i], c.grads[i]), 0.1) << "gradient of " << name;
   }
 }
 

@@ -32,7 +32,8 @@ GemmDims gemm_dims(const char* op, const Tensor& a, const Tensor& b, bool trans_
   const std::int64_t kb = trans_b ? b.size(-1) : b.size(-2), n = trans_b ? b.size(-2) : b.size(-1);
   TESSERA_CHECK(ka == kb, "{}: inner dimensions differ: {}{} and {}{}", op, a.describe(),
                 trans_a ? " (transposed)" : "", b.describe(), trans_b ? " (transposed)" : "");
-  const std::int64_t batch = a.numel() / std::max<std::int64_t>(1, a.size(-1) * a.size(-2));
+  std::int64_t batch = 1;  // the product of the leading dimensions (also when M or K is 0)
+  for (std::int64_t i = 0; i + 2 < a.dim(); ++i) batch *= a.size(i);
   const bool b_shared = b.dim() == 2;
   TESSERA_CHECK(
       b_shared || (b.dim() == a.dim() && std::equal(a.shape().begin(), a.shape().end() - 2, b.shape().begin())),
