@@ -424,7 +424,8 @@ void save_checkpoint(const std::string& path, const Checkpoint& ckpt) {
   std::error_code ec;
   fs::rename(tmp, final_path, ec);
   if (ec) {
-    fs::remove(tmp, ec);
+    std::error_code ignored;  // the rename's error is the one to report
+    fs::remove(tmp, ignored);
     fail("cannot write checkpoint '{}': renaming '{}' to it failed: {}", path, tmp, ec.message());
   }
   // The rename itself must reach the disk too.
@@ -641,7 +642,11 @@ void save_checkpoint_sharded(const std::string& path, const ShardedCheckpoint& c
       fail("cannot write checkpoint '{}': flushing to disk failed", tmp);
     }
     fs::rename(tmp, final_path, ec);
-    if (ec) fail("cannot write checkpoint '{}': renaming '{}' to it failed: {}", path, tmp, ec.message());
+    if (ec) {
+      std::error_code ignored;  // the rename's error is the one to report
+      fs::remove(tmp, ignored);
+      fail("cannot write checkpoint '{}': renaming '{}' to it failed: {}", path, tmp, ec.message());
+    }
     sync_folder(final_path.has_parent_path() ? final_path.parent_path().string() : ".");
   }
   group.barrier();

@@ -6,15 +6,17 @@
 set -eu
 tessera=$1 config=$2 work=$3
 rm -rf "$work" && mkdir -p "$work"
-run() {  # run OUTPUT_DIR [extra args...]
+run() {  # run OUTPUT_DIR [extra args...]; with exec=exec set, tessera replaces the calling (sub)shell
   dir=$1 && shift
-  "$tessera" train --config "$config" --set output.dir="$dir" --set model.dropout=0.1 --set train.max_steps=60 \
+  ${exec:-} "$tessera" train --config "$config" --set output.dir="$dir" --set model.dropout=0.1 --set train.max_steps=60 \
     --set train.log_every=1 --set train.valid_every=0 --set checkpoint.every=10 --set checkpoint.keep_last=0 \
     --set checkpoint.keep_best=false --set data.synthetic_train_size=3000 "$@"
 }
 run "$work/straight" > "$work/straight.log"
 
-run "$work/killed" > "$work/killed.log" &
+# exec: $! must be tessera itself. A backgrounded shell function is a subshell whose SIGKILL would
+# leave tessera running on, writing into the folder the resumed run writes too.
+(exec=exec; run "$work/killed") > "$work/killed.log" &
 pid=$!
 # Kill it as soon as its second checkpoint is complete (renamed into place), mid-run.
 i=0

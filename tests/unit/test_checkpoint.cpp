@@ -209,6 +209,20 @@ TEST_F(CheckpointTest, UnwritableFolderIsNamedAndNothingIsLeft) {
       << msg;
 }
 
+// The final name is taken by a non-empty folder, so the rename fails: the message gives the rename's
+// own error (it once said "Success", the result of cleaning up) and the temporary file is gone.
+TEST_F(CheckpointTest, FailedRenameNamesItsErrorAndLeavesNoTemporary) {
+  fs::create_directories(path("c.h5/inside"));
+  const std::string msg = error_of([&] { io::save_checkpoint(path("c.h5"), sample_checkpoint()); });
+  EXPECT_NE(msg.find(fmt::format("cannot write checkpoint '{}': renaming '{}.tmp' to it failed: ", path("c.h5"),
+                                 path("c.h5"))),
+            std::string::npos)
+      << msg;
+  EXPECT_EQ(msg.find("Success"), std::string::npos) << msg;
+  EXPECT_NE(msg.find(std::make_error_code(std::errc::is_a_directory).message()), std::string::npos) << msg;
+  EXPECT_FALSE(fs::exists(path("c.h5.tmp")));
+}
+
 // A full disk, simulated with a file-size limit: the save fails with a clear message, the
 // temporary file is gone and the previous checkpoint under the same name is intact.
 TEST_F(CheckpointTest, FullDiskKeepsThePreviousCheckpoint) {
