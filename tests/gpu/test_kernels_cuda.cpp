@@ -10,6 +10,7 @@
 #include <cmath>
 #include <limits>
 #include <random>
+#include <tuple>
 
 #include "gpu_test_util.h"
 #include "kernels/cpu/adam.h"
@@ -250,6 +251,36 @@ TEST(CudaKernels, FlashAttentionMatchesCpu) {
       expect_close(gg.dq, cg.dq, tol_of(dt) * 2, l + " dq");
       expect_close(gg.dk, cg.dk, tol_of(dt) * 2, l + " dk");
       expect_close(gg.dv, cg.dv, tol_of(dt) * 2, l + " dv");
+    }
+  }
+}
+
+// A NaN score reaches the rows that see it, as on the CPU (fmaxf would drop it and the row would
+// look like one that sees no key): the same entries are NaN, the others agree.
+TEST(CudaKernels, FlashAttentionKeepsANaNWhereTheCpuDoes) {
+  SKIP_WITHOUT_GPU();
+  const std::int64_t L = 100, D = 64;
+  for (DType dt : {DType::f32, DType::bf16}) {
+    Tensor kr = random({1, 2, L, D}, 71, -2, 2), qr = random({1, 2, L, D}, 70, -2, 2);
+    kr.data<float>()[70 * D + 5] = std::numeric_limits<float>::quiet_NaN();   // head 0, key 70
+    qr.data<float>()[(L + 3) * D] = std::numeric_limits<float>::quiet_NaN();  // head 1, query 3
+    const Tensor q = as_input(qr, dt), k = as_input(kr, dt);
+    const Tensor v = as_input(random({1, 2, L, D}, 72), dt);
+    const cpu::AttentionOptions opt{.causal = true};
+    const auto cf = cpu::attention_forward(q, k, v, Tensor(), opt);
+    const auto gf = cuda::attention_forward(to_gpu(q, dt), to_gpu(k, dt), to_gpu(v, dt), Tensor(), opt);
+    for (const auto& [gpu, cpu_ref, what] : {std::tuple{gf.out, cf.out, "out"}, std::tuple{gf.lse, cf.lse, "lse"}}) {
+      const Tensor g = from_gpu(gpu), c = cpu_ref.to(DType::f32);
+      std::int64_t nans = 0;
+      for (std::int64_t i = 0; i < c.numel(); ++i) {
+        const float a = g.data<float>()[i], b = c.data<float>()[i];
+        ASSERT_EQ(std::isnan(a), std::isnan(b)) << dtype_label(dt) << " " << what << " at " << i;
+        nans += std::isnan(b) ? 1 : 0;
+        if (std::isfinite(b)) {
+          ASSERT_NEAR(a, b, tol_of(dt) * 10 * (1 + std::abs(b))) << dtype_label(dt) << " " << what << " at " << i;
+        }
+      }
+      EXPECT_GT(nans, 0) << what;
     }
   }
 }

@@ -186,6 +186,56 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{3, 1, 64, 64, 128, 128, false, 0},  // head dim 128
                       Case{1, 1, 200, 7, 4, 4, false, 1}));
 
+// ---------------------------------------------------------------- NaN
+// A NaN score is not a masked one: the rows that see it come out NaN (out, lse, gradients), so
+// divergence shows instead of turning into zero rows; rows that do not see it, and a NaN key
+// that is masked, change nothing.
+Tensor with_nan(const Tensor& t, std::int64_t flat_index) {
+  std::vector<double> v = t.to_doubles();
+  v[static_cast<std::size_t>(flat_index)] = std::numeric_limits<double>::quiet_NaN();
+  return Tensor::from_doubles(v, t.shape(), t.dtype());
+}
+
+TEST(AttentionNaN, ReachesTheRowsThatSeeItAndNoOthers) {
+  const std::int64_t L = 100, D = 8, nan_key = 70;  // key 70 is in the second key tile
+  const Tensor q = random_f32({1, 1, L, D}, 11), k = random_f32({1, 1, L, D}, 12), v = random_f32({1, 1, L, D}, 13);
+  const Tensor k_nan = with_nan(k, nan_key * D + 3);
+  const AttentionOptions causal{.causal = true, .scale = 0.0};
+  const auto clean = cpu::attention_forward(q, k, v, Tensor(), causal);
+  const auto dirty = cpu::attention_forward(q, k_nan, v, Tensor(), causal);
+  const auto out = dirty.out.to_doubles(), out_clean = clean.out.to_doubles();
+  const auto lse = dirty.lse.to_doubles(), lse_clean = clean.lse.to_doubles();
+  for (std::int64_t i = 0; i < L; ++i) {
+    if (i >= nan_key) {  // sees key 70
+      EXPECT_TRUE(std::isnan(lse[i])) << "row " << i;
+      for (std::int64_t c = 0; c < D; ++c) EXPECT_TRUE(std::isnan(out[i * D + c])) << "row " << i << " col " << c;
+    } else {
+      EXPECT_EQ(lse[i], lse_clean[i]) << "row " << i;
+      for (std::int64_t c = 0; c < D; ++c) EXPECT_EQ(out[i * D + c], out_clean[i * D + c]) << "row " << i;
+    }
+  }
+  const auto dq = cpu::attention_backward(v, q, k_nan, v, Tensor(), dirty, causal).dq.to_doubles();
+  EXPECT_TRUE(std::isnan(dq[(L - 1) * D]));
+  EXPECT_FALSE(std::isnan(dq[0]));
+
+  // The same NaN key behind the padding mask: nothing is NaN.
+  Tensor pad = Tensor::zeros({1, L}, DType::i32);
+  pad.data<std::int32_t>()[nan_key] = 1;
+  const auto masked = cpu::attention_forward(q, k_nan, v, pad, {}).out.to_doubles();
+  const auto masked_clean = cpu::attention_forward(q, k, v, pad, {}).out.to_doubles();
+  EXPECT_EQ(masked, masked_clean);
+}
+
+TEST(AttentionNaN, AQueryRowOfNaNIsNaNNotARowThatSeesNothing) {
+  const Tensor q = with_nan(random_f32({1, 1, 5, 4}, 21), 2 * 4 + 0);  // every score of row 2 is NaN
+  const Tensor k = random_f32({1, 1, 6, 4}, 22), v = random_f32({1, 1, 6, 4}, 23);
+  const auto fwd = cpu::attention_forward(q, k, v, Tensor(), {});
+  const auto out = fwd.out.to_doubles(), lse = fwd.lse.to_doubles();
+  EXPECT_TRUE(std::isnan(lse[2]));
+  for (std::int64_t c = 0; c < 4; ++c) EXPECT_TRUE(std::isnan(out[2 * 4 + c])) << c;
+  for (std::int64_t i : {0, 1, 3, 4}) EXPECT_TRUE(std::isfinite(lse[i])) << i;
+}
+
 // ---------------------------------------------------------------- bad input
 TEST(AttentionErrors, NameTheShapes) {
   const Tensor q = Tensor::zeros({2, 4, 5, 8}), k = Tensor::zeros({2, 4, 6, 8});

@@ -71,6 +71,13 @@ void score_tile(const T* q, const T* k, std::int64_t q0, std::int64_t rows, std:
   apply_masks(s, rows, cols, q0, k0, d, pad, causal);
 }
 
+// std::max drops a NaN second argument: a NaN score (NaN in Q or K) would then look like "no
+// visible key" and its row would come out as zeros. This max keeps it, so the row is NaN.
+template <typename T>
+T max_keeping_nan(T a, T b) {
+  return std::isnan(b) || b > a ? b : a;
+}
+
 // Number of keys query tile [q0, q0+rows) may see under the causal mask (all keys otherwise).
 std::int64_t visible_keys(std::int64_t q0, std::int64_t rows, const Dims& d, bool causal) {
   if (!causal) return d.lk;
@@ -94,7 +101,7 @@ void forward_head(const T* q, const T* k, const T* v, const std::int32_t* pad, T
       for (std::int64_t i = 0; i < rows; ++i) {
         T* srow = s.data() + i * cols;
         T m = row_max[i];
-        for (std::int64_t j = 0; j < cols; ++j) m = std::max(m, srow[j]);
+        for (std::int64_t j = 0; j < cols; ++j) m = max_keeping_nan(m, srow[j]);
         if (m == neg_inf) {  // nothing visible yet in this row: P = 0
           std::fill_n(srow, cols, T(0));
           continue;
@@ -114,7 +121,7 @@ void forward_head(const T* q, const T* k, const T* v, const std::int32_t* pad, T
     for (std::int64_t i = 0; i < rows; ++i) {
       T* orow = out + (q0 + i) * d.dv;
       const T* arow = acc.data() + i * d.dv;
-      if (row_sum[i] > T(0)) {
+      if (row_sum[i] != T(0)) {  // positive, or NaN: a NaN score reaches the output and lse
         const T inv = T(1) / row_sum[i];
         for (std::int64_t c = 0; c < d.dv; ++c) orow[c] = arow[c] * inv;
         lse[q0 + i] = row_max[i] + std::log(row_sum[i]);

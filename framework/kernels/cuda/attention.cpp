@@ -13,6 +13,19 @@ struct Prepared {
   Tensor padding;  // int32 [B, Lk] on the GPU, or undefined
 };
 
+// The tiles are sized for sm_80/sm_90 (up to 163/227 KB of shared memory per block). Smaller
+// GPUs (sm_86/sm_89: 99 KB) would fail the launch with "invalid argument"; say why instead.
+void check_shared_memory(const char* op, std::int64_t head_dim, const Tensor& q, Elem elem) {
+  int device = 0, allowed = 0;
+  check_launch(op, cudaGetDevice(&device));
+  check_launch(op, cudaDeviceGetAttribute(&allowed, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+  const int needed = attention_shared_bytes(head_dim, elem);
+  TESSERA_CHECK(needed <= allowed,
+                "{}: head dimension {} in {} needs {} bytes of shared memory per block, this GPU allows {}: the "
+                "attention kernels need an sm_80 or sm_90 class GPU (A100, H100, H200)",
+                op, head_dim, dtype_name(q.dtype()), needed, allowed);
+}
+
 Prepared prepare(const char* op, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& key_padding,
                  const cpu::AttentionOptions& opt) {
   const Elem elem = elem_of(op, q);
@@ -29,6 +42,7 @@ Prepared prepare(const char* op, const Tensor& q, const Tensor& k, const Tensor&
   TESSERA_CHECK(attention_supports_head_dim(D), "{}: head dimension {} is not supported on the GPU (32, 64 or 128)", op,
                 D);
   TESSERA_CHECK(B <= 65535 && H <= 65535, "{}: batch {} or heads {} exceeds 65535", op, B, H);
+  check_shared_memory(op, D, q, elem);
   Prepared p{{B, H, Lq, Lk, D, opt.causal,
               static_cast<float>(opt.scale > 0.0 ? opt.scale : 1.0 / std::sqrt(static_cast<double>(D)))},
              elem,

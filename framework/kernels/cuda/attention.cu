@@ -4,7 +4,8 @@
 // tensor cores (wmma, float32 accumulation); float32 tiles on the CUDA cores (the fp32 twin of
 // the CPU reference). Masks: key padding, causal aligned bottom right (query i sees key j iff
 // j <= i + Lk - Lq), keys beyond Lk and queries beyond Lq. The tiles use up to 124 KB of shared
-// memory: sm_80 (A100) and sm_90 (H100/H200) class GPUs; sm_86/sm_89 (99 KB) would need smaller ones.
+// memory: sm_80 (A100) and sm_90 (H100/H200) class GPUs; sm_86/sm_89/sm_120 (99 KB) would need smaller
+// ones, and get a clear error instead (cuda/attention.cpp).
 #include <mma.h>
 
 #include <type_traits>
@@ -141,10 +142,10 @@ __global__ void __launch_bounds__(Fwd<T, D>::kWarps * 32)
     for (int j = 0; j < kHalf; ++j) {
       const int col = h * kHalf + j;
       sv[j] = visible(s, pad, b, qi, k0 + col) ? Sw[r * C::kLdS + col] * s.scale : -INFINITY;
-      tile_max = fmaxf(tile_max, sv[j]);
+      tile_max = max_keeping_nan(tile_max, sv[j]);
     }
-    tile_max = fmaxf(tile_max, __shfl_xor_sync(0xffffffffu, tile_max, 1));
-    const float m_new = fmaxf(m, tile_max);
+    tile_max = max_keeping_nan(tile_max, __shfl_xor_sync(0xffffffffu, tile_max, 1));
+    const float m_new = max_keeping_nan(m, tile_max);
     const float alpha = m_new == -INFINITY ? 1.0f : expf(m - m_new);
     float row_sum = 0.0f;
 #pragma unroll
@@ -161,11 +162,13 @@ __global__ void __launch_bounds__(Fwd<T, D>::kWarps * 32)
     warp_gemm<T, false, false>(Ow, C::kLdO, Pw, C::kLdP, Vs, C::kLd, 16, D, C::kBc, true);
   }
   if (qi < s.q_len) {
-    const float inv = l > 0.0f ? 1.0f / l : 0.0f;  // a row that sees no key: out 0, lse -inf
+    // A row that sees no key (l = 0): out 0, lse -inf. A NaN score made l NaN: out and lse NaN.
+    const bool seen = l != 0.0f;
+    const float inv = seen ? 1.0f / l : 0.0f;
     T* og = out + (bh * s.q_len + qi) * D;
     for (int c = h * (D / 2); c < (h + 1) * (D / 2); ++c)
-      og[c] = l > 0.0f ? from_float<T>(Ow[r * C::kLdO + c] * inv) : from_float<T>(0.0f);
-    if (h == 0) lse[bh * s.q_len + qi] = l > 0.0f ? m + logf(l) : -INFINITY;
+      og[c] = seen ? from_float<T>(Ow[r * C::kLdO + c] * inv) : from_float<T>(0.0f);
+    if (h == 0) lse[bh * s.q_len + qi] = seen ? m + logf(l) : -INFINITY;
   }
 }
 
@@ -319,11 +322,12 @@ cudaError_t backward(const void* dout, const void* q, const void* k, const void*
   const std::int64_t rows = s.batch * s.heads * s.q_len;
   cudaError_t err = cudaMemsetAsync(dq_accum, 0, static_cast<std::size_t>(rows * D) * sizeof(float), stream);
   if (err != cudaSuccess) return err;
+  if (s.k_len == 0) return launch_cast(dq_accum, Elem::f32, dq, elem, rows * D, stream);  // no key: dq = 0
   if (rows > 0) {
     attention_delta_kernel<T, D><<<static_cast<unsigned>((rows + 7) / 8), 256, 0, stream>>>(
         static_cast<const T*>(dout), static_cast<const T*>(out), delta, rows);
+    if ((err = cudaGetLastError()) != cudaSuccess) return err;
   }
-  if (s.k_len == 0) return launch_cast(dq_accum, Elem::f32, dq, elem, rows * D, stream);  // no key: dq = 0
   if ((err = allow_shared(attention_backward_kernel<T, D>, C::kBytes)) != cudaSuccess) return err;
   const dim3 grid(static_cast<unsigned>((s.k_len + C::kBc - 1) / C::kBc), static_cast<unsigned>(s.heads),
                   static_cast<unsigned>(s.batch));
@@ -365,11 +369,34 @@ cudaError_t backward_d(const void* dout, const void* q, const void* k, const voi
   }
 }
 
+template <typename T, int D>
+int shared_bytes_of() {
+  return Fwd<T, D>::kBytes > Bwd<T, D>::kBytes ? Fwd<T, D>::kBytes : Bwd<T, D>::kBytes;
+}
+
+template <typename T>
+int shared_bytes_d(std::int64_t head_dim) {
+  switch (head_dim) {
+    case 32:
+      return shared_bytes_of<T, 32>();
+    case 64:
+      return shared_bytes_of<T, 64>();
+    case 128:
+      return shared_bytes_of<T, 128>();
+    default:
+      return 0;
+  }
+}
+
 bool launchable(const AttentionShape& s) { return s.batch <= 65535 && s.heads <= 65535; }
 
 }  // namespace
 
 bool attention_supports_head_dim(std::int64_t head_dim) { return head_dim == 32 || head_dim == 64 || head_dim == 128; }
+
+int attention_shared_bytes(std::int64_t head_dim, Elem elem) {
+  return elem == Elem::bf16 ? shared_bytes_d<__nv_bfloat16>(head_dim) : shared_bytes_d<float>(head_dim);
+}
 
 cudaError_t launch_attention_forward(const void* q, const void* k, const void* v, const std::int32_t* key_padding,
                                      void* out, float* lse, const AttentionShape& s, Elem elem, cudaStream_t stream) {

@@ -51,6 +51,10 @@ __device__ __forceinline__ float block_sum(float v, float* scratch) {
   return scratch[0];
 }
 
+// fmaxf drops a NaN; this max keeps it (as the CPU twins do), so a NaN score is not taken for a
+// masked one.
+__device__ __forceinline__ float max_keeping_nan(float a, float b) { return isnan(b) || b > a ? b : a; }
+
 // A running (max, sum of exp(x - max)) pair: the online softmax's state, merged across threads.
 struct MaxSum {
   float m, s;
