@@ -27,8 +27,8 @@ int main(int argc, char** argv) {
   try {
     for (const auto& c : commands)
       if (c.app->parsed()) return c.run();
-  } catch (const tessera::io::ConfigError& e) {
-    // Every rank checks the config and fails alike: one of them says so, all exit.
+  } catch (const tessera::EveryRankError& e) {
+    // Every rank fails alike (the config, a non-finite gradient norm): one of them says so, all exit.
     std::fflush(stdout);
     if (launcher_rank() == 0) fmt::print(stderr, "tessera: error: {}\n", e.what());
     return 1;

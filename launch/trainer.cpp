@@ -11,6 +11,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <regex>
 #include <thread>
 
@@ -113,7 +114,7 @@ double training_flops(const models::TransformerConfig& m, const data::Batch& b) 
   return 3.0 * 2.0 * (enc + dec + out);
 }
 
-// One batch forward (and backward when `grad_scale` > 0): returns the summed losses.
+// One batch forward (and backward unless `grad_scale` is 0, as in validation): returns the summed losses.
 LossSums run_batch(const models::Transformer& model, const data::Batch& b, double smoothing,
                    models::DropoutStream& drop, double grad_scale) {
   const std::int64_t rows = b.tgt_out.numel();
@@ -124,7 +125,7 @@ LossSums run_batch(const models::Transformer& model, const data::Batch& b, doubl
   ag::Var loss = ag::cross_entropy(logits, targets, smoothing, data::kPadId, &s.nll);
   s.smoothed = loss.value().item();
   s.tokens = b.tgt_tokens;
-  if (grad_scale > 0) ag::scale(loss, grad_scale).backward();
+  if (grad_scale != 0.0) ag::scale(loss, grad_scale).backward();
   return s;
 }
 
@@ -244,7 +245,9 @@ class Run {
         if (reducer_ && overlap && i + 1 == batches.size()) reducer_->arm();
         const data::Batch mine = data_parallel_share(b);
         if (mine.indices.empty()) continue;  // more replicas than sentences: zeros from this one
-        const LossSums s = run_batch(model_, mine, smoothing, drop, 1.0 / static_cast<double>(tokens));
+        const double loss_scale = fault_at("TESSERA_FAULT_NAN", step) ? std::numeric_limits<double>::quiet_NaN()
+                                                                      : 1.0 / static_cast<double>(tokens);
+        const LossSums s = run_batch(model_, mine, smoothing, drop, loss_scale);
         sums.data<double>()[0] += s.smoothed;
         sums.data<double>()[1] += s.nll;
       }
@@ -264,6 +267,8 @@ class Run {
       window.smoothed += sums.data<double>()[0];
       window.nll += sums.data<double>()[1];
       const double gnorm = clip_gradients(clip);
+      if (!std::isfinite(gnorm))
+        stop_on_non_finite_gradients(step, gnorm, sums.data<double>()[0] / static_cast<double>(tokens));
       lr_ = cfg_.string("train.lr_schedule") == "linear"
                 ? linear_decay_learning_rate(cfg_.real("train.lr_factor"), cfg_.integer("model.d_model"),
                                              cfg_.integer("train.warmup"), max_steps, step)
@@ -353,15 +358,30 @@ class Run {
   }
 
  private:
-  // Fault injection for the failure tests: TESSERA_FAULT_HANG="RANK:STEP" makes that rank stop
-  // responding (sleep) at that step, as a stuck process would.
-  void maybe_inject_hang(std::int64_t step) const {
-    const char* spec = std::getenv("TESSERA_FAULT_HANG");
-    if (spec == nullptr) return;
+  // Fault injection for the failure tests: VARIABLE="RANK:STEP" names the rank and step it hits.
+  // TESSERA_FAULT_HANG: that rank stops responding (sleeps), as a stuck process would.
+  // TESSERA_FAULT_NAN: that rank's backward starts from NaN, as a diverging run's would.
+  bool fault_at(const char* variable, std::int64_t step) const {
+    const char* spec = std::getenv(variable);
     int rank = -1;
     long long at = -1;
-    if (std::sscanf(spec, "%d:%lld", &rank, &at) == 2 && rank == grid_.rank && at == step)
+    return spec != nullptr && std::sscanf(spec, "%d:%lld", &rank, &at) == 2 && rank == grid_.rank && at == step;
+  }
+
+  void maybe_inject_hang(std::int64_t step) const {
+    if (fault_at("TESSERA_FAULT_HANG", step))
       for (;;) std::this_thread::sleep_for(std::chrono::seconds(1));
+  }
+
+  // A NaN or infinity in the loss or a gradient. The norm is all-reduced, so every rank sees it at
+  // this step and stops alike. Stopping before the update keeps the weights, and any checkpoint,
+  // finite: the run resumes from its last checkpoint.
+  [[noreturn]] void stop_on_non_finite_gradients(std::int64_t step, double gnorm, double loss) const {
+    throw EveryRankError(fmt::format(
+        "step {}: the gradient norm is {} (loss {:.4f}): training stopped before this update, so no weights or "
+        "checkpoint hold it. Resume from the last checkpoint (--resume) with a smaller train.lr_factor or a longer "
+        "train.warmup{}",
+        step, gnorm, loss, model_.config().bf16_compute ? ", or with train.precision: fp32" : ""));
   }
 
   void metric(const std::string& line) {

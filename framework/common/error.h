@@ -13,6 +13,13 @@ class Error : public std::runtime_error {
   explicit Error(const std::string& what) : std::runtime_error(what) {}
 };
 
+// An error that every rank of a job meets at the same point with the same message (a bad config, a
+// gradient norm that is not finite): one rank prints it and all exit, with no job abort needed.
+class EveryRankError : public Error {
+ public:
+  using Error::Error;
+};
+
 // Throws tessera::Error with a fmt-formatted message.
 template <typename... Args>
 [[noreturn]] void fail(fmt::format_string<Args...> f, Args&&... args) {

@@ -17,9 +17,9 @@
 
 namespace tessera::io {
 
-class ConfigError : public Error {
+class ConfigError : public EveryRankError {  // every rank reads the same config
  public:
-  using Error::Error;
+  using EveryRankError::EveryRankError;
 };
 
 enum class ValueType { integer, real, boolean, string };

@@ -5,6 +5,7 @@
 #    tp=1 at tp=2 x dp=2), continuing with the same losses; at tp=2 x dp=2 bit-exactly;
 #  - a corrupted byte in one rank's slice is caught on resume;
 #  - tensor x data that is not the process count stops every rank, the error printed once;
+#  - so does a NaN gradient on one rank of two (data-parallel);
 #  - killing one rank of four ends the whole job within 60 s with a non-zero status.
 # Usage: distributed_training.sh TESSERA CONFIG WORKDIR
 set -eu
@@ -76,6 +77,15 @@ mpi 4 "$tessera" train $common --set parallel.tensor=3 --set output.dir="$work/b
 [ $status -ne 0 ] || fail "a bad layout did not fail"
 [ "$(grep -c 'parallel.tensor (3) x parallel.data (1) = 3 processes, but this run has 4' "$work/bad.log")" -eq 1 ] \
   || { cat "$work/bad.log"; fail "the layout error was not printed exactly once"; }
+
+# A NaN gradient on one rank (injected at step 3 on rank 1): the all-reduced norm is NaN on every
+# rank, so all stop before the update; the error is printed once and the job exits non-zero.
+status=0
+TESSERA_FAULT_NAN=1:3 mpi 2 "$tessera" train $common --set train.max_steps=20 --set parallel.data=2 \
+  --set output.dir="$work/nan" > "$work/nan.log" 2>&1 || status=$?
+[ $status -ne 0 ] || fail "the job exited 0 after a NaN gradient"
+[ "$(grep -c 'step 3: the gradient norm is nan' "$work/nan.log")" -eq 1 ] \
+  || { cat "$work/nan.log"; fail "the NaN gradient error was not printed exactly once"; }
 
 # Kill one rank of four mid-run: the job ends, non-zero, within 60 s.
 mpi 4 "$tessera" train $common --set train.max_steps=1000000 --set parallel.data=4 --set output.dir="$work/killed" \
