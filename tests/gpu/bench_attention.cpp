@@ -3,12 +3,15 @@
 // causal), backward 2.5x the forward. Prints CSV rows:
 //   d,causal,seqlen,batch,heads,fwd_ms,fwd_bwd_ms,fwd_tflops,fwd_bwd_tflops
 // tests/gpu/sdpa_reference.py prints the same rows for PyTorch's scaled_dot_product_attention.
+// Then, as '#' lines, cuBLAS bfloat16 GEMM TFLOP/s on the big model's shapes and the memory used.
 #include <cuda_runtime.h>
 
 #include <cstdio>
 #include <random>
+#include <tuple>
 
 #include "kernels/cuda/attention.h"
+#include "kernels/cuda/gemm.h"
 
 using namespace tessera;
 
@@ -71,6 +74,20 @@ int main() {
         std::fflush(stdout);
       }
     }
+  }
+  // The ceiling for the model's GEMMs: cuBLAS in bfloat16 on the big model's shapes (25k tokens a
+  // batch, weights [out, in]), so a training MFU can be read against what the GEMMs alone reach.
+  const std::int64_t tokens = 24576;
+  for (const auto& [out_f, in_f, what] : {std::tuple<std::int64_t, std::int64_t, const char*>{4096, 1024, "FFN in"},
+                                          {1024, 4096, "FFN out"},
+                                          {1024, 1024, "attention projection"},
+                                          {32000, 1024, "output layer, vocabulary 32k"}}) {
+    const Tensor x = random_bf16({tokens, in_f}, 5), w = random_bf16({out_f, in_f}, 6);
+    const double ms = time_ms([&] { (void)cuda::matmul(x, w, false, true); }, 10);
+    std::printf("# cuBLAS bf16 GEMM %lldx%lldx%lld (%s): %.3f ms, %.1f TFLOP/s\n", static_cast<long long>(tokens),
+                static_cast<long long>(out_f), static_cast<long long>(in_f), what, ms,
+                2.0 * static_cast<double>(tokens * out_f * in_f) / (ms * 1e9));
+    std::fflush(stdout);
   }
   const MemoryStats mem = device_memory_stats();
   std::printf("# device memory: peak in use %.1f MiB, reserved %.1f MiB, cudaMalloc calls %zu\n",
