@@ -377,11 +377,13 @@ class Run {
   // this step and stops alike. Stopping before the update keeps the weights, and any checkpoint,
   // finite: the run resumes from its last checkpoint.
   [[noreturn]] void stop_on_non_finite_gradients(std::int64_t step, double gnorm, double loss) const {
+    // "NaN" whatever its sign bit (fmt would print "-nan" for some).
+    const auto show = [](double v) { return std::isnan(v) ? std::string("NaN") : fmt::format("{:.4f}", v); };
     throw EveryRankError(fmt::format(
-        "step {}: the gradient norm is {} (loss {:.4f}): training stopped before this update, so no weights or "
+        "step {}: the gradient norm is {} (loss {}): training stopped before this update, so no weights or "
         "checkpoint hold it. Resume from the last checkpoint (--resume) with a smaller train.lr_factor or a longer "
         "train.warmup{}",
-        step, gnorm, loss, model_.config().bf16_compute ? ", or with train.precision: fp32" : ""));
+        step, show(gnorm), show(loss), model_.config().bf16_compute ? ", or with train.precision: fp32" : ""));
   }
 
   void metric(const std::string& line) {

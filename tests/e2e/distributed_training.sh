@@ -84,7 +84,7 @@ status=0
 TESSERA_FAULT_NAN=1:3 mpi 2 "$tessera" train $common --set train.max_steps=20 --set parallel.data=2 \
   --set output.dir="$work/nan" > "$work/nan.log" 2>&1 || status=$?
 [ $status -ne 0 ] || fail "the job exited 0 after a NaN gradient"
-[ "$(grep -c 'step 3: the gradient norm is nan' "$work/nan.log")" -eq 1 ] \
+[ "$(grep -c 'step 3: the gradient norm is NaN' "$work/nan.log")" -eq 1 ] \
   || { cat "$work/nan.log"; fail "the NaN gradient error was not printed exactly once"; }
 
 # Kill one rank of four mid-run: the job ends, non-zero, within 60 s.

@@ -75,8 +75,9 @@ int main() {
       }
     }
   }
-  // The ceiling for the model's GEMMs: cuBLAS in bfloat16 on the big model's shapes (25k tokens a
-  // batch, weights [out, in]), so a training MFU can be read against what the GEMMs alone reach.
+  // The ceiling for the model's GEMMs: cuBLAS in bfloat16 on the big model's forward shapes (24576
+  // tokens, about the paper's 25k a batch; weights [out, in]; the check's 32k vocabulary), so a
+  // training MFU can be read against what the GEMMs alone reach.
   const std::int64_t tokens = 24576;
   for (const auto& [out_f, in_f, what] : {std::tuple<std::int64_t, std::int64_t, const char*>{4096, 1024, "FFN in"},
                                           {1024, 4096, "FFN out"},

@@ -15,19 +15,20 @@ struct Prepared {
 
 // The tiles are sized for sm_80/sm_90 (up to 163/227 KB of shared memory per block). Smaller
 // GPUs (sm_86/sm_89: 99 KB) would fail the launch with "invalid argument"; say why instead.
-void check_shared_memory(const char* op, std::int64_t head_dim, const Tensor& q, Elem elem) {
+void check_shared_memory(const char* op, bool backward, std::int64_t head_dim, const Tensor& q, Elem elem) {
   int device = 0, allowed = 0;
   check_launch(op, cudaGetDevice(&device));
   check_launch(op, cudaDeviceGetAttribute(&allowed, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
-  const int needed = attention_shared_bytes(head_dim, elem);
+  const int needed = attention_shared_bytes(head_dim, elem, backward);
   TESSERA_CHECK(needed <= allowed,
                 "{}: head dimension {} in {} needs {} bytes of shared memory per block, this GPU allows {}: the "
                 "attention kernels need an sm_80 or sm_90 class GPU (A100, H100, H200)",
                 op, head_dim, dtype_name(q.dtype()), needed, allowed);
 }
 
-Prepared prepare(const char* op, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& key_padding,
-                 const cpu::AttentionOptions& opt) {
+// Checks the inputs of the forward, or of the backward (whose tiles need more shared memory).
+Prepared prepare(const char* op, bool backward, const Tensor& q, const Tensor& k, const Tensor& v,
+                 const Tensor& key_padding, const cpu::AttentionOptions& opt) {
   const Elem elem = elem_of(op, q);
   check_rank(op, q, 4, "q");
   check_rank(op, k, 4, "k");
@@ -42,7 +43,7 @@ Prepared prepare(const char* op, const Tensor& q, const Tensor& k, const Tensor&
   TESSERA_CHECK(attention_supports_head_dim(D), "{}: head dimension {} is not supported on the GPU (32, 64 or 128)", op,
                 D);
   TESSERA_CHECK(B <= 65535 && H <= 65535, "{}: batch {} or heads {} exceeds 65535", op, B, H);
-  check_shared_memory(op, D, q, elem);
+  check_shared_memory(op, backward, D, q, elem);
   Prepared p{{B, H, Lq, Lk, D, opt.causal,
               static_cast<float>(opt.scale > 0.0 ? opt.scale : 1.0 / std::sqrt(static_cast<double>(D)))},
              elem,
@@ -64,7 +65,7 @@ const std::int32_t* padding_ptr(const Prepared& p) {
 cpu::AttentionOutput attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& key_padding,
                                        const cpu::AttentionOptions& opt) {
   const char* op = "cuda::attention_forward";
-  const Prepared p = prepare(op, q, k, v, key_padding, opt);
+  const Prepared p = prepare(op, false, q, k, v, key_padding, opt);
   cpu::AttentionOutput out{Tensor::empty(q.shape(), q.dtype(), Device::cuda),
                            Tensor::empty({q.size(0), q.size(1), q.size(2)}, DType::f32, Device::cuda)};
   check_launch(op,
@@ -77,7 +78,7 @@ cpu::AttentionGrads attention_backward(const Tensor& dout, const Tensor& q, cons
                                        const Tensor& key_padding, const cpu::AttentionOutput& fwd,
                                        const cpu::AttentionOptions& opt) {
   const char* op = "cuda::attention_backward";
-  const Prepared p = prepare(op, q, k, v, key_padding, opt);
+  const Prepared p = prepare(op, true, q, k, v, key_padding, opt);
   TESSERA_CHECK(dout.shape() == q.shape() && dout.dtype() == q.dtype() && dout.device() == Device::cuda,
                 "{}: dout {} must match q {}", op, dout.describe(), q.describe());
   check_on_gpu(op, fwd.out);

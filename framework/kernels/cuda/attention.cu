@@ -370,19 +370,19 @@ cudaError_t backward_d(const void* dout, const void* q, const void* k, const voi
 }
 
 template <typename T, int D>
-int shared_bytes_of() {
-  return Fwd<T, D>::kBytes > Bwd<T, D>::kBytes ? Fwd<T, D>::kBytes : Bwd<T, D>::kBytes;
+int shared_bytes_of(bool backward) {
+  return backward ? Bwd<T, D>::kBytes : Fwd<T, D>::kBytes;
 }
 
 template <typename T>
-int shared_bytes_d(std::int64_t head_dim) {
+int shared_bytes_d(std::int64_t head_dim, bool backward) {
   switch (head_dim) {
     case 32:
-      return shared_bytes_of<T, 32>();
+      return shared_bytes_of<T, 32>(backward);
     case 64:
-      return shared_bytes_of<T, 64>();
+      return shared_bytes_of<T, 64>(backward);
     case 128:
-      return shared_bytes_of<T, 128>();
+      return shared_bytes_of<T, 128>(backward);
     default:
       return 0;
   }
@@ -394,8 +394,9 @@ bool launchable(const AttentionShape& s) { return s.batch <= 65535 && s.heads <=
 
 bool attention_supports_head_dim(std::int64_t head_dim) { return head_dim == 32 || head_dim == 64 || head_dim == 128; }
 
-int attention_shared_bytes(std::int64_t head_dim, Elem elem) {
-  return elem == Elem::bf16 ? shared_bytes_d<__nv_bfloat16>(head_dim) : shared_bytes_d<float>(head_dim);
+int attention_shared_bytes(std::int64_t head_dim, Elem elem, bool backward) {
+  return elem == Elem::bf16 ? shared_bytes_d<__nv_bfloat16>(head_dim, backward)
+                            : shared_bytes_d<float>(head_dim, backward);
 }
 
 cudaError_t launch_attention_forward(const void* q, const void* k, const void* v, const std::int32_t* key_padding,

@@ -93,8 +93,8 @@ struct AttentionShape {
   float scale;
 };
 bool attention_supports_head_dim(std::int64_t head_dim);  // 32, 64, 128
-// Shared memory per block the forward and backward kernels need (the larger), 0 if unsupported.
-int attention_shared_bytes(std::int64_t head_dim, Elem elem);
+// Shared memory per block the forward (or backward) kernel needs; 0 for an unsupported head size.
+int attention_shared_bytes(std::int64_t head_dim, Elem elem, bool backward);
 cudaError_t launch_attention_forward(const void* q, const void* k, const void* v, const std::int32_t* key_padding,
                                      void* out, float* lse, const AttentionShape& s, Elem elem, cudaStream_t stream);
 // dq_accum: float32 [B, H, Lq, D] scratch that the launcher zeroes; delta: float32 [B, H, Lq]
