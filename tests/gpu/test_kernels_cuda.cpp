@@ -65,6 +65,31 @@ TEST(CudaKernels, ElementwiseMatchCpu) {
   expect_close(cuda::cast(r.to(DType::bf16).to(Device::cuda), DType::f32), host_bf16, 0.0, "cast to fp32");
 }
 
+// NaN and -inf where the CPU twins have them: ReLU keeps a NaN; a row of -inf logits has
+// log-sum-exp -inf and log-softmax NaN.
+TEST(CudaKernels, ReluNaNAndMinusInfinityRowsMatchCpu) {
+  SKIP_WITHOUT_GPU();
+  const float nan = std::numeric_limits<float>::quiet_NaN(), inf = std::numeric_limits<float>::infinity();
+  const Tensor x = Tensor::from(std::vector<float>{nan, -0.0f, -2.0f, 3.0f}, {4});
+  const Tensor z = Tensor::from(std::vector<float>{-inf, -inf, -inf, 1, 2, 3}, {2, 3});
+  for (DType dt : {DType::f32, DType::bf16}) {
+    const auto gpu_relu = cuda::unary(cpu::UnaryOp::relu, to_gpu(x, dt)).to(Device::cpu).to_doubles();
+    const auto cpu_relu = cpu::unary(cpu::UnaryOp::relu, x).to_doubles();
+    EXPECT_TRUE(std::isnan(gpu_relu[0])) << dtype_label(dt);
+    for (int i = 1; i < 4; ++i) EXPECT_EQ(gpu_relu[i], cpu_relu[i]) << dtype_label(dt) << " relu " << i;
+    const auto gpu_ls = cuda::log_softmax_lastdim(to_gpu(z, dt)).to(Device::cpu).to_doubles();
+    for (int j = 0; j < 3; ++j) EXPECT_TRUE(std::isnan(gpu_ls[j])) << dtype_label(dt) << " log_softmax " << j;
+  }
+  const Tensor targets = Tensor::from(std::vector<std::int32_t>{0, 2}, {2});
+  const auto gpu_lse = cuda::cross_entropy_forward(z.to(Device::cuda), targets.to(Device::cuda), 0.0, -100)
+                           .lse.to(Device::cpu)
+                           .to_doubles();
+  const auto cpu_lse = cpu::cross_entropy_forward(z, targets, 0.0, -100).lse.to_doubles();
+  EXPECT_EQ(gpu_lse[0], -inf);
+  EXPECT_EQ(cpu_lse[0], -inf);
+  EXPECT_NEAR(gpu_lse[1], cpu_lse[1], 1e-5);
+}
+
 TEST(CudaKernels, ReductionsSoftmaxAndPermuteMatchCpu) {
   SKIP_WITHOUT_GPU();
   for (DType dt : {DType::f32, DType::bf16}) {

@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <limits>
 #include <random>
 
 #include "kernels/cpu/elementwise.h"
@@ -112,6 +113,24 @@ TEST(Elementwise, UnaryAndLargeParallelPath) {
   }
 }
 
+// A NaN going into ReLU comes out NaN (PyTorch's rule): mapping it to 0 would hide a diverging
+// activation from the gradient-norm check. -0 and negatives give +0; the gradient at NaN is 0.
+TEST(Elementwise, ReluKeepsNaN) {
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  for (DType dt : {DType::f32, DType::f64}) {
+    const Tensor x = Tensor::from(std::vector<double>{nan, -0.0, -2.0, 3.0, 0.0}, {5}).to(dt);
+    const auto r = cpu::unary(cpu::UnaryOp::relu, x).to_doubles();
+    EXPECT_TRUE(std::isnan(r[0])) << dtype_name(dt);
+    EXPECT_FALSE(std::signbit(r[1])) << dtype_name(dt);
+    EXPECT_EQ(r[1], 0.0);
+    EXPECT_EQ(r[2], 0.0);
+    EXPECT_EQ(r[3], 3.0);
+    EXPECT_EQ(r[4], 0.0);
+    const auto g = cpu::relu_backward(Tensor::full({5}, 1.0, dt), x).to_doubles();
+    EXPECT_EQ(g, (std::vector<double>{0, 0, 0, 1, 0})) << dtype_name(dt);
+  }
+}
+
 // ---------------------------------------------------------------- reductions, softmax
 TEST(Reduce, SumMeanAndPerDimension) {
   const Tensor x = Tensor::from(std::vector<double>{1, 2, 3, 4, 5, 6}, {2, 3});
@@ -123,6 +142,22 @@ TEST(Reduce, SumMeanAndPerDimension) {
   EXPECT_EQ(error_of([&] { (void)cpu::sum_dim(x, 2, false); }), "sum_dim: dimension 2 out of range for shape [2, 3]");
   // Float32 sums of many values stay accurate (double accumulation).
   EXPECT_NEAR(cpu::sum_all(Tensor::full({1 << 22}, 0.1)).item(), 0.1f * (1 << 22), 1.0);
+}
+
+// A row of -inf logits (every class masked) has log-sum-exp -inf, as torch.logsumexp and the GPU
+// twin give (not NaN from -inf - -inf); its log-softmax is NaN (as PyTorch's).
+TEST(Softmax, RowOfMinusInfinityHasLogSumExpMinusInfinity) {
+  const double inf = std::numeric_limits<double>::infinity();
+  const std::vector<double> row{-inf, -inf, -inf};
+  const auto [m, log_sum] = cpu::row_log_sum_exp(row.data(), 3);
+  EXPECT_EQ(m + log_sum, -inf);
+  const Tensor z = Tensor::from(std::vector<double>{-inf, -inf, -inf, 1, 2, 3}, {2, 3});
+  const auto ls = cpu::log_softmax_lastdim(z).to_doubles();
+  for (int j = 0; j < 3; ++j) EXPECT_TRUE(std::isnan(ls[j]));
+  EXPECT_NEAR(ls[5], 3 - std::log(std::exp(1.0) + std::exp(2.0) + std::exp(3.0)), 1e-12);
+  const auto f =
+      cpu::cross_entropy_forward(z.to(DType::f32), Tensor::from(std::vector<std::int32_t>{0, 2}, {2}), 0.0, -100);
+  EXPECT_EQ(f.lse.to_doubles()[0], -inf);
 }
 
 TEST(Softmax, RowsSumToOneAndMatchTheFormula) {

@@ -49,7 +49,7 @@ T apply_unary(UnaryOp op, T x) {
     case UnaryOp::neg:
       return -x;
     case UnaryOp::relu:
-      return x > T(0) ? x : T(0);
+      return !(x <= T(0)) ? x : T(0);  // a NaN stays NaN (as in PyTorch), for the gradient-norm check to see
     case UnaryOp::exp:
       return std::exp(x);
     case UnaryOp::log:

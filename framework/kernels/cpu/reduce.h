@@ -25,6 +25,7 @@ template <typename T>
 RowLogSumExp<T> row_log_sum_exp(const T* row, std::int64_t n) {
   T m = -std::numeric_limits<T>::infinity();
   for (std::int64_t j = 0; j < n; ++j) m = std::max(m, row[j]);
+  if (m == -std::numeric_limits<T>::infinity()) return {m, T(0)};  // every entry -inf: -inf, as the GPU
   T s = 0;
   for (std::int64_t j = 0; j < n; ++j) s += std::exp(row[j] - m);
   return {m, std::log(s)};

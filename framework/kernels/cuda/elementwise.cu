@@ -49,7 +49,7 @@ __global__ void unary_kernel(Unary op, const T* __restrict__ x, T* __restrict__ 
         r = -v;
         break;
       case Unary::relu:
-        r = v > 0.0f ? v : 0.0f;
+        r = !(v <= 0.0f) ? v : 0.0f;  // NaN stays NaN, as on the CPU
         break;
       case Unary::exp:
         r = expf(v);
