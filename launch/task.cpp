@@ -3,6 +3,7 @@
 #include <fmt/core.h>
 
 #include <algorithm>
+#include <exception>
 #include <filesystem>
 #include <numeric>
 #include <sstream>
@@ -75,27 +76,122 @@ VocabPaths vocab_paths(const io::Config& cfg) {
 
 namespace {
 
-std::vector<data::Example> encode_pairs(const TextCodec& src_codec, const TextCodec& tgt_codec,
-                                        const data::ParallelText& text, std::int64_t max_len, const std::string& what,
-                                        std::vector<std::string>* kept_refs) {
-  std::vector<data::Example> out;
-  std::int64_t empty = 0, too_long = 0;
-  for (std::size_t i = 0; i < text.src.size(); ++i) {
-    if (text.src[i].empty() || text.tgt[i].empty()) {
-      ++empty;
-      continue;
+enum Fate : std::int32_t { kKept = 0, kEmpty = 1, kTooLong = 2 };
+
+struct EncodedPair {
+  Fate fate = kKept;
+  data::Example example;  // empty unless kept
+};
+
+// Pairs [begin, end) of `text`, encoded by the OpenMP threads (a pair's encoding depends on it
+// alone, so the result does not depend on the threads).
+std::vector<EncodedPair> encode_range(const TextCodec& src_codec, const TextCodec& tgt_codec,
+                                      const data::ParallelText& text, std::int64_t max_len, std::int64_t begin,
+                                      std::int64_t end) {
+  std::vector<EncodedPair> out(static_cast<std::size_t>(end - begin));
+  std::exception_ptr error;  // an exception may not leave an OpenMP region: the first is rethrown after it
+#pragma omp parallel for schedule(dynamic, 256)
+  for (std::int64_t i = begin; i < end; ++i) {
+    try {
+      const auto line = static_cast<std::size_t>(i);
+      EncodedPair& e = out[static_cast<std::size_t>(i - begin)];
+      if (text.src[line].empty() || text.tgt[line].empty()) {
+        e.fate = kEmpty;
+        continue;
+      }
+      e.example = {src_codec.encode(text.src[line]), tgt_codec.encode(text.tgt[line])};
+      if (static_cast<std::int64_t>(std::max(e.example.src.size(), e.example.tgt.size())) > max_len) {
+        e.fate = kTooLong;
+        e.example = {};
+      }
+    } catch (...) {
+#pragma omp critical(tessera_encode_error)
+      if (!error) error = std::current_exception();
     }
-    data::Example e{src_codec.encode(text.src[i]), tgt_codec.encode(text.tgt[i])};
-    if (static_cast<std::int64_t>(std::max(e.src.size(), e.tgt.size())) > max_len) {
-      ++too_long;
-      continue;
-    }
-    out.push_back(std::move(e));
-    if (kept_refs) kept_refs->push_back(text.tgt[i]);
   }
-  fmt::print("data: {} {} pairs kept, {} empty and {} longer than data.max_len={} skipped\n", out.size(), what, empty,
-             too_long, max_len);
+  if (error) std::rethrow_exception(error);
   return out;
+}
+
+// Every rank's share of one round, exchanged: each pair's fate and lengths, then the kept pairs'
+// tokens (source then target), both gathered in rank order, which is the pairs' order.
+std::vector<EncodedPair> exchange(const std::vector<EncodedPair>& mine, dist::Communicator& world) {
+  std::vector<std::int32_t> meta, tokens;
+  for (const EncodedPair& e : mine) {
+    meta.insert(meta.end(), {e.fate, static_cast<std::int32_t>(e.example.src.size()),
+                             static_cast<std::int32_t>(e.example.tgt.size())});
+    tokens.insert(tokens.end(), e.example.src.begin(), e.example.src.end());
+    tokens.insert(tokens.end(), e.example.tgt.begin(), e.example.tgt.end());
+  }
+  const Tensor all_meta = world.all_gather(Tensor::from(meta, {static_cast<std::int64_t>(mine.size()), 3}));
+  const Tensor all_tokens = world.all_gather(Tensor::from(tokens, {static_cast<std::int64_t>(tokens.size())}));
+  const std::int32_t* m = all_meta.data<std::int32_t>();
+  const std::int32_t* t = all_tokens.data<std::int32_t>();
+  std::vector<EncodedPair> out(static_cast<std::size_t>(all_meta.size(0)));
+  for (EncodedPair& e : out) {
+    e.fate = static_cast<Fate>(m[0]);
+    e.example.src.assign(t, t + m[1]);
+    e.example.tgt.assign(t + m[1], t + m[1] + m[2]);
+    t += m[1] + m[2];
+    m += 3;
+  }
+  TESSERA_CHECK(t == all_tokens.data<std::int32_t>() + all_tokens.numel(),
+                "encode_pairs: the ranks' token counts do not add up ({} gathered)", all_tokens.numel());
+  return out;
+}
+
+}  // namespace
+
+EncodedPairs encode_pairs(const TextCodec& src_codec, const TextCodec& tgt_codec, const data::ParallelText& text,
+                          std::int64_t max_len, dist::Communicator* world, std::int64_t pairs_per_round) {
+  TESSERA_CHECK(text.src.size() == text.tgt.size(), "encode_pairs: {} source and {} target lines", text.src.size(),
+                text.tgt.size());
+  TESSERA_CHECK(max_len >= 1, "encode_pairs: max_len {} must be at least 1", max_len);
+  const auto n = static_cast<std::int64_t>(text.src.size());
+  const int ranks = world != nullptr ? world->size() : 1;
+  // A round's gathered tokens (at most 2 * max_len a pair: under 2^30) stay within MPI's int counts.
+  if (pairs_per_round <= 0) pairs_per_round = std::min<std::int64_t>(std::int64_t{1} << 20, (1LL << 29) / max_len);
+  EncodedPairs out;
+  const std::int64_t round_size = ranks > 1 ? pairs_per_round : std::max<std::int64_t>(n, 1);
+  for (std::int64_t round = 0; round < n; round += round_size) {
+    const std::int64_t round_end = std::min(n, round + round_size);
+    std::vector<EncodedPair> encoded;
+    if (ranks == 1) {
+      encoded = encode_range(src_codec, tgt_codec, text, max_len, round, round_end);
+    } else {
+      const std::vector<std::int64_t> shares = dist::even_split(round_end - round, ranks);
+      std::int64_t begin = round;
+      for (int r = 0; r < world->rank(); ++r) begin += shares[static_cast<std::size_t>(r)];
+      const std::int64_t end = begin + shares[static_cast<std::size_t>(world->rank())];
+      encoded = exchange(encode_range(src_codec, tgt_codec, text, max_len, begin, end), *world);
+    }
+    for (std::size_t i = 0; i < encoded.size(); ++i) {
+      EncodedPair& e = encoded[i];
+      if (e.fate == kEmpty) {
+        ++out.empty;
+      } else if (e.fate == kTooLong) {
+        ++out.too_long;
+      } else {
+        out.examples.push_back(std::move(e.example));
+        out.kept_lines.push_back(round + static_cast<std::int64_t>(i));
+      }
+    }
+  }
+  return out;
+}
+
+namespace {
+
+std::vector<data::Example> encode_and_report(const TextCodec& src_codec, const TextCodec& tgt_codec,
+                                             const data::ParallelText& text, std::int64_t max_len,
+                                             const std::string& what, dist::Communicator* world,
+                                             std::vector<std::string>* kept_refs) {
+  EncodedPairs e = encode_pairs(src_codec, tgt_codec, text, max_len, world);
+  if (kept_refs)
+    for (std::int64_t line : e.kept_lines) kept_refs->push_back(text.tgt[static_cast<std::size_t>(line)]);
+  fmt::print("data: {} {} pairs kept, {} empty and {} longer than data.max_len={} skipped\n", e.examples.size(), what,
+             e.empty, e.too_long, max_len);
+  return std::move(e.examples);
 }
 
 // Keys that are each valid alone but not together.
@@ -134,7 +230,7 @@ TextCodec load_or_train_vocab(const io::Config& cfg, const std::string& path, co
 
 }  // namespace
 
-TaskData load_task_data(const io::Config& cfg) {
+TaskData load_task_data(const io::Config& cfg, dist::Communicator* world) {
   TaskData t;
   const std::string task = cfg.string("data.task");
   const auto seed = static_cast<std::uint64_t>(cfg.integer("train.seed"));
@@ -154,19 +250,28 @@ TaskData load_task_data(const io::Config& cfg) {
   for (const char* key : {"data.train_src", "data.train_tgt", "data.valid_src", "data.valid_tgt"})
     TESSERA_CHECK(!cfg.string(key).empty(), "config: data.task is 'translation' but {} is not set", key);
   check_vocab_keys(cfg);
-  const data::ParallelText train = data::read_parallel(cfg.string("data.train_src"), cfg.string("data.train_tgt"));
-  const data::ParallelText valid = data::read_parallel(cfg.string("data.valid_src"), cfg.string("data.valid_tgt"));
   const VocabPaths paths = vocab_paths(cfg);
-  if (paths.joint()) {
-    t.src_codec = t.tgt_codec = load_or_train_vocab(
-        cfg, paths.src, "data.vocab", {cfg.string("data.train_src"), cfg.string("data.train_tgt")}, "joint");
-  } else {
-    t.src_codec = load_or_train_vocab(cfg, paths.src, "data.vocab", {cfg.string("data.train_src")}, "source");
-    t.tgt_codec = load_or_train_vocab(cfg, paths.tgt, "data.vocab_tgt", {cfg.string("data.train_tgt")}, "target");
-  }
+  const auto read_text_and_vocabularies = [&](data::ParallelText& train, data::ParallelText& valid) {
+    train = data::read_parallel(cfg.string("data.train_src"), cfg.string("data.train_tgt"));
+    valid = data::read_parallel(cfg.string("data.valid_src"), cfg.string("data.valid_tgt"));
+    if (paths.joint()) {
+      t.src_codec = t.tgt_codec = load_or_train_vocab(
+          cfg, paths.src, "data.vocab", {cfg.string("data.train_src"), cfg.string("data.train_tgt")}, "joint");
+    } else {
+      t.src_codec = load_or_train_vocab(cfg, paths.src, "data.vocab", {cfg.string("data.train_src")}, "source");
+      t.tgt_codec = load_or_train_vocab(cfg, paths.tgt, "data.vocab_tgt", {cfg.string("data.train_tgt")}, "target");
+    }
+  };
+  // Rank 0 first: a bad file is reported once (by it), and a vocabulary it trains is there for
+  // the others to load.
+  data::ParallelText train, valid;
+  const bool first = world == nullptr || world->rank() == 0;
+  if (first) read_text_and_vocabularies(train, valid);
+  if (world != nullptr) world->barrier();
+  if (!first) read_text_and_vocabularies(train, valid);
   const std::int64_t max_len = cfg.integer("data.max_len");
-  t.train = encode_pairs(t.src_codec, t.tgt_codec, train, max_len, "training", nullptr);
-  t.valid = encode_pairs(t.src_codec, t.tgt_codec, valid, max_len, "validation", &t.valid_refs);
+  t.train = encode_and_report(t.src_codec, t.tgt_codec, train, max_len, "training", world, nullptr);
+  t.valid = encode_and_report(t.src_codec, t.tgt_codec, valid, max_len, "validation", world, &t.valid_refs);
   return t;
 }
 

@@ -7,7 +7,9 @@
 #include <vector>
 
 #include "data/batching.h"
+#include "data/corpus.h"
 #include "data/vocab.h"
+#include "dist/communicator.h"
 #include "io/config.h"
 #include "models/decoding.h"
 
@@ -42,9 +44,24 @@ struct VocabPaths {
   bool joint() const { return src == tgt; }
 };
 VocabPaths vocab_paths(const io::Config& cfg);
+// The pairs of a parallel text as ids, without the empty ones and those longer than max_len
+// tokens on either side. Encoded by the OpenMP threads and, with `world` (every rank calls it
+// then), split over its ranks and exchanged: the result is the same for any number of threads and
+// ranks. The exchange goes in rounds of `pairs_per_round` pairs (0: as many as MPI's int counts
+// allow).
+struct EncodedPairs {
+  std::vector<data::Example> examples;
+  std::vector<std::int64_t> kept_lines;  // the line (0-based) each example came from
+  std::int64_t empty = 0, too_long = 0;
+};
+EncodedPairs encode_pairs(const TextCodec& src_codec, const TextCodec& tgt_codec, const data::ParallelText& text,
+                          std::int64_t max_len, dist::Communicator* world = nullptr, std::int64_t pairs_per_round = 0);
+
 // Loads (or, for a corpus without a vocabulary yet, trains) everything a run needs. Logs what it
-// skipped (empty and over-long pairs).
-TaskData load_task_data(const io::Config& cfg);
+// skipped (empty and over-long pairs). With `world`, every rank calls it: rank 0 reads the text
+// and loads or trains the vocabularies first (so a bad file is reported once), then the ranks
+// encode a share of the pairs each and exchange them.
+TaskData load_task_data(const io::Config& cfg, dist::Communicator* world = nullptr);
 
 // Decodes many sources (ids without eos), batched by length for speed, results in input order.
 models::TokenRows translate_ids(const models::Transformer& model, const std::vector<std::vector<std::int32_t>>& sources,

@@ -136,7 +136,7 @@ class Run {
         grid_(grid),
         seed_(static_cast<std::uint64_t>(cfg.integer("train.seed"))),
         dir_(cfg.string("output.dir")),
-        task_(load_task_data(cfg)),
+        task_(load_task_data(cfg, grid.world.get())),
         model_(training_model_config(cfg, task_.src_codec.size(), task_.tgt_codec.size()),
                static_cast<std::uint64_t>(cfg.integer("train.seed")), grid.tensor.get()),
         adam_(model_.parameters(), {.lr = 0.0,
@@ -144,8 +144,9 @@ class Run {
                                     .beta2 = cfg.real("train.adam_beta2"),
                                     .eps = cfg.real("train.adam_eps")}),
         batcher_(make_batcher()) {
-    TESSERA_CHECK(!task_.train.empty(), "data: no training pairs left after filtering");
-    TESSERA_CHECK(!task_.valid.empty(), "data: no validation pairs left after filtering");
+    // The same data on every rank: each says it, one prints it.
+    if (task_.train.empty()) throw EveryRankError("data: no training pairs left after filtering");
+    if (task_.valid.empty()) throw EveryRankError("data: no validation pairs left after filtering");
     if (grid_.root()) {  // rank 0 alone writes metrics
       metrics_.open(dir_ / "metrics.jsonl", std::ios::app);
       TESSERA_CHECK(metrics_.good(), "cannot write metrics file '{}'", (dir_ / "metrics.jsonl").string());
@@ -688,11 +689,9 @@ TrainResult run_training(const io::Config& cfg, const TrainOptions& options) {
       resume_path = saved.back().second.string();
   }
   StopSignals signals;
-  // Rank 0 first: it may train the vocabulary the others then load.
-  std::unique_ptr<Run> run;
-  if (grid.root()) run = std::make_unique<Run>(cfg, grid);
-  grid.world->barrier();
-  if (!grid.root()) run = std::make_unique<Run>(cfg, grid);
+  // Every rank at once: the data loading is collective (rank 0 reads and trains the vocabulary
+  // first, then all encode a share of the corpus).
+  auto run = std::make_unique<Run>(cfg, grid);
   if (!resume_path.empty()) run->resume(resume_path);
   TrainResult result = run->train();
   grid.world->barrier();  // every rank returns once rank 0 has written the final files

@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <limits>
 #include <mutex>
 #include <numeric>
 #include <thread>
@@ -199,6 +200,9 @@ Tensor MpiCommunicator::all_gather(const Tensor& t) {
     displs[r] = static_cast<int>(total * row_elems);
     total += rows[r];
   }
+  TESSERA_CHECK(total * row_elems <= std::numeric_limits<int>::max(),
+                "all_gather: {} elements in all, more than MPI's int counts reach (gather in parts)",
+                total * row_elems);
   Shape out_shape = t.shape();
   out_shape[0] = total;
   Tensor out = Tensor::empty(out_shape, t.dtype());

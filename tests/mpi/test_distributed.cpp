@@ -2,8 +2,10 @@
 // tensor/data-parallel forward and backward against the single-process model in float64.
 #include <gtest/gtest.h>
 #include <mpi.h>
+#include <unistd.h>
 
 #include <cmath>
+#include <filesystem>
 
 #include "autograd/ops.h"
 #include "data/batching.h"
@@ -12,6 +14,8 @@
 #include "dist/gradient_reducer.h"
 #include "dist/mpi_communicator.h"
 #include "dist/sharding.h"
+#include "launch/schema.h"
+#include "launch/task.h"
 #include "models/transformer.h"
 
 namespace tessera {
@@ -195,6 +199,55 @@ TEST(TensorDataParallel, HeadsMustDivideOverTensorParallelRanks) {
   } catch (const Error& e) {
     EXPECT_STREQ(e.what(), "model: heads 2 do not divide over 4 tensor-parallel ranks (parallel.tensor)");
   }
+}
+
+// ---------------------------------------------------------------- data
+void expect_same_examples(const std::vector<data::Example>& a, const std::vector<data::Example>& b,
+                          const std::string& what) {
+  ASSERT_EQ(a.size(), b.size()) << what;
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    ASSERT_EQ(a[i].src, b[i].src) << what << " pair " << i;
+    ASSERT_EQ(a[i].tgt, b[i].tgt) << what << " pair " << i;
+  }
+}
+
+// The corpus is encoded in shares over the ranks and exchanged: the same pairs in the same order
+// as one process encoding alone, for rounds of any size (uneven shares, a round smaller than the
+// ranks, rounds ending mid-corpus).
+TEST(DistributedData, EncodingSharedOverRanksEqualsOneProcess) {
+  Tensor pid = Tensor::from(std::vector<std::int32_t>{static_cast<std::int32_t>(getpid())}, {1});
+  world().broadcast(pid, 0);
+  const std::filesystem::path dir =
+      std::filesystem::temp_directory_path() / ("tessera_mpi_data_" + std::to_string(pid.data<std::int32_t>()[0]));
+  const std::string corpus = std::string(TESSERA_TEST_DATA_DIR) + "/corpus/multi30k_300";
+  const std::string yaml = "data:\n  train_src: " + corpus + ".en\n  train_tgt: " + corpus +
+                           ".de\n  valid_src: " + corpus + ".en\n  valid_tgt: " + corpus +
+                           ".de\n  vocab_size: 500\n  max_len: 24\n" + "output:\n  dir: " + dir.string() + "\n";
+  const io::Config cfg = io::Config::parse(launch::tessera_schema(), yaml, "test.yaml", {});
+  const launch::TaskData shared = launch::load_task_data(cfg, &world());  // rank 0 trains the vocabulary
+  const launch::TaskData alone = launch::load_task_data(cfg);             // then loaded from output.dir
+  expect_same_examples(shared.train, alone.train, "train");
+  expect_same_examples(shared.valid, alone.valid, "valid");
+  EXPECT_EQ(shared.valid_refs, alone.valid_refs);
+
+  data::ParallelText text = data::read_parallel(corpus + ".en", corpus + ".de");
+  text.tgt[5].clear();  // an empty pair
+  const launch::EncodedPairs one = launch::encode_pairs(alone.src_codec, alone.tgt_codec, text, 24);
+  EXPECT_EQ(one.empty, 1);
+  EXPECT_GT(one.too_long, 10) << one.examples.size();
+  EXPECT_GT(one.examples.size(), 100u);
+  EXPECT_EQ(one.kept_lines.size(), one.examples.size());
+  for (std::int64_t round : {1, 3, 37, 299, 300, 1000, 0}) {
+    const launch::EncodedPairs many =
+        launch::encode_pairs(shared.src_codec, shared.tgt_codec, text, 24, &world(), round);
+    const std::string what = "rounds of " + std::to_string(round);
+    expect_same_examples(many.examples, one.examples, what);
+    EXPECT_EQ(many.kept_lines, one.kept_lines) << what;
+    EXPECT_EQ(many.empty, one.empty) << what;
+    EXPECT_EQ(many.too_long, one.too_long) << what;
+  }
+  world().barrier();
+  if (world().rank() == 0) std::filesystem::remove_all(dir);
 }
 
 }  // namespace
