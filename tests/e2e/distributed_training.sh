@@ -6,6 +6,8 @@
 #  - a corrupted byte in one rank's slice is caught on resume;
 #  - tensor x data that is not the process count stops every rank, the error printed once;
 #  - so does a NaN gradient on one rank of two (data-parallel);
+#  - a parallel corpus, encoded in shares by the ranks, gives the single process's losses at dp=2,
+#    and a missing corpus file stops the job with one message;
 #  - killing one rank of four ends the whole job within 60 s with a non-zero status.
 # Usage: distributed_training.sh TESSERA CONFIG WORKDIR
 set -eu
@@ -86,6 +88,26 @@ TESSERA_FAULT_NAN=1:3 mpi 2 "$tessera" train $common --set train.max_steps=20 --
 [ $status -ne 0 ] || fail "the job exited 0 after a NaN gradient"
 [ "$(grep -c 'step 3: the gradient norm is NaN' "$work/nan.log")" -eq 1 ] \
   || { cat "$work/nan.log"; fail "the NaN gradient error was not printed exactly once"; }
+
+# A parallel corpus: the ranks encode a share of the pairs each and exchange them, so dp=2 trains on
+# the single process's batches (same losses); a missing file is reported once (by rank 0).
+corpus="$(dirname "$0")/../data/corpus/multi30k_300"
+text="--set data.task=translation --set data.train_src=$corpus.en --set data.train_tgt=$corpus.de \
+  --set data.valid_src=$corpus.en --set data.valid_tgt=$corpus.de --set data.max_len=40 --set train.max_steps=6 \
+  --set train.valid_max_sentences=2 --set decode.max_extra_len=5"
+"$tessera" train $common $text --set data.vocab_size=300 --set output.dir="$work/text1" > "$work/text1.log" 2>&1 \
+  || { cat "$work/text1.log"; fail "training on a corpus failed"; }
+mpi 2 "$tessera" train $common $text --set data.vocab="$work/text1/vocab.model" --set parallel.data=2 \
+  --set output.dir="$work/text2" > "$work/text2.log" 2>&1 || { cat "$work/text2.log"; fail "dp=2 on a corpus failed"; }
+[ "$(grep 'training pairs kept' "$work/text1.log")" = "$(grep 'training pairs kept' "$work/text2.log")" ] \
+  || { cat "$work/text2.log"; fail "dp=2 kept other corpus pairs than one process"; }
+same_losses "$work/text1/metrics.jsonl" "$work/text2/metrics.jsonl" 1
+status=0
+mpi 2 "$tessera" train $common $text --set data.train_src="$work/missing.en" --set parallel.data=2 \
+  --set output.dir="$work/missing" > "$work/missing.log" 2>&1 || status=$?
+[ $status -ne 0 ] || fail "a missing corpus file did not fail"
+[ "$(grep -c "cannot read '$work/missing.en'" "$work/missing.log")" -eq 1 ] \
+  || { cat "$work/missing.log"; fail "the missing corpus file was not reported exactly once"; }
 
 # Kill one rank of four mid-run: the job ends, non-zero, within 60 s.
 mpi 4 "$tessera" train $common --set train.max_steps=1000000 --set parallel.data=4 --set output.dir="$work/killed" \
