@@ -56,6 +56,9 @@ const io::Schema& tessera_schema() {
         .integer("train.log_every", 100, 1, 100000000, "steps between log lines")
         .integer("train.valid_every", 1000, 0, 100000000, "steps between validations (0: only at the end)")
         .integer("train.valid_max_sentences", 0, 0, 100000000, "validate BLEU on at most this many sentences (0: all)")
+        .integer("train.patience", 0, 0, 1000000,
+                 "stop early when this many validations in a row have not beaten the best BLEU (exact match for "
+                 "synthetic tasks) so far (0: never)")
         .string("train.device", "cpu", {"cpu", "cuda"},
                 "where the model trains: cpu, or cuda (one GPU per process, chosen by its rank on the machine)")
         .string("train.precision", "fp32", {"fp32", "bf16"},

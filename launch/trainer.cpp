@@ -192,6 +192,7 @@ class Run {
     elapsed_before_ = s.elapsed_seconds;
     best_valid_ = s.best_valid;
     best_valid_step_ = s.best_valid_step;
+    validations_since_best_ = s.validations_since_best;
     fmt::print("train: resumed from {} at step {} (epoch {}, batch {} of the epoch)\n", path, s.step, s.epoch + 1,
                s.position);
     metric(fmt::format("{{\"resumed_from\": \"{}\", \"step\": {}}}\n", path, s.step));
@@ -200,6 +201,7 @@ class Run {
   TrainResult train() {
     const std::int64_t max_steps = cfg_.integer("train.max_steps"), max_epochs = cfg_.integer("train.max_epochs");
     const std::int64_t log_every = cfg_.integer("train.log_every"), valid_every = cfg_.integer("train.valid_every");
+    const std::int64_t patience = cfg_.integer("train.patience");
     const std::int64_t accumulate = cfg_.integer("train.accumulate");
     const double max_seconds = 60.0 * cfg_.real("train.max_minutes");
     const double smoothing = cfg_.real("train.label_smoothing"), clip = cfg_.real("train.clip_norm");
@@ -327,7 +329,12 @@ class Run {
         window_flops = 0;
         window_start = Clock::now();
       }
-      if (valid_every > 0 && step % valid_every == 0 && step != max_steps && !out_of_time) validate(step, result);
+      bool no_progress = false;
+      if (valid_every > 0 && step % valid_every == 0 && step != max_steps && !out_of_time) {
+        validate(step, result);
+        // Every rank validates the same model on the same data, so all stop at the same step.
+        no_progress = patience > 0 && validations_since_best_ >= patience;
+      }
       if (checkpoint_every > 0 && step % checkpoint_every == 0 && step != max_steps) save_step_checkpoint();
       if (g_stop_signal != 0) {
         const int sig = g_stop_signal;
@@ -347,9 +354,19 @@ class Run {
                    cfg_.real("train.max_minutes"));
         break;
       }
+      if (no_progress) {
+        const std::string best = task_.synthetic ? fmt::format("exact match than {:.2f}%", 100 * best_valid_)
+                                                 : fmt::format("BLEU than {:.2f}", best_valid_);
+        fmt::print(
+            "train: stopping early at step {}: {} validations in a row without a better {} (step {}; "
+            "train.patience){}\n",
+            step, validations_since_best_, best, best_valid_step_,
+            cfg_.boolean("checkpoint.keep_best") ? "; checkpoint_best.h5 holds that model" : "");
+        break;
+      }
     }
     if (out_of_data) fmt::print("train: stopping after {} epochs (train.max_epochs)\n", max_epochs);
-    validate(step, result);
+    if (last_validated_step_ != step) validate(step, result);
     if (last_saved_step_ != step) save_step_checkpoint();
     result.steps = step;
     result.checkpoint = (dir_ / "model.h5").string();
@@ -501,7 +518,8 @@ class Run {
                                 .learning_rate = lr_,
                                 .elapsed_seconds = elapsed_seconds(),
                                 .best_valid = best_valid_,
-                                .best_valid_step = best_valid_step_};
+                                .best_valid_step = best_valid_step_,
+                                .validations_since_best = validations_since_best_};
     return c;
   }
 
@@ -607,7 +625,11 @@ class Run {
     if (best) {
       best_valid_ = score;
       best_valid_step_ = step;
+      validations_since_best_ = 0;
+    } else {
+      ++validations_since_best_;
     }
+    last_validated_step_ = step;
     fmt::print("valid {} | loss {:.4f} | ppl {:.2f} | {} | beam {} | {:.1f}s\n", step, result.valid_loss,
                result.valid_ppl, extra, cfg_.integer("decode.beam"), secs);
     std::fflush(stdout);
@@ -641,6 +663,8 @@ class Run {
   double lr_ = 0, elapsed_before_ = 0;
   double best_valid_ = std::numeric_limits<double>::quiet_NaN();
   std::int64_t best_valid_step_ = -1;
+  std::int64_t validations_since_best_ = 0;  // for train.patience
+  std::int64_t last_validated_step_ = -1;
 };
 
 }  // namespace

@@ -122,6 +122,7 @@ void write_state(Writer& w, hid_t file, const TrainingState& s) {
   w.real_attr(g.id(), "elapsed_seconds", s.elapsed_seconds);
   w.real_attr(g.id(), "best_valid", s.best_valid);
   w.int_attr(g.id(), "best_valid_step", s.best_valid_step);
+  w.int_attr(g.id(), "validations_since_best", s.validations_since_best);
 }
 
 void write_tensors(Writer& w, hid_t parent, const char* name, const std::string& group_path, const TensorMap& tensors) {
@@ -301,6 +302,7 @@ class Reader {
     return v;
   }
   bool has(hid_t parent, const std::string& name) const { return H5Lexists(parent, name.c_str(), H5P_DEFAULT) > 0; }
+  bool has_attr(hid_t obj, const char* name) const { return H5Aexists(obj, name) > 0; }
 
   // Every dataset of the group at `group_path`, each checked against its CRC-32.
   TensorMap tensors(const std::string& group_path) const {
@@ -396,6 +398,9 @@ void read_header(const Reader& r, hid_t file, std::int64_t& step, std::string& c
   s.elapsed_seconds = r.real_attr(g.id(), "elapsed_seconds");
   s.best_valid = r.real_attr(g.id(), "best_valid");
   s.best_valid_step = r.int_attr(g.id(), "best_valid_step");
+  // Added after format 2 was fixed: older files lack it, and count from 0 again.
+  if (r.has_attr(g.id(), "validations_since_best"))
+    s.validations_since_best = r.int_attr(g.id(), "validations_since_best");
   state = s;
 }
 

@@ -41,6 +41,7 @@ struct TrainingState {
   double elapsed_seconds = 0;       // training wall time so far (train.max_minutes counts all of it)
   double best_valid = std::numeric_limits<double>::quiet_NaN();  // best validation score so far
   std::int64_t best_valid_step = -1;
+  std::int64_t validations_since_best = 0;  // train.patience counts these (0 in files written before it)
 };
 
 struct Checkpoint {

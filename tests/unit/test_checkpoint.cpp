@@ -56,7 +56,8 @@ io::Checkpoint sample_checkpoint() {
                               .learning_rate = 1.25e-4,
                               .elapsed_seconds = 61.5,
                               .best_valid = 27.5,
-                              .best_valid_step = 40};
+                              .best_valid_step = 40,
+                              .validations_since_best = 3};
   return c;
 }
 
@@ -99,6 +100,23 @@ TEST_F(CheckpointTest, FullCheckpointRoundTripsExactly) {
   EXPECT_EQ(r.state->learning_rate, 1.25e-4);
   EXPECT_EQ(r.state->elapsed_seconds, 61.5);
   EXPECT_EQ(r.state->best_valid, 27.5);
+  EXPECT_EQ(r.state->best_valid_step, 40);
+  EXPECT_EQ(r.state->validations_since_best, 3);
+}
+
+// validations_since_best (train.patience) came after format 2: a file without it loads, counting
+// from 0.
+TEST_F(CheckpointTest, AFileWithoutTheValidationCountLoadsWithZero) {
+  io::save_checkpoint(path("old.h5"), sample_checkpoint());
+  const hid_t f = H5Fopen(path("old.h5").c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
+  ASSERT_GE(f, 0);
+  const hid_t g = H5Gopen2(f, "train", H5P_DEFAULT);
+  ASSERT_GE(H5Adelete(g, "validations_since_best"), 0);
+  H5Gclose(g);
+  H5Fclose(f);
+  const io::Checkpoint r = io::load_checkpoint(path("old.h5"));
+  ASSERT_TRUE(r.state.has_value());
+  EXPECT_EQ(r.state->validations_since_best, 0);
   EXPECT_EQ(r.state->best_valid_step, 40);
 }
 

@@ -1,0 +1,32 @@
+#!/bin/sh
+# train.patience: a run whose validation score stops improving (here: learning rate 0, so it never
+# improves after the first validation) stops after that many validations without a better one,
+# exit 0, with its final files; the count survives a resume (from a checkpoint one validation
+# short of the limit, it stops at the next one); patience 0 trains on to train.max_steps.
+# Usage: early_stopping.sh TESSERA CONFIG WORKDIR
+set -eu
+tessera=$1 config=$2 work=$3
+rm -rf "$work" && mkdir -p "$work"
+fail() { echo "FAIL: $*"; exit 1; }
+dir="$work/run"
+args="--config $config --set output.dir=$dir --set train.lr_factor=0 --set train.max_steps=40 --set train.log_every=1 --set train.valid_every=2 --set checkpoint.every=2 --set checkpoint.keep_last=0 --set data.synthetic_train_size=2000 --set data.synthetic_valid_size=20"
+
+"$tessera" train $args --set train.patience=2 > "$work/stop.log" 2>&1 || { cat "$work/stop.log"; fail "the run failed"; }
+grep "stopping early" "$work/stop.log" || true
+[ "$(grep -c '^train: stopping early at step 6: 2 validations in a row without a better exact match than 0.00% (step 2; train.patience); checkpoint_best.h5 holds that model$' "$work/stop.log")" -eq 1 ] \
+  || { cat "$work/stop.log"; fail "no early stop at step 6 (exactly one message)"; }
+! grep -q '^step 7 ' "$work/stop.log" || fail "trained past the early stop"
+[ "$(grep -c '^valid ' "$work/stop.log")" -eq 3 ] || fail "not exactly 3 validations (steps 2, 4, 6: none repeated at the end)"
+for f in model.h5 checkpoint_best.h5 checkpoint_00000006.h5; do [ -e "$dir/$f" ] || fail "no $f"; done
+
+# From step 4 (one validation without progress so far): the next validation makes two.
+"$tessera" train $args --set train.patience=2 --resume "$dir/checkpoint_00000004.h5" > "$work/resumed.log" 2>&1 \
+  || { cat "$work/resumed.log"; fail "resume failed"; }
+grep -q '^train: stopping early at step 6: 2 validations' "$work/resumed.log" \
+  || { cat "$work/resumed.log"; fail "the resumed run did not count the validation before the checkpoint"; }
+
+"$tessera" train $args --set train.patience=0 --set train.max_steps=10 --resume > "$work/off.log" 2>&1 \
+  || { cat "$work/off.log"; fail "resume with patience 0 failed"; }
+! grep -q 'stopping early' "$work/off.log" || fail "stopped early with train.patience 0"
+grep -q '^step 10 ' "$work/off.log" || fail "patience 0 did not train to train.max_steps"
+echo "PASS: stopped early at step 6 after 2 validations without progress; the count survives a resume; 0 turns it off"
