@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <exception>
 #include <filesystem>
+#include <limits>
 #include <numeric>
 #include <sstream>
 
@@ -182,6 +183,27 @@ EncodedPairs encode_pairs(const TextCodec& src_codec, const TextCodec& tgt_codec
 
 namespace {
 
+// Fills in `rows` on every rank of `comm` from the ranks that have them: each sends the rows at
+// `mine` (as row index and length, then the ids).
+void gather_rows(models::TokenRows& rows, const std::vector<std::int64_t>& mine, dist::Communicator& comm) {
+  TESSERA_CHECK(rows.size() <= static_cast<std::size_t>(std::numeric_limits<std::int32_t>::max()),
+                "gather_rows: {} rows are more than int32 indices reach", rows.size());
+  std::vector<std::int32_t> meta, ids;
+  for (std::int64_t r : mine) {
+    const auto& row = rows[static_cast<std::size_t>(r)];
+    meta.insert(meta.end(), {static_cast<std::int32_t>(r), static_cast<std::int32_t>(row.size())});
+    ids.insert(ids.end(), row.begin(), row.end());
+  }
+  const Tensor all_meta = comm.all_gather(Tensor::from(meta, {static_cast<std::int64_t>(mine.size()), 2}));
+  const Tensor all_ids = comm.all_gather(Tensor::from(ids, {static_cast<std::int64_t>(ids.size())}));
+  const std::int32_t* m = all_meta.data<std::int32_t>();
+  const std::int32_t* t = all_ids.data<std::int32_t>();
+  for (std::int64_t i = 0; i < all_meta.size(0); ++i, m += 2) {
+    rows[static_cast<std::size_t>(m[0])].assign(t, t + m[1]);
+    t += m[1];
+  }
+}
+
 std::vector<data::Example> encode_and_report(const TextCodec& src_codec, const TextCodec& tgt_codec,
                                              const data::ParallelText& text, std::int64_t max_len,
                                              const std::string& what, dist::Communicator* world,
@@ -276,7 +298,9 @@ TaskData load_task_data(const io::Config& cfg, dist::Communicator* world) {
 }
 
 models::TokenRows translate_ids(const models::Transformer& model, const std::vector<std::vector<std::int32_t>>& sources,
-                                const models::DecodeOptions& opt, std::int64_t batch_sentences) {
+                                const models::DecodeOptions& opt, std::int64_t batch_sentences,
+                                dist::Communicator* replicas) {
+  const int ranks = replicas != nullptr ? replicas->size() : 1, rank = replicas != nullptr ? replicas->rank() : 0;
   // Sorting by length keeps padding low; results go back to input order.
   std::vector<std::int64_t> order(sources.size());
   std::iota(order.begin(), order.end(), 0);
@@ -286,14 +310,19 @@ models::TokenRows translate_ids(const models::Transformer& model, const std::vec
   std::vector<data::Example> examples;
   for (const auto& s : sources) examples.push_back({s, {}});
   models::TokenRows out(sources.size());
+  std::vector<std::int64_t> mine;  // the sentences this rank translated
+  std::int64_t batch = 0;
   for (std::size_t start = 0; start < order.size(); start += static_cast<std::size_t>(batch_sentences)) {
+    if (batch++ % ranks != rank) continue;  // batches dealt out round-robin: similar lengths on every rank
     const std::size_t end = std::min(order.size(), start + static_cast<std::size_t>(batch_sentences));
     const std::vector<std::int64_t> idx(order.begin() + static_cast<std::ptrdiff_t>(start),
                                         order.begin() + static_cast<std::ptrdiff_t>(end));
     const data::Batch b = data::make_batch(examples, idx);
     models::TokenRows hyps = models::translate_batch(model, b.src, b.src_padding, opt);
     for (std::size_t i = 0; i < idx.size(); ++i) out[static_cast<std::size_t>(idx[i])] = std::move(hyps[i]);
+    mine.insert(mine.end(), idx.begin(), idx.end());
   }
+  if (ranks > 1) gather_rows(out, mine, *replicas);
   return out;
 }
 

@@ -64,8 +64,12 @@ EncodedPairs encode_pairs(const TextCodec& src_codec, const TextCodec& tgt_codec
 TaskData load_task_data(const io::Config& cfg, dist::Communicator* world = nullptr);
 
 // Decodes many sources (ids without eos), batched by length for speed, results in input order.
+// With `replicas` (every rank of it calls this, each holding the same model), the batches are
+// dealt out over its ranks and the translations gathered: every rank returns all of them, the
+// same as one process would (each batch is decoded exactly as there).
 models::TokenRows translate_ids(const models::Transformer& model, const std::vector<std::vector<std::int32_t>>& sources,
-                                const models::DecodeOptions& opt, std::int64_t batch_sentences);
+                                const models::DecodeOptions& opt, std::int64_t batch_sentences,
+                                dist::Communicator* replicas = nullptr);
 
 // A trained model ready to translate text: the weights of any checkpoint (full, weights-only or
 // averaged), the config saved in it, and its vocabularies (`vocab` / `vocab_tgt`, else the

@@ -587,24 +587,29 @@ class Run {
     ag::NoGradGuard no_grad;
     data::Batcher valid(&task_.valid,
                         {.batch_tokens = cfg_.integer("train.batch_tokens"), .seed = 0, .shuffle = false, .window = 1});
-    LossSums sums;
+    // The data-parallel replicas share the work: every replica takes every replicas-th batch (and,
+    // below, every replicas-th decoding batch); the sums and translations are then combined.
+    dist::Communicator& replicas = *grid_.data;
+    Tensor sums = Tensor::zeros({3}, DType::f64);  // smoothed loss, NLL, target tokens
     data::Batch b;
     models::DropoutStream no_dropout;
-    while (valid.next(b)) {
+    for (std::int64_t i = 0; valid.next(b); ++i) {
+      if (i % replicas.size() != replicas.rank()) continue;
       const LossSums s = run_batch(model_, b, cfg_.real("train.label_smoothing"), no_dropout, 0.0);
-      sums.smoothed += s.smoothed;
-      sums.nll += s.nll;
-      sums.tokens += s.tokens;
+      sums.data<double>()[0] += s.smoothed;
+      sums.data<double>()[1] += s.nll;
+      sums.data<double>()[2] += static_cast<double>(s.tokens);
     }
-    result.valid_loss = sums.smoothed / static_cast<double>(sums.tokens);
-    result.valid_ppl = std::exp(sums.nll / static_cast<double>(sums.tokens));
+    if (replicas.size() > 1) replicas.all_reduce(sums, dist::ReduceOp::sum);
+    result.valid_loss = sums.data<double>()[0] / sums.data<double>()[2];
+    result.valid_ppl = std::exp(sums.data<double>()[1] / sums.data<double>()[2]);
 
     std::int64_t n = static_cast<std::int64_t>(task_.valid.size());
     if (cfg_.integer("train.valid_max_sentences") > 0) n = std::min(n, cfg_.integer("train.valid_max_sentences"));
     std::vector<std::vector<std::int32_t>> sources;
     for (std::int64_t i = 0; i < n; ++i) sources.push_back(task_.valid[static_cast<std::size_t>(i)].src);
     const models::TokenRows hyps =
-        translate_ids(model_, sources, decode_options(cfg_), cfg_.integer("decode.batch_sentences"));
+        translate_ids(model_, sources, decode_options(cfg_), cfg_.integer("decode.batch_sentences"), &replicas);
     std::string extra;
     if (task_.synthetic) {
       std::int64_t exact = 0;

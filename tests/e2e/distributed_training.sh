@@ -94,7 +94,7 @@ TESSERA_FAULT_NAN=1:3 mpi 2 "$tessera" train $common --set train.max_steps=20 --
 corpus="$(dirname "$0")/../data/corpus/multi30k_300"
 text="--set data.task=translation --set data.train_src=$corpus.en --set data.train_tgt=$corpus.de \
   --set data.valid_src=$corpus.en --set data.valid_tgt=$corpus.de --set data.max_len=40 --set train.max_steps=6 \
-  --set train.valid_max_sentences=2 --set decode.max_extra_len=5"
+  --set train.valid_max_sentences=6 --set decode.batch_sentences=2 --set decode.max_extra_len=5"
 "$tessera" train $common $text --set data.vocab_size=300 --set output.dir="$work/text1" > "$work/text1.log" 2>&1 \
   || { cat "$work/text1.log"; fail "training on a corpus failed"; }
 mpi 2 "$tessera" train $common $text --set data.vocab="$work/text1/vocab.model" --set parallel.data=2 \
@@ -102,6 +102,11 @@ mpi 2 "$tessera" train $common $text --set data.vocab="$work/text1/vocab.model" 
 [ "$(grep 'training pairs kept' "$work/text1.log")" = "$(grep 'training pairs kept' "$work/text2.log")" ] \
   || { cat "$work/text2.log"; fail "dp=2 kept other corpus pairs than one process"; }
 same_losses "$work/text1/metrics.jsonl" "$work/text2/metrics.jsonl" 1
+# The replicas split the validation (loss batches, decoding batches): the same loss and BLEU.
+valid() { sed -n 's/.*"valid_loss": \([^,]*\), "valid_ppl": [^,]*, "valid_bleu": \([^,]*\),.*/\1 \2/p' "$1"; }
+valid "$work/text1/metrics.jsonl" > "$work/valid1.txt" && valid "$work/text2/metrics.jsonl" > "$work/valid2.txt"
+paste "$work/valid1.txt" "$work/valid2.txt" | awk '{ n++; d = $1 - $3; if (d < 0) d = -d; if (d > 1e-5 * $1 || $2 != $4) bad++ }
+  END { if (n != 1 || bad > 0) { print "FAIL: dp=2 validation differs: " $0; exit 1 } print "validation equal: " $0 }'
 status=0
 mpi 2 "$tessera" train $common $text --set data.train_src="$work/missing.en" --set parallel.data=2 \
   --set output.dir="$work/missing" > "$work/missing.log" 2>&1 || status=$?

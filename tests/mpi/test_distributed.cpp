@@ -250,6 +250,33 @@ TEST(DistributedData, EncodingSharedOverRanksEqualsOneProcess) {
   if (world().rank() == 0) std::filesystem::remove_all(dir);
 }
 
+// Validation decoding shared by the data-parallel replicas: each translates every replicas-th
+// batch and the translations are gathered; every rank gets exactly what its model translates
+// alone (dp = 4; and tp = 2 x dp = 2, against the same tensor-parallel group translating all).
+TEST(DistributedData, TranslationSharedOverReplicasEqualsOneReplica) {
+  models::TransformerConfig c = tiny_config();
+  c.dtype = DType::f32;  // decoding scores in float32
+  std::vector<std::vector<std::int32_t>> sources;
+  for (const data::Example& e : data::make_synthetic(data::SyntheticTask::reverse, 13, 1, 9, 20, 7))
+    sources.push_back(e.src);
+  models::DecodeOptions opt;
+  opt.beam = 2;
+  opt.max_extra_len = 4;
+  for (int tp : {1, 2}) {
+    const int r = world().rank();
+    auto tensor_group = world().split(r / tp, r);
+    auto data_group = world().split(r % tp, r);
+    const models::Transformer model(c, 3, tp > 1 ? tensor_group.get() : nullptr);
+    const models::TokenRows alone = launch::translate_ids(model, sources, opt, 2);
+    const models::TokenRows shared = launch::translate_ids(model, sources, opt, 2, data_group.get());
+    ASSERT_EQ(shared.size(), sources.size());
+    for (std::size_t i = 0; i < sources.size(); ++i) EXPECT_EQ(shared[i], alone[i]) << "tp " << tp << " sentence " << i;
+    std::size_t tokens = 0;
+    for (const auto& h : shared) tokens += h.size();
+    EXPECT_GT(tokens, 0u) << "tp " << tp;
+  }
+}
+
 }  // namespace
 }  // namespace tessera
 
