@@ -3,9 +3,12 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <optional>
 
 #include "data/corpus.h"
+#include "dist/mpi_communicator.h"
 #include "launch/commands.h"
+#include "launch/process_grid.h"
 #include "launch/schema.h"
 #include "launch/task.h"
 
@@ -36,30 +39,48 @@ Command add_translate_command(CLI::App& parent) {
       ->check(CLI::Range(0.0, 10.0));
   cmd->add_option("--batch", opt->batch, "Sentences decoded together (default: from the config)")
       ->check(CLI::Range(1, 100000));
-  cmd->add_option("--device", opt->device, "Decode on the cpu or on a GPU (cuda: this process's first GPU)")
+  cmd->add_option("--device", opt->device,
+                  "Decode on the cpu or on a GPU (cuda: the first GPU; under mpirun, local rank % GPUs)")
       ->check(CLI::IsMember({"cpu", "cuda"}));
   return {cmd, [opt] {
+            // Under mpirun the ranks share the sentences (each translates a share of the batches)
+            // and rank 0 writes all the translations.
+            std::unique_ptr<dist::MpiCommunicator> world;
+            if (launched_by_mpi()) world = dist::MpiCommunicator::world();
+            const bool root = world == nullptr || world->rank() == 0;
+            if (world != nullptr && world->size() > 1 && opt->input.empty())
+              throw EveryRankError(
+                  "translate under mpirun: give the sentences with -i FILE (mpirun passes standard input to rank 0 "
+                  "only)");
             Device device = Device::cpu;
             if (opt->device == "cuda") {
-              (void)select_cuda_device(0);
+              (void)select_cuda_device(world != nullptr ? world->local_rank() : 0);
               device = Device::cuda;
             }
-            const Translator translator(opt->checkpoint, opt->vocab, opt->vocab_tgt, device);
-            const io::Config& cfg = translator.config();
+            // Rank 0 first: a bad checkpoint, vocabulary or input file is reported once, by it.
+            std::optional<Translator> translator;
             std::vector<std::string> lines;
-            if (opt->input.empty()) {
+            const auto load = [&] {
+              translator.emplace(opt->checkpoint, opt->vocab, opt->vocab_tgt, device);
+              if (!opt->input.empty()) {
+                lines = data::read_lines(opt->input);
+                return;
+              }
               for (std::string line; std::getline(std::cin, line);) {
                 if (!line.empty() && line.back() == '\r') line.pop_back();
                 lines.push_back(line);
               }
-            } else {
-              lines = data::read_lines(opt->input);
-            }
+            };
+            if (root) load();
+            if (world != nullptr) world->barrier();
+            if (!root) load();
+            const io::Config& cfg = translator->config();
             models::DecodeOptions dec = decode_options(cfg);
             if (opt->beam > 0) dec.beam = opt->beam;
             if (opt->length_penalty >= 0) dec.length_penalty = opt->length_penalty;
             const std::int64_t batch = opt->batch > 0 ? opt->batch : cfg.integer("decode.batch_sentences");
-            const std::vector<std::string> out_lines = translator.translate(lines, dec, batch);
+            const std::vector<std::string> out_lines = translator->translate(lines, dec, batch, world.get());
+            if (!root) return 0;
             std::ofstream file;
             if (!opt->output.empty()) {
               file.open(opt->output);

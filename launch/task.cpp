@@ -355,21 +355,24 @@ Translator::Translator(const std::string& checkpoint, const std::string& vocab, 
 }
 
 std::vector<std::string> Translator::translate(const std::vector<std::string>& lines, const models::DecodeOptions& opt,
-                                               std::int64_t batch_sentences) const {
+                                               std::int64_t batch_sentences, dist::Communicator* replicas) const {
+  const bool report = replicas == nullptr || replicas->rank() == 0;
   const auto limit = static_cast<std::size_t>(cfg_.integer("model.max_positions") - 1);
   std::vector<std::vector<std::int32_t>> sources;
   for (const auto& line : lines) {
     auto ids = src_codec_.encode(line);
     // Cut rather than fail the whole batch.
     if (ids.size() > limit) {
-      fmt::print(stderr, "translate: line {} has {} tokens; keeping the first {}\n", sources.size() + 1, ids.size(),
-                 limit);
+      if (report)
+        fmt::print(stderr, "translate: line {} has {} tokens; keeping the first {}\n", sources.size() + 1, ids.size(),
+                   limit);
       ids.resize(limit);
     }
     sources.push_back(std::move(ids));
   }
   std::vector<std::string> out;
-  for (const auto& h : translate_ids(*model_, sources, opt, batch_sentences)) out.push_back(tgt_codec_.decode(h));
+  for (const auto& h : translate_ids(*model_, sources, opt, batch_sentences, replicas))
+    out.push_back(tgt_codec_.decode(h));
   return out;
 }
 

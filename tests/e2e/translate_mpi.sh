@@ -1,0 +1,32 @@
+#!/bin/sh
+# `tessera translate` under mpirun: the ranks share the batches and rank 0 writes every
+# translation, the same file as one process writes; standard input (which mpirun gives rank 0
+# only) and a missing checkpoint are refused with one message.
+# Usage: translate_mpi.sh TESSERA CHECKPOINT WORKDIR
+set -eu
+tessera=$1 checkpoint=$2 work=$3
+rm -rf "$work" && mkdir -p "$work"
+fail() { echo "FAIL: $*"; exit 1; }
+export OMP_NUM_THREADS=1 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+# 41 sequences of 5 to 20 symbols (a fixed pseudo-random pattern).
+awk 'BEGIN { for (i = 0; i < 41; i++) { n = 5 + (i * 7) % 16; s = ""; for (j = 0; j < n; j++) s = s (j ? " " : "") (i * 31 + j * 17) % 20; print s } }' > "$work/src.txt"
+
+"$tessera" translate --checkpoint "$checkpoint" -i "$work/src.txt" -o "$work/one.txt" --batch 4
+mpirun -np 3 --oversubscribe "$tessera" translate --checkpoint "$checkpoint" -i "$work/src.txt" -o "$work/three.txt" \
+  --batch 4 > "$work/three.log" 2>&1 || { cat "$work/three.log"; fail "mpirun -np 3 translate failed"; }
+[ "$(wc -l < "$work/three.txt")" -eq 41 ] || fail "not 41 translations"
+cmp "$work/one.txt" "$work/three.txt" || fail "3 ranks translated otherwise than one process"
+
+status=0
+mpirun -np 2 --oversubscribe "$tessera" translate --checkpoint "$checkpoint" < "$work/src.txt" > "$work/stdin.log" 2>&1 \
+  || status=$?
+[ $status -ne 0 ] || fail "standard input under mpirun was accepted"
+[ "$(grep -c 'give the sentences with -i FILE' "$work/stdin.log")" -eq 1 ] || { cat "$work/stdin.log"; fail "stdin: not one message"; }
+
+status=0
+mpirun -np 2 --oversubscribe "$tessera" translate --checkpoint "$work/no_such.h5" -i "$work/src.txt" > "$work/missing.log" 2>&1 \
+  || status=$?
+[ $status -ne 0 ] || fail "a missing checkpoint was accepted"
+[ "$(grep -c "checkpoint '$work/no_such.h5' does not exist" "$work/missing.log")" -eq 1 ] \
+  || { cat "$work/missing.log"; fail "missing checkpoint: not one message"; }
+echo "PASS: 3 ranks wrote one process's 41 translations; stdin and a missing checkpoint refused once"
