@@ -216,16 +216,22 @@ std::vector<data::Example> encode_and_report(const TextCodec& src_codec, const T
   return std::move(e.examples);
 }
 
+// A config error: every rank reads the same config and meets it alike, so one rank prints it.
+template <typename... Args>
+void check_config(bool ok, fmt::format_string<Args...> f, Args&&... args) {
+  if (!ok) throw io::ConfigError(fmt::format(f, std::forward<Args>(args)...));
+}
+
 // Keys that are each valid alone but not together.
 void check_vocab_keys(const io::Config& cfg) {
   const bool joint = cfg.boolean("data.joint_vocab");
-  TESSERA_CHECK(!joint || cfg.string("data.vocab_tgt").empty(),
-                "config: data.vocab_tgt = '{}' is set but data.joint_vocab is true (set data.joint_vocab: false "
-                "for one vocabulary per language)",
-                cfg.string("data.vocab_tgt"));
-  TESSERA_CHECK(joint || !cfg.boolean("model.share_embeddings"),
-                "config: data.joint_vocab is false but model.share_embeddings is true: one embedding table needs one "
-                "vocabulary (set model.share_embeddings: false)");
+  check_config(!joint || cfg.string("data.vocab_tgt").empty(),
+               "config: data.vocab_tgt = '{}' is set but data.joint_vocab is true (set data.joint_vocab: false "
+               "for one vocabulary per language)",
+               cfg.string("data.vocab_tgt"));
+  check_config(joint || !cfg.boolean("model.share_embeddings"),
+               "config: data.joint_vocab is false but model.share_embeddings is true: one embedding table needs one "
+               "vocabulary (set model.share_embeddings: false)");
 }
 
 // The vocabulary at `path`, or, when `key` left it to us and it does not exist yet, one trained
@@ -260,7 +266,7 @@ TaskData load_task_data(const io::Config& cfg, dist::Communicator* world) {
     t.synthetic = true;
     const std::int64_t vocab = cfg.integer("data.synthetic_vocab"), lo = cfg.integer("data.synthetic_min_len"),
                        hi = cfg.integer("data.synthetic_max_len");
-    TESSERA_CHECK(lo <= hi, "config: data.synthetic_min_len = {} exceeds data.synthetic_max_len = {}", lo, hi);
+    check_config(lo <= hi, "config: data.synthetic_min_len = {} exceeds data.synthetic_max_len = {}", lo, hi);
     const auto kind = data::parse_synthetic_task(task);
     t.src_codec = t.tgt_codec = TextCodec::symbols(vocab);
     t.train = data::make_synthetic(kind, cfg.integer("data.synthetic_train_size"), lo, hi, vocab, seed);
@@ -270,7 +276,7 @@ TaskData load_task_data(const io::Config& cfg, dist::Communicator* world) {
     return t;
   }
   for (const char* key : {"data.train_src", "data.train_tgt", "data.valid_src", "data.valid_tgt"})
-    TESSERA_CHECK(!cfg.string(key).empty(), "config: data.task is 'translation' but {} is not set", key);
+    check_config(!cfg.string(key).empty(), "config: data.task is 'translation' but {} is not set", key);
   check_vocab_keys(cfg);
   const VocabPaths paths = vocab_paths(cfg);
   const auto read_text_and_vocabularies = [&](data::ParallelText& train, data::ParallelText& valid) {

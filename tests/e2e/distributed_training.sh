@@ -113,6 +113,11 @@ mpi 2 "$tessera" train $common $text --set data.train_src="$work/missing.en" --s
 [ $status -ne 0 ] || fail "a missing corpus file did not fail"
 [ "$(grep -c "cannot read '$work/missing.en'" "$work/missing.log")" -eq 1 ] \
   || { cat "$work/missing.log"; fail "the missing corpus file was not reported exactly once"; }
+status=0
+mpi 2 "$tessera" train $common --set data.task=translation --set parallel.data=2 --set output.dir="$work/unset" \
+  > "$work/unset.log" 2>&1 || status=$?
+[ $status -ne 0 ] && [ "$(grep -c "data.task is 'translation' but data.train_src is not set" "$work/unset.log")" -eq 1 ] \
+  || { cat "$work/unset.log"; fail "a translation task without files was not reported exactly once"; }
 
 # Kill one rank of four mid-run: the job ends, non-zero, within 60 s.
 mpi 4 "$tessera" train $common --set train.max_steps=1000000 --set parallel.data=4 --set output.dir="$work/killed" \
