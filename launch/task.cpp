@@ -11,6 +11,7 @@
 
 #include "data/corpus.h"
 #include "data/synthetic.h"
+#include "dist/mpi_communicator.h"
 #include "io/checkpoint.h"
 #include "launch/schema.h"
 
@@ -295,7 +296,10 @@ TaskData load_task_data(const io::Config& cfg, dist::Communicator* world) {
   data::ParallelText train, valid;
   const bool first = world == nullptr || world->rank() == 0;
   if (first) read_text_and_vocabularies(train, valid);
-  if (world != nullptr) world->barrier();
+  if (world != nullptr) {
+    const dist::UntimedCollectives vocabulary_training;  // may take rank 0 minutes: not a hang
+    world->barrier();
+  }
   if (!first) read_text_and_vocabularies(train, valid);
   const std::int64_t max_len = cfg.integer("data.max_len");
   t.train = encode_and_report(t.src_codec, t.tgt_codec, train, max_len, "training", world, nullptr);

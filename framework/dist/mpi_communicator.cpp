@@ -54,6 +54,7 @@ void scale_in_place(Tensor& t, double f) {
 std::atomic<double> g_timeout_s{0};
 std::atomic<std::int64_t> g_collective_start_ms{0};  // 0: not in a collective
 std::atomic<const char*> g_collective_name{""};
+std::atomic<int> g_untimed{0};  // live UntimedCollectives
 
 std::int64_t now_ms() {
   return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now().time_since_epoch())
@@ -65,7 +66,7 @@ void watchdog_loop() {
     std::this_thread::sleep_for(std::chrono::seconds(1));
     const double timeout = g_timeout_s;
     const std::int64_t start = g_collective_start_ms;
-    if (timeout <= 0 || start == 0) continue;
+    if (timeout <= 0 || start == 0 || g_untimed > 0) continue;
     const double waited = static_cast<double>(now_ms() - start) / 1000.0;
     if (waited > timeout) {
       int rank = -1;
@@ -120,6 +121,9 @@ CollectiveWatch::CollectiveWatch(const char* name) {
   g_collective_start_ms = now_ms();
 }
 CollectiveWatch::~CollectiveWatch() { g_collective_start_ms = 0; }
+
+UntimedCollectives::UntimedCollectives() { ++g_untimed; }
+UntimedCollectives::~UntimedCollectives() { --g_untimed; }
 
 void set_collective_timeout(double seconds) {
   static std::once_flag started;

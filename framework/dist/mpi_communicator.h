@@ -25,6 +25,16 @@ class CollectiveWatch {
   CollectiveWatch(const CollectiveWatch&) = delete;
   CollectiveWatch& operator=(const CollectiveWatch&) = delete;
 };
+// While one is alive, the watchdog lets every wait go on: for a wait known to be long that is not
+// a hang, such as the other ranks waiting while rank 0 trains a vocabulary (minutes on a large
+// corpus). A rank that dies meanwhile still ends the job through the launcher.
+class UntimedCollectives {
+ public:
+  UntimedCollectives();
+  ~UntimedCollectives();
+  UntimedCollectives(const UntimedCollectives&) = delete;
+  UntimedCollectives& operator=(const UntimedCollectives&) = delete;
+};
 
 class MpiCommunicator final : public Communicator {
  public:

@@ -7,7 +7,8 @@
 #  - tensor x data that is not the process count stops every rank, the error printed once;
 #  - so does a NaN gradient on one rank of two (data-parallel);
 #  - a parallel corpus, encoded in shares by the ranks, gives the single process's losses at dp=2,
-#    and a missing corpus file stops the job with one message;
+#    and a missing corpus file stops the job with one message; the ranks waiting for rank 0 to
+#    train a vocabulary do not time out;
 #  - killing one rank of four ends the whole job within 60 s with a non-zero status.
 # Usage: distributed_training.sh TESSERA CONFIG WORKDIR
 set -eu
@@ -118,6 +119,15 @@ mpi 2 "$tessera" train $common --set data.task=translation --set parallel.data=2
   > "$work/unset.log" 2>&1 || status=$?
 [ $status -ne 0 ] && [ "$(grep -c "data.task is 'translation' but data.train_src is not set" "$work/unset.log")" -eq 1 ] \
   || { cat "$work/unset.log"; fail "a translation task without files was not reported exactly once"; }
+
+# Rank 0 training a vocabulary (seconds here, minutes on a large corpus) while the others wait is
+# not a hang: with parallel.timeout_s = 2 the run still goes through.
+m30k="$(dirname "$0")/../../configs/data/multi30k"
+mpi 2 "$tessera" train $common --set data.task=translation --set data.train_src="$m30k/train.en.gz" \
+  --set data.train_tgt="$m30k/train.de.gz" --set data.valid_src="$corpus.en" --set data.valid_tgt="$corpus.de" \
+  --set data.vocab_size=4000 --set parallel.data=2 --set parallel.timeout_s=2 --set train.max_steps=2 \
+  --set train.valid_max_sentences=2 --set decode.max_extra_len=3 --set output.dir="$work/vocab_wait" \
+  > "$work/vocab_wait.log" 2>&1 || { cat "$work/vocab_wait.log"; fail "waiting for rank 0's vocabulary timed out"; }
 
 # Kill one rank of four mid-run: the job ends, non-zero, within 60 s.
 mpi 4 "$tessera" train $common --set train.max_steps=1000000 --set parallel.data=4 --set output.dir="$work/killed" \
