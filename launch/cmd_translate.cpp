@@ -52,34 +52,34 @@ Command add_translate_command(CLI::App& parent) {
               throw EveryRankError(
                   "translate under mpirun: give the sentences with -i FILE (mpirun passes standard input to rank 0 "
                   "only)");
-            Device device = Device::cpu;
-            if (opt->device == "cuda") {
-              (void)select_cuda_device(world != nullptr ? world->local_rank() : 0);
-              device = Device::cuda;
-            }
-            // Rank 0 first: a bad checkpoint, vocabulary or input file is reported once, by it.
+            const int local_rank = world != nullptr ? world->local_rank() : 0;  // collective: every rank, now
+            // Rank 0 first: a bad checkpoint, vocabulary, input file or GPU is reported once, by it.
             std::optional<Translator> translator;
-            std::vector<std::string> lines;
-            const auto load = [&] {
+            std::vector<std::vector<std::int32_t>> sources;
+            root_first(world.get(), [&] {
+              Device device = Device::cpu;
+              if (opt->device == "cuda") {
+                (void)select_cuda_device(local_rank);
+                device = Device::cuda;
+              }
               translator.emplace(opt->checkpoint, opt->vocab, opt->vocab_tgt, device);
+              std::vector<std::string> lines;
               if (!opt->input.empty()) {
                 lines = data::read_lines(opt->input);
-                return;
+              } else {
+                for (std::string line; std::getline(std::cin, line);) {
+                  if (!line.empty() && line.back() == '\r') line.pop_back();
+                  lines.push_back(line);
+                }
               }
-              for (std::string line; std::getline(std::cin, line);) {
-                if (!line.empty() && line.back() == '\r') line.pop_back();
-                lines.push_back(line);
-              }
-            };
-            if (root) load();
-            if (world != nullptr) world->barrier();
-            if (!root) load();
+              sources = translator->encode(lines, root);
+            });
             const io::Config& cfg = translator->config();
             models::DecodeOptions dec = decode_options(cfg);
             if (opt->beam > 0) dec.beam = opt->beam;
             if (opt->length_penalty >= 0) dec.length_penalty = opt->length_penalty;
             const std::int64_t batch = opt->batch > 0 ? opt->batch : cfg.integer("decode.batch_sentences");
-            const std::vector<std::string> out_lines = translator->translate(lines, dec, batch, world.get());
+            const std::vector<std::string> out_lines = translator->translate(sources, dec, batch, world.get());
             if (!root) return 0;
             std::ofstream file;
             if (!opt->output.empty()) {

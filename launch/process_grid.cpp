@@ -50,6 +50,25 @@ void check_one_gpu_per_rank(dist::Communicator& world, const CudaDevice& device)
 
 }  // namespace
 
+void root_first(dist::Communicator* world, const std::function<void()>& load) {
+  if (world == nullptr || world->size() == 1) {
+    load();
+    return;
+  }
+  const dist::UntimedCollectives waiting_for_rank_0;
+  const auto load_or_abort = [&] {
+    try {
+      load();
+    } catch (const EveryRankError& e) {
+      throw Error(e.what());  // others wait in a barrier below: only the job's abort ends them
+    }
+  };
+  if (world->rank() == 0) load_or_abort();
+  world->barrier();
+  if (world->rank() != 0) load_or_abort();
+  world->barrier();  // rank 0 waits for the others' loading without the timeout, too
+}
+
 ProcessGrid make_process_grid(const io::Config& cfg) {
   const auto tp = static_cast<int>(cfg.integer("parallel.tensor"));
   const auto dp = static_cast<int>(cfg.integer("parallel.data"));

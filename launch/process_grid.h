@@ -3,6 +3,7 @@
 // machine (mpirun's default) a tensor-parallel group stays inside one machine.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -24,6 +25,13 @@ bool launched_by_mpi();
 // when none).
 int launcher_rank();
 int launcher_size();
+
+// Runs `load` on rank 0 of `world` first, then on the other ranks, and returns when every rank has
+// (world null: just runs it): what rank 0 reads or makes (a checkpoint, a corpus, a trained
+// vocabulary) fails once, there, and is there for the others. The others wait without the
+// collective timeout (rank 0 may train a vocabulary for minutes). Any error rank 0 meets ends the
+// job from it (MPI_Abort), even one every rank would meet alike, since the others are waiting.
+void root_first(dist::Communicator* world, const std::function<void()>& load);
 
 // Uses MPI when launched by mpirun or when parallel.tensor x parallel.data > 1; otherwise a
 // single process without MPI. Throws (on every rank alike) when tensor x data is not the number

@@ -82,7 +82,7 @@ const io::Schema& tessera_schema() {
                  "start each bucket's all-reduce during backward (false: all after backward, to measure overlap)")
         .real("parallel.timeout_s", 300.0, 0.0, 1e7,
               "a rank waiting longer than this in one collective (a peer died or hangs) exits, ending the job "
-              "(0: wait forever)")
+              "(0: wait forever; not while rank 0 reads the corpus and trains the vocabulary at the start)")
         .boolean("parallel.measure_comm", false,
                  "a barrier after backward, so the logged all-reduce wait excludes load imbalance (benchmarks)");
     // ---- checkpoints

@@ -11,8 +11,8 @@
 
 #include "data/corpus.h"
 #include "data/synthetic.h"
-#include "dist/mpi_communicator.h"
 #include "io/checkpoint.h"
+#include "launch/process_grid.h"
 #include "launch/schema.h"
 
 namespace tessera::launch {
@@ -294,13 +294,7 @@ TaskData load_task_data(const io::Config& cfg, dist::Communicator* world) {
   // Rank 0 first: a bad file is reported once (by it), and a vocabulary it trains is there for
   // the others to load.
   data::ParallelText train, valid;
-  const bool first = world == nullptr || world->rank() == 0;
-  if (first) read_text_and_vocabularies(train, valid);
-  if (world != nullptr) {
-    const dist::UntimedCollectives vocabulary_training;  // may take rank 0 minutes: not a hang
-    world->barrier();
-  }
-  if (!first) read_text_and_vocabularies(train, valid);
+  root_first(world, [&] { read_text_and_vocabularies(train, valid); });
   const std::int64_t max_len = cfg.integer("data.max_len");
   t.train = encode_and_report(t.src_codec, t.tgt_codec, train, max_len, "training", world, nullptr);
   t.valid = encode_and_report(t.src_codec, t.tgt_codec, valid, max_len, "validation", world, &t.valid_refs);
@@ -364,9 +358,7 @@ Translator::Translator(const std::string& checkpoint, const std::string& vocab, 
   io::assign_weights(w, checkpoint, params);
 }
 
-std::vector<std::string> Translator::translate(const std::vector<std::string>& lines, const models::DecodeOptions& opt,
-                                               std::int64_t batch_sentences, dist::Communicator* replicas) const {
-  const bool report = replicas == nullptr || replicas->rank() == 0;
+std::vector<std::vector<std::int32_t>> Translator::encode(const std::vector<std::string>& lines, bool report) const {
   const auto limit = static_cast<std::size_t>(cfg_.integer("model.max_positions") - 1);
   std::vector<std::vector<std::int32_t>> sources;
   for (const auto& line : lines) {
@@ -380,6 +372,17 @@ std::vector<std::string> Translator::translate(const std::vector<std::string>& l
     }
     sources.push_back(std::move(ids));
   }
+  return sources;
+}
+
+std::vector<std::string> Translator::translate(const std::vector<std::string>& lines, const models::DecodeOptions& opt,
+                                               std::int64_t batch_sentences) const {
+  return translate(encode(lines, true), opt, batch_sentences, nullptr);
+}
+
+std::vector<std::string> Translator::translate(const std::vector<std::vector<std::int32_t>>& sources,
+                                               const models::DecodeOptions& opt, std::int64_t batch_sentences,
+                                               dist::Communicator* replicas) const {
   std::vector<std::string> out;
   for (const auto& h : translate_ids(*model_, sources, opt, batch_sentences, replicas))
     out.push_back(tgt_codec_.decode(h));

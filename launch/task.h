@@ -80,10 +80,16 @@ class Translator {
   Translator(const std::string& checkpoint, const std::string& vocab, const std::string& vocab_tgt,
              Device device = Device::cpu);
   // Detokenized translations of `lines`, in order. Inputs longer than the positional table
-  // allows are cut to fit (and said so on stderr, by rank 0 of `replicas`). With `replicas`, its
-  // ranks share the batches (see translate_ids) and each returns every translation.
+  // allows are cut to fit (and said so on stderr).
   std::vector<std::string> translate(const std::vector<std::string>& lines, const models::DecodeOptions& opt,
-                                     std::int64_t batch_sentences, dist::Communicator* replicas = nullptr) const;
+                                     std::int64_t batch_sentences) const;
+  // The same in two steps: the source ids (cut to fit; said so when `report`), then their
+  // translations; with `replicas`, its ranks share the batches (see translate_ids) and each
+  // returns every translation.
+  std::vector<std::vector<std::int32_t>> encode(const std::vector<std::string>& lines, bool report) const;
+  std::vector<std::string> translate(const std::vector<std::vector<std::int32_t>>& sources,
+                                     const models::DecodeOptions& opt, std::int64_t batch_sentences,
+                                     dist::Communicator* replicas) const;
   const io::Config& config() const { return cfg_; }
 
  private:

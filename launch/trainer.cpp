@@ -588,21 +588,32 @@ class Run {
     data::Batcher valid(&task_.valid,
                         {.batch_tokens = cfg_.integer("train.batch_tokens"), .seed = 0, .shuffle = false, .window = 1});
     // The data-parallel replicas share the work: every replica takes every replicas-th batch (and,
-    // below, every replicas-th decoding batch); the sums and translations are then combined.
+    // below, every replicas-th decoding batch). Each batch's sums go in a row of their own (the
+    // others' rows stay 0, so the all-reduce moves them exactly) and are added up in batch order:
+    // the loss of one process, bit for bit.
     dist::Communicator& replicas = *grid_.data;
-    Tensor sums = Tensor::zeros({3}, DType::f64);  // smoothed loss, NLL, target tokens
+    std::vector<double> rows;  // per batch: smoothed loss, NLL, target tokens
     data::Batch b;
     models::DropoutStream no_dropout;
     for (std::int64_t i = 0; valid.next(b); ++i) {
+      rows.insert(rows.end(), {0.0, 0.0, 0.0});
       if (i % replicas.size() != replicas.rank()) continue;
       const LossSums s = run_batch(model_, b, cfg_.real("train.label_smoothing"), no_dropout, 0.0);
-      sums.data<double>()[0] += s.smoothed;
-      sums.data<double>()[1] += s.nll;
-      sums.data<double>()[2] += static_cast<double>(s.tokens);
+      double* row = rows.data() + rows.size() - 3;
+      row[0] = s.smoothed;
+      row[1] = s.nll;
+      row[2] = static_cast<double>(s.tokens);
     }
-    if (replicas.size() > 1) replicas.all_reduce(sums, dist::ReduceOp::sum);
-    result.valid_loss = sums.data<double>()[0] / sums.data<double>()[2];
-    result.valid_ppl = std::exp(sums.data<double>()[1] / sums.data<double>()[2]);
+    Tensor per_batch = Tensor::from(rows, {static_cast<std::int64_t>(rows.size() / 3), 3});
+    if (replicas.size() > 1) replicas.all_reduce(per_batch, dist::ReduceOp::sum);
+    LossSums sums;
+    for (std::int64_t i = 0; i < per_batch.size(0); ++i) {
+      sums.smoothed += per_batch.data<double>()[3 * i];
+      sums.nll += per_batch.data<double>()[3 * i + 1];
+      sums.tokens += static_cast<std::int64_t>(per_batch.data<double>()[3 * i + 2]);
+    }
+    result.valid_loss = sums.smoothed / static_cast<double>(sums.tokens);
+    result.valid_ppl = std::exp(sums.nll / static_cast<double>(sums.tokens));
 
     std::int64_t n = static_cast<std::int64_t>(task_.valid.size());
     if (cfg_.integer("train.valid_max_sentences") > 0) n = std::min(n, cfg_.integer("train.valid_max_sentences"));
@@ -694,6 +705,11 @@ TrainResult run_training(const io::Config& cfg, const TrainOptions& options) {
   // The model's own constraints (heads divide d_model and the tensor-parallel size, ...) fail
   // now, on every rank alike, before data is read.
   models::validate(training_model_config(cfg, 1000, 1000), static_cast<int>(cfg.integer("parallel.tensor")));
+  if (cfg.integer("train.patience") > 0 && cfg.integer("train.valid_every") == 0)
+    throw io::ConfigError(fmt::format(
+        "config: train.patience = {} counts validations during training, but train.valid_every is 0 (only one at "
+        "the end): set train.valid_every",
+        cfg.integer("train.patience")));
   kernels::set_allow_tf32(cfg.boolean("train.tf32"));
   // Rank 0 alone logs; the others' standard output is dropped (their errors still reach stderr).
   if (!grid.root() && std::freopen("/dev/null", "w", stdout) == nullptr) fail("cannot silence rank {}", grid.rank);

@@ -29,4 +29,8 @@ grep -q '^train: stopping early at step 6: 2 validations' "$work/resumed.log" \
   || { cat "$work/off.log"; fail "resume with patience 0 failed"; }
 ! grep -q 'stopping early' "$work/off.log" || fail "stopped early with train.patience 0"
 grep -q '^step 10 ' "$work/off.log" || fail "patience 0 did not train to train.max_steps"
+status=0
+"$tessera" train $args --set train.patience=2 --set train.valid_every=0 > "$work/clash.log" 2>&1 || status=$?
+[ $status -eq 1 ] && grep -q "train.patience = 2 counts validations during training, but train.valid_every is 0" "$work/clash.log" \
+  || { cat "$work/clash.log"; fail "patience without validations was not refused"; }
 echo "PASS: stopped early at step 6 after 2 validations without progress; the count survives a resume; 0 turns it off"

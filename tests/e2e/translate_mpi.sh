@@ -29,4 +29,18 @@ mpirun -np 2 --oversubscribe "$tessera" translate --checkpoint "$work/no_such.h5
 [ $status -ne 0 ] || fail "a missing checkpoint was accepted"
 [ "$(grep -c "checkpoint '$work/no_such.h5' does not exist" "$work/missing.log")" -eq 1 ] \
   || { cat "$work/missing.log"; fail "missing checkpoint: not one message"; }
-echo "PASS: 3 ranks wrote one process's 41 translations; stdin and a missing checkpoint refused once"
+# Errors rank 0 meets while loading end the job (no rank left waiting), printed once: a config
+# error (a vocabulary key that does not parse), a line that is not the model's input, a GPU.
+once() {  # once NAME PATTERN ARGS...: exits non-zero within 60 s, PATTERN printed once
+  name=$1 pattern=$2 && shift 2
+  status=0
+  timeout 60 mpirun -np 2 --oversubscribe "$tessera" translate --checkpoint "$checkpoint" "$@" > "$work/$name.log" 2>&1 \
+    || status=$?
+  [ $status -ne 0 ] && [ $status -ne 124 ] || { cat "$work/$name.log"; fail "$name: exit status $status"; }
+  [ "$(grep -c "$pattern" "$work/$name.log")" -eq 1 ] || { cat "$work/$name.log"; fail "$name: not one message"; }
+}
+once bad_key "unknown key\|expects\|invalid YAML" -i "$work/src.txt" --vocab "[bad"
+printf '3 x 4\n' > "$work/bad.txt"
+once bad_line "'x' is not a symbol number" -i "$work/bad.txt"
+once gpu "none answers on this machine\|has no CUDA support\|head sizes 32, 64 or 128" -i "$work/src.txt" --device cuda
+echo "PASS: 3 ranks wrote one process's 41 translations; stdin, a missing checkpoint, a bad key, a bad line and a missing GPU each refused once, no rank left waiting"
