@@ -115,30 +115,21 @@ std::vector<EncodedPair> encode_range(const TextCodec& src_codec, const TextCode
   return out;
 }
 
-// Every rank's share of one round, exchanged: each pair's fate and lengths, then the kept pairs'
-// tokens (source then target), both gathered in rank order, which is the pairs' order.
-std::vector<EncodedPair> exchange(const std::vector<EncodedPair>& mine, dist::Communicator& world) {
-  std::vector<std::int32_t> meta, tokens;
-  for (const EncodedPair& e : mine) {
-    meta.insert(meta.end(), {e.fate, static_cast<std::int32_t>(e.example.src.size()),
-                             static_cast<std::int32_t>(e.example.tgt.size())});
-    tokens.insert(tokens.end(), e.example.src.begin(), e.example.src.end());
-    tokens.insert(tokens.end(), e.example.tgt.begin(), e.example.tgt.end());
+// Every rank's share of one round, exchanged: the fates, and each pair's source and target as two
+// sequences, both gathered in rank order, which is the pairs' order.
+std::vector<EncodedPair> exchange(std::vector<EncodedPair> mine, dist::Communicator& world) {
+  std::vector<std::int32_t> fates;
+  std::vector<std::vector<std::int32_t>> sequences;
+  for (EncodedPair& e : mine) {
+    fates.push_back(e.fate);
+    sequences.push_back(std::move(e.example.src));
+    sequences.push_back(std::move(e.example.tgt));
   }
-  const Tensor all_meta = world.all_gather(Tensor::from(meta, {static_cast<std::int64_t>(mine.size()), 3}));
-  const Tensor all_tokens = world.all_gather(Tensor::from(tokens, {static_cast<std::int64_t>(tokens.size())}));
-  const std::int32_t* m = all_meta.data<std::int32_t>();
-  const std::int32_t* t = all_tokens.data<std::int32_t>();
-  std::vector<EncodedPair> out(static_cast<std::size_t>(all_meta.size(0)));
-  for (EncodedPair& e : out) {
-    e.fate = static_cast<Fate>(m[0]);
-    e.example.src.assign(t, t + m[1]);
-    e.example.tgt.assign(t + m[1], t + m[1] + m[2]);
-    t += m[1] + m[2];
-    m += 3;
-  }
-  TESSERA_CHECK(t == all_tokens.data<std::int32_t>() + all_tokens.numel(),
-                "encode_pairs: the ranks' token counts do not add up ({} gathered)", all_tokens.numel());
+  const Tensor all_fates = world.all_gather(Tensor::from(fates, {static_cast<std::int64_t>(fates.size())}));
+  std::vector<std::vector<std::int32_t>> all = dist::all_gather_sequences(world, sequences);
+  std::vector<EncodedPair> out(static_cast<std::size_t>(all_fates.numel()));
+  for (std::size_t i = 0; i < out.size(); ++i)
+    out[i] = {static_cast<Fate>(all_fates.data<std::int32_t>()[i]), {std::move(all[2 * i]), std::move(all[2 * i + 1])}};
   return out;
 }
 
@@ -185,24 +176,20 @@ EncodedPairs encode_pairs(const TextCodec& src_codec, const TextCodec& tgt_codec
 namespace {
 
 // Fills in `rows` on every rank of `comm` from the ranks that have them: each sends the rows at
-// `mine` (as row index and length, then the ids).
+// `mine` (their indices, then the rows themselves).
 void gather_rows(models::TokenRows& rows, const std::vector<std::int64_t>& mine, dist::Communicator& comm) {
   TESSERA_CHECK(rows.size() <= static_cast<std::size_t>(std::numeric_limits<std::int32_t>::max()),
                 "gather_rows: {} rows are more than int32 indices reach", rows.size());
-  std::vector<std::int32_t> meta, ids;
+  std::vector<std::int32_t> indices;
+  std::vector<std::vector<std::int32_t>> sequences;
   for (std::int64_t r : mine) {
-    const auto& row = rows[static_cast<std::size_t>(r)];
-    meta.insert(meta.end(), {static_cast<std::int32_t>(r), static_cast<std::int32_t>(row.size())});
-    ids.insert(ids.end(), row.begin(), row.end());
+    indices.push_back(static_cast<std::int32_t>(r));
+    sequences.push_back(rows[static_cast<std::size_t>(r)]);
   }
-  const Tensor all_meta = comm.all_gather(Tensor::from(meta, {static_cast<std::int64_t>(mine.size()), 2}));
-  const Tensor all_ids = comm.all_gather(Tensor::from(ids, {static_cast<std::int64_t>(ids.size())}));
-  const std::int32_t* m = all_meta.data<std::int32_t>();
-  const std::int32_t* t = all_ids.data<std::int32_t>();
-  for (std::int64_t i = 0; i < all_meta.size(0); ++i, m += 2) {
-    rows[static_cast<std::size_t>(m[0])].assign(t, t + m[1]);
-    t += m[1];
-  }
+  const Tensor all_indices = comm.all_gather(Tensor::from(indices, {static_cast<std::int64_t>(indices.size())}));
+  std::vector<std::vector<std::int32_t>> all = dist::all_gather_sequences(comm, sequences);
+  for (std::size_t i = 0; i < all.size(); ++i)
+    rows[static_cast<std::size_t>(all_indices.data<std::int32_t>()[i])] = std::move(all[i]);
 }
 
 std::vector<data::Example> encode_and_report(const TextCodec& src_codec, const TextCodec& tgt_codec,

@@ -49,4 +49,9 @@ class Communicator {
 // dim-0 sizes of an even split of n rows over `parts` (the first n % parts get one more).
 std::vector<std::int64_t> even_split(std::int64_t n, int parts);
 
+// Every rank's int32 sequences (of any lengths), in rank order, on every rank of `comm`: their
+// lengths, then their ids, in two all_gathers (so at most 2^31 - 1 ids in all).
+std::vector<std::vector<std::int32_t>> all_gather_sequences(Communicator& comm,
+                                                            const std::vector<std::vector<std::int32_t>>& mine);
+
 }  // namespace tessera::dist

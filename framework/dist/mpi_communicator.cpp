@@ -268,6 +268,27 @@ int MpiCommunicator::local_rank() const {
   return r;
 }
 
+std::vector<std::vector<std::int32_t>> all_gather_sequences(Communicator& comm,
+                                                            const std::vector<std::vector<std::int32_t>>& mine) {
+  std::vector<std::int32_t> lengths, ids;
+  for (const auto& s : mine) {
+    TESSERA_CHECK(s.size() <= static_cast<std::size_t>(std::numeric_limits<std::int32_t>::max()),
+                  "all_gather_sequences: a sequence of {} ids", s.size());
+    lengths.push_back(static_cast<std::int32_t>(s.size()));
+    ids.insert(ids.end(), s.begin(), s.end());
+  }
+  const Tensor all_lengths = comm.all_gather(Tensor::from(lengths, {static_cast<std::int64_t>(lengths.size())}));
+  const Tensor all_ids = comm.all_gather(Tensor::from(ids, {static_cast<std::int64_t>(ids.size())}));
+  std::vector<std::vector<std::int32_t>> out(static_cast<std::size_t>(all_lengths.numel()));
+  const std::int32_t* t = all_ids.data<std::int32_t>();
+  for (std::size_t i = 0; i < out.size(); ++i) {
+    const std::int32_t len = all_lengths.data<std::int32_t>()[i];
+    out[i].assign(t, t + len);
+    t += len;
+  }
+  return out;
+}
+
 std::vector<std::int64_t> even_split(std::int64_t n, int parts) {
   TESSERA_CHECK(parts >= 1, "even_split: {} parts", parts);
   std::vector<std::int64_t> out(static_cast<std::size_t>(parts), n / parts);

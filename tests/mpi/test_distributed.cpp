@@ -84,6 +84,18 @@ TEST(MpiCollectives, ReduceScatterUnevenRows) {
     EXPECT_EQ(mine.to_doubles()[static_cast<std::size_t>(i)], 4.0 * static_cast<double>(first + i) + 60.0);
 }
 
+// Sequences of any length (empty ones, and a rank with none) arrive whole, in rank order.
+TEST(MpiCollectives, AllGatherSequences) {
+  const int r = world().rank();
+  std::vector<std::vector<std::int32_t>> mine;
+  for (int i = 0; i < r; ++i) mine.push_back(std::vector<std::int32_t>(static_cast<std::size_t>(i), 10 * r + i));
+  const auto all = dist::all_gather_sequences(world(), mine);  // rank k sends k sequences: lengths 0..k-1
+  std::vector<std::vector<std::int32_t>> expect;
+  for (int k = 0; k < world().size(); ++k)
+    for (int i = 0; i < k; ++i) expect.push_back(std::vector<std::int32_t>(static_cast<std::size_t>(i), 10 * k + i));
+  EXPECT_EQ(all, expect);
+}
+
 TEST(MpiCollectives, BroadcastAndSplit) {
   const int r = world().rank();
   Tensor t = Tensor::full({5}, r == 2 ? 42.0 : -1.0, DType::f32);
