@@ -48,6 +48,9 @@ class Communicator {
 
 // dim-0 sizes of an even split of n rows over `parts` (the first n % parts get one more).
 std::vector<std::int64_t> even_split(std::int64_t n, int parts);
+// Throws unless `rows` gives each of `ranks` ranks a share (none negative) of `total` rows: what
+// reduce_scatter's callers must pass.
+void check_row_shares(const std::vector<std::int64_t>& rows, int ranks, std::int64_t total);
 
 // Every rank's int32 sequences (of any lengths), in rank order, on every rank of `comm`: their
 // lengths, then their ids, in two all_gathers (so at most 2^31 - 1 ids in all).

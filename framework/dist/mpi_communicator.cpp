@@ -221,12 +221,8 @@ Tensor MpiCommunicator::reduce_scatter(const Tensor& t, const std::vector<std::i
   check_cpu(t, "reduce_scatter");
   TESSERA_CHECK(t.dim() >= 1, "reduce_scatter: needs a tensor with a first dimension, got a scalar");
   CollectiveWatch mark("reduce_scatter");
-  TESSERA_CHECK(static_cast<int>(rows.size()) == size_, "reduce_scatter: {} row counts for {} ranks", rows.size(),
-                size_);
-  TESSERA_CHECK(std::accumulate(rows.begin(), rows.end(), std::int64_t{0}) == t.size(0),
-                "reduce_scatter: row counts add up to {}, the tensor has {} rows",
-                std::accumulate(rows.begin(), rows.end(), std::int64_t{0}), t.size(0));
-  const std::int64_t row_elems = t.numel() / std::max<std::int64_t>(t.size(0), 1);
+  check_row_shares(rows, size_, t.size(0));
+  const std::int64_t row_elems = shape_numel(Shape(t.shape().begin() + 1, t.shape().end()));
   std::vector<int> counts(rows.size());
   for (std::size_t r = 0; r < rows.size(); ++r) counts[r] = static_cast<int>(rows[r] * row_elems);
   Shape out_shape = t.shape();
@@ -287,6 +283,14 @@ std::vector<std::vector<std::int32_t>> all_gather_sequences(Communicator& comm,
     t += len;
   }
   return out;
+}
+
+void check_row_shares(const std::vector<std::int64_t>& rows, int ranks, std::int64_t total) {
+  TESSERA_CHECK(static_cast<int>(rows.size()) == ranks, "reduce_scatter: {} row counts for {} ranks", rows.size(),
+                ranks);
+  for (const std::int64_t r : rows) TESSERA_CHECK(r >= 0, "reduce_scatter: a negative row count ({})", r);
+  const std::int64_t sum = std::accumulate(rows.begin(), rows.end(), std::int64_t{0});
+  TESSERA_CHECK(sum == total, "reduce_scatter: row counts add up to {}, the tensor has {} rows", sum, total);
 }
 
 std::vector<std::int64_t> even_split(std::int64_t n, int parts) {

@@ -20,6 +20,10 @@ TEST(Nccl, SingleRankCollectives) {
   EXPECT_EQ(g.to(Device::cpu).to_doubles(), x.to_doubles());
   EXPECT_EQ(nccl.all_gather(g).to(Device::cpu).to_doubles(), x.to_doubles());
   EXPECT_EQ(nccl.reduce_scatter(g, {3}, dist::ReduceOp::sum).to(Device::cpu).to_doubles(), x.to_doubles());
+  // No rows, and shares that do not add up (NCCL could not tell: it would read past the tensor).
+  const Tensor none = Tensor::zeros({0, 2}, DType::f32).to(Device::cuda);
+  EXPECT_EQ(nccl.all_gather(none).shape(), (Shape{0, 2}));
+  EXPECT_THROW(nccl.reduce_scatter(g, {4}, dist::ReduceOp::sum), Error);
   nccl.broadcast(g, 0);
   auto sub = nccl.split(0, 0);
   EXPECT_EQ(sub->size(), 1);

@@ -84,6 +84,21 @@ TEST(MpiCollectives, ReduceScatterUnevenRows) {
     EXPECT_EQ(mine.to_doubles()[static_cast<std::size_t>(i)], 4.0 * static_cast<double>(first + i) + 60.0);
 }
 
+// A rank with no rows still takes part, and counts that do not share the rows out are refused
+// (before any communication, on every rank alike).
+TEST(MpiCollectives, AllGatherWithAnEmptyRankAndBadReduceScatterShares) {
+  const int r = world().rank();
+  Tensor t = Tensor::full({r == 1 ? 0 : 1, 3}, r, DType::f32);
+  const Tensor all = world().all_gather(t);
+  ASSERT_EQ(all.shape(), (Shape{3, 3}));
+  EXPECT_EQ(all.to_doubles(), (std::vector<double>{0, 0, 0, 2, 2, 2, 3, 3, 3}));
+  const Tensor six = Tensor::zeros({6, 2}, DType::f32);
+  EXPECT_THROW(world().reduce_scatter(six, {1, 2, 0, 2}, dist::ReduceOp::sum), Error);   // 5 rows of 6
+  EXPECT_THROW(world().reduce_scatter(six, {4, 2, -1, 1}, dist::ReduceOp::sum), Error);  // negative
+  EXPECT_THROW(world().reduce_scatter(six, {3, 3}, dist::ReduceOp::sum), Error);         // 2 ranks of 4
+  EXPECT_EQ(world().reduce_scatter(six, {0, 6, 0, 0}, dist::ReduceOp::sum).size(0), r == 1 ? 6 : 0);
+}
+
 // Sequences of any length (empty ones, and a rank with none) arrive whole, in rank order.
 TEST(MpiCollectives, AllGatherSequences) {
   const int r = world().rank();
