@@ -2,6 +2,7 @@
 // files, as sacreBLEU's default score (13a, mixed case, exp smoothing).
 //   tessera score --ref newstest.de [--ref second.de] [--hyp out.de] [--score-only | --json]
 //   tessera score --ref newstest.de --checkpoint run/model.h5 --src newstest.en   (translate, then score)
+// Under mpirun, rank 0 scores; with --checkpoint the ranks share the translation first.
 // Files are read as sacreBLEU reads them: UTF-8, lines split on "\n" only; each line is
 // right-stripped of whitespace (so "\r\n" line ends do not matter) before tokenization.
 #include <fmt/format.h>
@@ -16,8 +17,10 @@
 #include <vector>
 
 #include "common/error.h"
+#include "dist/mpi_communicator.h"
 #include "eval/bleu.h"
 #include "launch/commands.h"
+#include "launch/process_grid.h"
 #include "launch/schema.h"
 #include "launch/task.h"
 
@@ -30,6 +33,8 @@ struct ScoreOptions {
   std::string checkpoint, src;  // translate src with the checkpoint instead of reading hypotheses
   bool score_only = false;
   bool json = false;
+  std::string device = "cpu";  // where --checkpoint translates
+  std::int64_t batch = 0;      // sentences --checkpoint decodes together (0: the config's)
 };
 
 // Byte offset of the first invalid UTF-8 sequence in `s`, or npos.
@@ -92,29 +97,52 @@ std::string json_int_list(const std::array<std::int64_t, 4>& v) {
   return fmt::format("[{}, {}, {}, {}]", v[0], v[1], v[2], v[3]);
 }
 
+std::vector<std::vector<std::string>> read_references(const std::vector<std::string>& paths) {
+  std::vector<std::vector<std::string>> refs;
+  for (const auto& path : paths) refs.push_back(read_file_lines(path, "reference"));
+  return refs;
+}
+
+void check_line_counts(const std::vector<std::vector<std::string>>& refs, const std::vector<std::string>& ref_paths,
+                       std::size_t lines, const std::string& what) {
+  for (std::size_t i = 0; i < refs.size(); ++i)
+    if (refs[i].size() != lines)
+      fail("score: {} has {} lines but reference file '{}' has {} lines", what, lines, ref_paths[i], refs[i].size());
+}
+
 int run_score(const ScoreOptions& opt) {
-  const bool from_stdin = opt.hyp == "-";
-  const std::string hyp_name = from_stdin ? std::string("<stdin>") : opt.hyp;
-  std::string hyp_source = from_stdin ? std::string("standard input") : fmt::format("hypothesis file '{}'", opt.hyp);
   std::vector<std::string> hyps;
+  std::vector<std::vector<std::string>> refs;
+  std::string hyp_source;
   if (!opt.checkpoint.empty()) {
-    // Translate the source with the checkpoint's own decoding settings, then score that.
-    const Translator translator(opt.checkpoint, "", "");
-    const io::Config& cfg = translator.config();
-    hyps = translator.translate(read_file_lines(opt.src, "source"), decode_options(cfg),
-                                cfg.integer("decode.batch_sentences"));
+    // Translate the source with the checkpoint's own decoding settings, then score that. Under
+    // mpirun the ranks share the sentences, and rank 0 reads the references and scores.
+    std::unique_ptr<dist::MpiCommunicator> world;
+    if (launched_by_mpi()) world = dist::MpiCommunicator::world();
+    const bool root = world == nullptr || world->rank() == 0;
+    const TranslationJob job = load_translation_job(
+        world.get(), opt.checkpoint, "", "", opt.device == "cuda" ? Device::cuda : Device::cpu, [&] {
+          std::vector<std::string> src = read_file_lines(opt.src, "source");
+          if (root) {  // before the translation: a bad reference file is reported at once
+            refs = read_references(opt.refs);
+            check_line_counts(refs, opt.refs, src.size(), fmt::format("source file '{}'", opt.src));
+          }
+          return src;
+        });
+    const io::Config& cfg = job.translator->config();
+    const std::int64_t batch = opt.batch > 0 ? opt.batch : cfg.integer("decode.batch_sentences");
+    hyps = job.translator->translate(job.sources, decode_options(cfg), batch, world.get());
+    if (!root) return 0;
     hyp_source = fmt::format("the translation of '{}'", opt.src);
   } else {
-    hyps = from_stdin ? read_lines(std::cin, hyp_name) : read_file_lines(opt.hyp, "hypothesis");
+    if (launcher_rank() != 0) return 0;  // under mpirun, rank 0 scores (and alone has standard input)
+    const bool from_stdin = opt.hyp == "-";
+    hyps = from_stdin ? read_lines(std::cin, "<stdin>") : read_file_lines(opt.hyp, "hypothesis");
+    hyp_source = from_stdin ? std::string("standard input") : fmt::format("hypothesis file '{}'", opt.hyp);
+    refs = read_references(opt.refs);
   }
   if (hyps.empty()) fail("score: no hypothesis lines in {}", hyp_source);
-  std::vector<std::vector<std::string>> refs;
-  for (const auto& path : opt.refs) {
-    refs.push_back(read_file_lines(path, "reference"));
-    if (refs.back().size() != hyps.size())
-      fail("score: {} has {} lines but reference file '{}' has {} lines", hyp_source, hyps.size(), path,
-           refs.back().size());
-  }
+  check_line_counts(refs, opt.refs, hyps.size(), hyp_source);
   const eval::BleuScore s = eval::corpus_bleu(hyps, refs);
   if (opt.score_only) {
     fmt::print("{:.2f}\n", s.score);
@@ -146,6 +174,13 @@ Command add_score_command(CLI::App& parent) {
                                      "Instead of --hyp: translate --src with this checkpoint (any kind) and score that")
                          ->excludes(hyp);
   cmd->add_option("--src,-s", opt->src, "Source file translated with --checkpoint")->needs(checkpoint);
+  cmd->add_option("--device", opt->device,
+                  "Where --checkpoint translates: cpu or cuda (the first GPU; under mpirun, local rank % GPUs)")
+      ->check(CLI::IsMember({"cpu", "cuda"}))
+      ->needs(checkpoint);
+  cmd->add_option("--batch", opt->batch, "Sentences --checkpoint decodes together (default: from the config)")
+      ->check(CLI::Range(1, 100000))
+      ->needs(checkpoint);
   checkpoint->needs(cmd->get_option("--src"));
   auto* score_only = cmd->add_flag("--score-only,-b", opt->score_only, "Print only the score, with 2 decimals");
   cmd->add_flag("--json", opt->json, "Print a JSON object: score, precisions, bp, ratio, hyp_len, ref_len, ...")

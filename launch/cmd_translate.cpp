@@ -3,7 +3,6 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
-#include <optional>
 
 #include "data/corpus.h"
 #include "dist/mpi_communicator.h"
@@ -52,34 +51,24 @@ Command add_translate_command(CLI::App& parent) {
               throw EveryRankError(
                   "translate under mpirun: give the sentences with -i FILE (mpirun passes standard input to rank 0 "
                   "only)");
-            const int local_rank = world != nullptr ? world->local_rank() : 0;  // collective: every rank, now
-            // Rank 0 first: a bad checkpoint, vocabulary, input file or GPU is reported once, by it.
-            std::optional<Translator> translator;
-            std::vector<std::vector<std::int32_t>> sources;
-            root_first(world.get(), [&] {
-              Device device = Device::cpu;
-              if (opt->device == "cuda") {
-                (void)select_cuda_device(local_rank);
-                device = Device::cuda;
-              }
-              translator.emplace(opt->checkpoint, opt->vocab, opt->vocab_tgt, device);
-              std::vector<std::string> lines;
-              if (!opt->input.empty()) {
-                lines = data::read_lines(opt->input);
-              } else {
-                for (std::string line; std::getline(std::cin, line);) {
-                  if (!line.empty() && line.back() == '\r') line.pop_back();
-                  lines.push_back(line);
-                }
-              }
-              sources = translator->encode(lines, root);
-            });
-            const io::Config& cfg = translator->config();
+            const Device device = opt->device == "cuda" ? Device::cuda : Device::cpu;
+            TranslationJob job =
+                load_translation_job(world.get(), opt->checkpoint, opt->vocab, opt->vocab_tgt, device, [&] {
+                  if (!opt->input.empty()) return data::read_lines(opt->input);
+                  std::vector<std::string> lines;
+                  for (std::string line; std::getline(std::cin, line);) {
+                    if (!line.empty() && line.back() == '\r') line.pop_back();
+                    lines.push_back(line);
+                  }
+                  return lines;
+                });
+            const Translator& translator = *job.translator;
+            const io::Config& cfg = translator.config();
             models::DecodeOptions dec = decode_options(cfg);
             if (opt->beam > 0) dec.beam = opt->beam;
             if (opt->length_penalty >= 0) dec.length_penalty = opt->length_penalty;
             const std::int64_t batch = opt->batch > 0 ? opt->batch : cfg.integer("decode.batch_sentences");
-            const std::vector<std::string> out_lines = translator->translate(sources, dec, batch, world.get());
+            const std::vector<std::string> out_lines = translator.translate(job.sources, dec, batch, world.get());
             if (!root) return 0;
             std::ofstream file;
             if (!opt->output.empty()) {

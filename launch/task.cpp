@@ -11,9 +11,11 @@
 
 #include "data/corpus.h"
 #include "data/synthetic.h"
+#include "dist/mpi_communicator.h"
 #include "io/checkpoint.h"
 #include "launch/process_grid.h"
 #include "launch/schema.h"
+#include "tensor/allocator.h"
 
 namespace tessera::launch {
 
@@ -362,11 +364,6 @@ std::vector<std::vector<std::int32_t>> Translator::encode(const std::vector<std:
   return sources;
 }
 
-std::vector<std::string> Translator::translate(const std::vector<std::string>& lines, const models::DecodeOptions& opt,
-                                               std::int64_t batch_sentences) const {
-  return translate(encode(lines, true), opt, batch_sentences, nullptr);
-}
-
 std::vector<std::string> Translator::translate(const std::vector<std::vector<std::int32_t>>& sources,
                                                const models::DecodeOptions& opt, std::int64_t batch_sentences,
                                                dist::Communicator* replicas) const {
@@ -374,6 +371,20 @@ std::vector<std::string> Translator::translate(const std::vector<std::vector<std
   for (const auto& h : translate_ids(*model_, sources, opt, batch_sentences, replicas))
     out.push_back(tgt_codec_.decode(h));
   return out;
+}
+
+TranslationJob load_translation_job(dist::Communicator* world, const std::string& checkpoint, const std::string& vocab,
+                                    const std::string& vocab_tgt, Device device,
+                                    const std::function<std::vector<std::string>()>& read_lines) {
+  const bool root = world == nullptr || world->rank() == 0;
+  const int local_rank = world != nullptr && world->mpi() != nullptr ? world->mpi()->local_rank() : 0;  // collective
+  TranslationJob job;
+  root_first(world, [&] {
+    if (device == Device::cuda) (void)select_cuda_device(local_rank);
+    job.translator.emplace(checkpoint, vocab, vocab_tgt, device);
+    job.sources = job.translator->encode(read_lines(), /*report=*/root);
+  });
+  return job;
 }
 
 }  // namespace tessera::launch

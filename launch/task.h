@@ -2,7 +2,9 @@
 // symbol numbers for synthetic tasks) and the encoded training and validation examples.
 #pragma once
 
+#include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -79,13 +81,10 @@ class Translator {
   // device: where the model decodes (cuda: GPU 0 of this process, float32).
   Translator(const std::string& checkpoint, const std::string& vocab, const std::string& vocab_tgt,
              Device device = Device::cpu);
-  // Detokenized translations of `lines`, in order. Inputs longer than the positional table
-  // allows are cut to fit (and said so on stderr).
-  std::vector<std::string> translate(const std::vector<std::string>& lines, const models::DecodeOptions& opt,
-                                     std::int64_t batch_sentences) const;
-  // The same in two steps: the source ids (cut to fit; said so when `report`), then their
-  // translations; with `replicas`, its ranks share the batches (see translate_ids) and each
-  // returns every translation.
+  // Translating text takes two steps: the source ids (inputs longer than the positional table
+  // allows are cut to fit; said so on stderr when `report`), then their detokenized translations,
+  // in order; with `replicas`, its ranks share the batches (see translate_ids) and each returns
+  // every translation.
   std::vector<std::vector<std::int32_t>> encode(const std::vector<std::string>& lines, bool report) const;
   std::vector<std::string> translate(const std::vector<std::vector<std::int32_t>>& sources,
                                      const models::DecodeOptions& opt, std::int64_t batch_sentences,
@@ -97,5 +96,17 @@ class Translator {
   TextCodec src_codec_, tgt_codec_;
   std::unique_ptr<models::Transformer> model_;
 };
+
+// A checkpoint's Translator (on `device`; cuda: GPU local rank % GPUs) and the encoded sentences
+// `read_lines` gives, as `translate` and `score --checkpoint` load them. With `world` every rank
+// calls it and rank 0 loads first (see root_first): a bad checkpoint, vocabulary, input file or
+// GPU is reported once, by rank 0, and so are the over-long lines that are cut.
+struct TranslationJob {
+  std::optional<Translator> translator;
+  std::vector<std::vector<std::int32_t>> sources;
+};
+TranslationJob load_translation_job(dist::Communicator* world, const std::string& checkpoint, const std::string& vocab,
+                                    const std::string& vocab_tgt, Device device,
+                                    const std::function<std::vector<std::string>()>& read_lines);
 
 }  // namespace tessera::launch

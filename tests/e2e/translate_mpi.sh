@@ -1,7 +1,8 @@
 #!/bin/sh
 # `tessera translate` under mpirun: the ranks share the batches and rank 0 writes every
 # translation, the same file as one process writes; standard input (which mpirun gives rank 0
-# only) and a missing checkpoint are refused with one message.
+# only) and a missing checkpoint are refused with one message. `tessera score` under mpirun: one
+# score, the same as one process's (with --checkpoint the ranks share the translation).
 # Usage: translate_mpi.sh TESSERA CHECKPOINT WORKDIR
 set -eu
 tessera=$1 checkpoint=$2 work=$3
@@ -43,4 +44,23 @@ once bad_key "unknown key\|expects\|invalid YAML" -i "$work/src.txt" --vocab "[b
 printf '3 x 4\n' > "$work/bad.txt"
 once bad_line "'x' is not a symbol number" -i "$work/bad.txt"
 once gpu "none answers on this machine\|has no CUDA support\|head sizes 32, 64 or 128" -i "$work/src.txt" --device cuda
-echo "PASS: 3 ranks wrote one process's 41 translations; stdin, a missing checkpoint, a bad key, a bad line and a missing GPU each refused once, no rank left waiting"
+
+# score --checkpoint: the reverse task's reference is the source reversed.
+awk '{ for (i = NF; i > 0; i--) printf "%s%s", $i, (i > 1 ? " " : "\n") }' "$work/src.txt" > "$work/ref.txt"
+"$tessera" score --ref "$work/ref.txt" --checkpoint "$checkpoint" --src "$work/src.txt" --batch 4 > "$work/score_one.txt"
+grep -q '^BLEU = ' "$work/score_one.txt" || fail "score --checkpoint printed no score"
+mpirun -np 3 --oversubscribe "$tessera" score --ref "$work/ref.txt" --checkpoint "$checkpoint" --src "$work/src.txt" \
+  --batch 4 > "$work/score_three.txt" 2> "$work/score_three.log" || { cat "$work/score_three.log"; fail "mpirun score failed"; }
+cmp "$work/score_one.txt" "$work/score_three.txt" || fail "3 ranks scored otherwise than one process"
+mpirun -np 2 --oversubscribe "$tessera" score --ref "$work/ref.txt" --hyp "$work/one.txt" > "$work/score_hyp.txt" \
+  || fail "mpirun score --hyp failed"
+cmp "$work/score_one.txt" "$work/score_hyp.txt" || fail "score --hyp under mpirun: not the one score"
+# A reference of the wrong length is refused once, before any translating.
+head -n 5 "$work/ref.txt" > "$work/short.txt"
+status=0
+timeout 60 mpirun -np 2 --oversubscribe "$tessera" score --ref "$work/short.txt" --checkpoint "$checkpoint" \
+  --src "$work/src.txt" > "$work/short.log" 2>&1 || status=$?
+[ $status -ne 0 ] && [ $status -ne 124 ] || { cat "$work/short.log"; fail "short reference: exit status $status"; }
+[ "$(grep -c "source file '$work/src.txt' has 41 lines but reference file '$work/short.txt' has 5 lines" \
+  "$work/short.log")" -eq 1 ] || { cat "$work/short.log"; fail "short reference: not one message"; }
+echo "PASS: 3 ranks wrote one process's 41 translations and scored them as one process; stdin, a missing checkpoint, a bad key, a bad line, a missing GPU and a short reference each refused once, no rank left waiting"
