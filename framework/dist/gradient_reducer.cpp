@@ -34,6 +34,7 @@ GradientReducer::~GradientReducer() {
 
 void GradientReducer::arm() {
   armed_ = true;
+  next_ = 0;
   for (Bucket& b : buckets_) {
     b.ready = 0;
     b.request.reset();
@@ -42,8 +43,12 @@ void GradientReducer::arm() {
 
 void GradientReducer::on_ready(std::size_t bucket) {
   if (!armed_) return;
-  Bucket& b = buckets_[bucket];
-  if (++b.ready == b.params.size()) launch(b);
+  ++buckets_[bucket].ready;
+  // Collectives must start in the same order on every rank, and backward does not finish the
+  // buckets in their order everywhere (a pre-norm model's final layer norms; a rank with no
+  // sentences runs no backward and starts them all in finish()): start each bucket once it and
+  // every bucket before it are complete.
+  while (next_ < buckets_.size() && buckets_[next_].ready == buckets_[next_].params.size()) launch(buckets_[next_++]);
   // Non-blocking MPI collectives advance only inside MPI calls: give the ones in flight a turn.
   for (Bucket& other : buckets_)
     if (other.request) other.request->test();

@@ -1,6 +1,7 @@
 // Data parallelism's gradient averaging, overlapped with backward: parameters are grouped into
-// buckets (in reverse order, the order backward finishes them); a bucket's non-blocking
-// all-reduce starts as soon as its last gradient is final, while backward goes on.
+// buckets (in reverse order, roughly the order backward finishes them); a bucket's non-blocking
+// all-reduce starts as soon as its last gradient, and every earlier bucket's, is final, while
+// backward goes on (every rank starts them in the same order, as collectives must be).
 #pragma once
 
 #include <cstddef>
@@ -43,6 +44,7 @@ class GradientReducer {
   Communicator& group_;
   std::vector<Bucket> buckets_;
   bool armed_ = false;
+  std::size_t next_ = 0;  // the first bucket not started yet (they start in index order)
 };
 
 }  // namespace tessera::dist

@@ -163,22 +163,26 @@ Grads loss_and_grads(const models::Transformer& model, const std::vector<data::E
   return out;
 }
 
-void expect_parallel_equals_single(int tp) {
+// `sentences` in the batch (fewer than data-parallel ranks: some ranks have none and skip
+// backward, as the trainer does).
+void expect_parallel_equals_single(int tp, std::int64_t sentences = 10, bool pre_norm = false) {
   const int dp = world().size() / tp, r = world().rank();
   auto tensor_group = world().split(r / tp, r);
   auto data_group = world().split(r % tp, r);
-  const auto examples = data::make_synthetic(data::SyntheticTask::reverse, 10, 3, 9, 20, 5);
-  std::vector<std::int64_t> all(10);
-  for (std::int64_t i = 0; i < 10; ++i) all[static_cast<std::size_t>(i)] = i;
+  const auto examples = data::make_synthetic(data::SyntheticTask::reverse, sentences, 3, 9, 20, 5);
+  std::vector<std::int64_t> all(static_cast<std::size_t>(sentences));
+  for (std::int64_t i = 0; i < sentences; ++i) all[static_cast<std::size_t>(i)] = i;
   const std::int64_t tokens = data::make_batch(examples, all).tgt_tokens;
+  models::TransformerConfig config = tiny_config();
+  config.pre_norm = pre_norm;
 
   // The reference: one process, the whole batch.
-  const models::Transformer single(tiny_config(), 3);
+  const models::Transformer single(config, 3);
   const Grads ref = loss_and_grads(single, examples, all, tokens);
 
   // This rank: its heads and d_ff units, its share of the rows.
-  const models::Transformer model(tiny_config(), 3, tensor_group.get());
-  const std::vector<std::int64_t> rows = dist::even_split(10, dp);
+  const models::Transformer model(config, 3, tensor_group.get());
+  const std::vector<std::int64_t> rows = dist::even_split(sentences, dp);
   std::int64_t start = 0;
   for (int k = 0; k < data_group->rank(); ++k) start += rows[static_cast<std::size_t>(k)];
   const std::vector<std::int64_t> mine(all.begin() + start,
@@ -192,7 +196,8 @@ void expect_parallel_equals_single(int tp) {
   EXPECT_NEAR(loss.to_doubles()[0], ref.loss, 1e-10 * std::abs(ref.loss));
 
   // Relative to each tensor's largest entry; gradients that are zero in exact arithmetic (the
-  // key projection's bias: softmax ignores a constant added to every score) against the model's.
+  // key projection's bias: softmax ignores a constant added to every score) against the model's
+  // (rounding leaves ~1e-16 of it there).
   double model_scale = 0;
   for (const ag::Var& p : single.parameters())
     for (double g : p.grad().to_doubles()) model_scale = std::max(model_scale, std::abs(g));
@@ -209,12 +214,18 @@ void expect_parallel_equals_single(int tp) {
       scale = std::max(scale, std::abs(e[k]));
       err = std::max(err, std::abs(a[k] - e[k]));
     }
-    EXPECT_LE(err, 1e-10 * std::max(scale, 1e-6 * model_scale)) << p.name() << " on rank " << r << " (tp " << tp << ")";
+    EXPECT_LE(err, 1e-10 * std::max(scale, 1e-4 * model_scale)) << p.name() << " on rank " << r << " (tp " << tp << ")";
   }
 }
 
 TEST(TensorDataParallel, DataParallelFourEqualsOneProcess) { expect_parallel_equals_single(1); }
 TEST(TensorDataParallel, TensorParallelTwoTimesDataTwoEqualsOneProcess) { expect_parallel_equals_single(2); }
+// A rank without sentences starts every bucket at the end; the others start them as backward
+// finishes them, which for pre-norm (its final layer norms come last in the parameter list but
+// early in backward) is not the buckets' order: they must still be started in one order.
+TEST(TensorDataParallel, RanksWithoutSentencesEqualOneProcessPreNorm) {
+  expect_parallel_equals_single(1, 2, /*pre_norm=*/true);
+}
 TEST(TensorDataParallel, TensorParallelFourEqualsOneProcess) { expect_parallel_equals_single(4); }
 
 TEST(TensorDataParallel, HeadsMustDivideOverTensorParallelRanks) {
