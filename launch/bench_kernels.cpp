@@ -112,6 +112,12 @@ int run_kernel_bench(const BenchOptions& opt) {
     const double gbs_b = 3.0 * static_cast<double>(x.nbytes()) / t_bwd / 1e9;  // read x, dy; write dx
     fmt::print("{:<52} {:>9.1f} GB/s     {:5.1f}% of copy\n", "layer norm backward [16384, 512]", gbs_b,
                100 * gbs_b / copy_gbs);
+    // Dropout draws a Philox block per 4 elements (the same numbers as the GPU's): compute, not
+    // memory, unless the generator is vectorized.
+    const double t_drop = best_seconds(opt.repeats, [&] { (void)cpu::dropout_forward(x, 0.1, 7, 0); });
+    const double gbs_d = 2.0 * static_cast<double>(x.nbytes()) / t_drop / 1e9;  // read x, write y
+    fmt::print("{:<52} {:>9.1f} GB/s     {:5.1f}% of copy\n", "dropout forward [16384, 512]", gbs_d,
+               100 * gbs_d / copy_gbs);
   }
   return status;
 }

@@ -1,4 +1,5 @@
 // CPU kernels used without autograd: values against direct formulas, and their error messages.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -236,6 +237,23 @@ TEST(Philox, KnownAnswerVectors) {
   EXPECT_EQ(b.v[3], 0x24126ea1u);
 }
 
+// The CPU dropout's 8-lane generator gives philox4x32_10's blocks, also where the 64-bit counter
+// carries into its high word.
+TEST(Philox, LanesEqualOneBlockAtATime) {
+  for (const std::uint64_t first : {std::uint64_t{0}, (std::uint64_t{1} << 32) - 3, ~std::uint64_t{0} - 20}) {
+    std::uint32_t words[philox::kLanes][4];
+    const std::uint64_t key = 0xfedcba9876543210ull;
+    philox::philox4x32_10_lanes(first, key, words);
+    for (int l = 0; l < philox::kLanes; ++l) {
+      const std::uint64_t ctr = first + static_cast<std::uint64_t>(l);
+      const philox::Block b =
+          philox::philox4x32_10(static_cast<std::uint32_t>(ctr), static_cast<std::uint32_t>(ctr >> 32), 0, 0,
+                                static_cast<std::uint32_t>(key), static_cast<std::uint32_t>(key >> 32));
+      for (int k = 0; k < 4; ++k) EXPECT_EQ(words[l][k], b.v[k]) << "counter " << ctr << " word " << k;
+    }
+  }
+}
+
 TEST(Dropout, MaskIsAPureFunctionOfSeedOffsetAndIndex) {
   const Tensor x = Tensor::ones({100000});
   const auto y = cpu::dropout_forward(x, 0.25, 42, 1000).to_doubles();
@@ -257,6 +275,43 @@ TEST(Dropout, MaskIsAPureFunctionOfSeedOffsetAndIndex) {
   EXPECT_NE(cpu::dropout_forward(x, 0.25, 43, 1000).to_doubles(), y);
   EXPECT_NE(cpu::dropout_forward(x, 0.25, 42, 1004).to_doubles(), y);
   EXPECT_EQ(error_of([&] { (void)cpu::dropout_forward(x, 1.0, 1, 0); }), "dropout: probability 1 outside [0, 1)");
+}
+
+// Every element against philox::dropout_keep (the GPU's test), for sizes around the CPU's groups
+// of 8 Philox blocks (32 elements) and probabilities whose float is not exact; dropped elements
+// are +0 even where the input is infinite or NaN, kept ones are x / (1 - p).
+TEST(Dropout, EveryElementDecidesAsDropoutKeepAndDroppedAreZero) {
+  for (const DType dtype : {DType::f32, DType::f64}) {
+    for (const std::int64_t n : {1, 5, 31, 32, 33, 64, 95, 4099}) {
+      for (const double p : {0.0, 0.1, 0.3, 0.5, 0.9}) {
+        std::vector<double> xs(static_cast<std::size_t>(n));
+        for (std::size_t i = 0; i < xs.size(); ++i)
+          xs[i] = i % 7 == 3    ? std::numeric_limits<double>::infinity()
+                  : i % 11 == 5 ? std::numeric_limits<double>::quiet_NaN()
+                                : 0.25 * static_cast<double>(i % 13) - 1.0;
+        const Tensor x = Tensor::from_doubles(xs, {n}, dtype);
+        const auto y = cpu::dropout_forward(x, p, 0x1234567890ull, 77).to_doubles();
+        const double scale =
+            dtype == DType::f32 ? static_cast<double>(static_cast<float>(1.0 / (1.0 - p))) : 1.0 / (1.0 - p);
+        for (std::size_t i = 0; i < xs.size(); ++i) {
+          SCOPED_TRACE(fmt::format("{} n={} p={} i={}", dtype_name(dtype), n, p, i));
+          if (philox::dropout_keep(0x1234567890ull, 77, i, static_cast<float>(p))) {
+            if (std::isnan(xs[i])) {
+              EXPECT_TRUE(std::isnan(y[i]));
+            } else {
+              const double want = dtype == DType::f32
+                                      ? static_cast<double>(static_cast<float>(xs[i]) * static_cast<float>(scale))
+                                      : xs[i] * scale;
+              EXPECT_EQ(y[i], want);
+            }
+          } else {
+            EXPECT_EQ(y[i], 0.0);
+            EXPECT_FALSE(std::signbit(y[i]));
+          }
+        }
+      }
+    }
+  }
 }
 
 // ---------------------------------------------------------------- cross entropy
