@@ -131,11 +131,15 @@ Transformer::Transformer(const TransformerConfig& config, std::uint64_t seed, di
   // does not change the others' initial values.
   std::uint64_t s = seed * 1000003u;
   const std::int64_t d = cfg_.d_model;
+  // The parameters' order, reversed, is the order backward finishes their gradients, which the
+  // data-parallel gradient buckets follow: the decoder's own embedding and the pre-norm final
+  // norms are made after the encoder (its seed is still drawn here, so the values do not change).
+  std::uint64_t tgt_embed_seed = 0;
   if (cfg_.share_embeddings) {
     src_embed_ = tgt_embed_ = param("embed_tokens.weight", embedding_init(cfg_.src_vocab, d, s++));
   } else {
     src_embed_ = param("encoder.embed_tokens.weight", embedding_init(cfg_.src_vocab, d, s++));
-    tgt_embed_ = param("decoder.embed_tokens.weight", embedding_init(cfg_.tgt_vocab, d, s++));
+    tgt_embed_seed = s++;
   }
   for (std::int64_t i = 0; i < cfg_.encoder_layers; ++i) {
     const std::string p = "encoder.layers." + std::to_string(i);
@@ -147,6 +151,9 @@ Transformer::Transformer(const TransformerConfig& config, std::uint64_t seed, di
     l.ffn_norm = make_norm(p + ".final_layer_norm");
     encoder_.push_back(std::move(l));
   }
+  if (cfg_.pre_norm) encoder_final_norm_ = make_norm("encoder.layer_norm");
+  if (!cfg_.share_embeddings)
+    tgt_embed_ = param("decoder.embed_tokens.weight", embedding_init(cfg_.tgt_vocab, d, tgt_embed_seed));
   for (std::int64_t i = 0; i < cfg_.decoder_layers; ++i) {
     const std::string p = "decoder.layers." + std::to_string(i);
     DecoderLayer l;
@@ -159,10 +166,7 @@ Transformer::Transformer(const TransformerConfig& config, std::uint64_t seed, di
     l.ffn_norm = make_norm(p + ".final_layer_norm");
     decoder_.push_back(std::move(l));
   }
-  if (cfg_.pre_norm) {
-    encoder_final_norm_ = make_norm("encoder.layer_norm");
-    decoder_final_norm_ = make_norm("decoder.layer_norm");
-  }
+  if (cfg_.pre_norm) decoder_final_norm_ = make_norm("decoder.layer_norm");
   out_proj_ =
       cfg_.tie_output ? tgt_embed_ : param("decoder.output_projection.weight", xavier_uniform(cfg_.tgt_vocab, d, s++));
   positions_ = nn::sinusoidal_positional_encoding(cfg_.max_positions, d).to(cfg_.compute_dtype()).to(cfg_.device);

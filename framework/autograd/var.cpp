@@ -1,7 +1,9 @@
 #include "autograd/var.h"
 
+#include <algorithm>
+#include <atomic>
 #include <cmath>
-#include <unordered_set>
+#include <unordered_map>
 
 #include "kernels/dispatch.h"
 
@@ -9,6 +11,7 @@ namespace tessera::ag {
 namespace {
 thread_local bool g_grad_enabled = true;
 bool g_check_nan = false;
+std::atomic<std::uint64_t> g_next_sequence{1};  // ops' creation order (see Node::sequence)
 
 void accumulate(Node& n, const Tensor& grad) {
   TESSERA_CHECK(grad.shape() == n.value.shape(), "backward: gradient {} for '{}' does not match its value {}",
@@ -84,42 +87,44 @@ void Var::backward() {
 void Var::backward(const Tensor& seed) {
   TESSERA_CHECK(node_ && node_->requires_grad, "backward: '{}' does not require a gradient (no parameter reached it)",
                 node_ ? node_->name : std::string("undefined"));
-  // Iterative post-order DFS gives a topological order (inputs before outputs). The order
-  // holds owning pointers: clearing a node's inputs below must not free a node not yet visited.
-  std::vector<std::shared_ptr<Node>> order;
-  std::unordered_set<Node*> visited;
-  std::vector<std::pair<std::shared_ptr<Node>, std::size_t>> stack{{node_, 0}};
-  visited.insert(node_.get());
-  while (!stack.empty()) {
-    auto& top = stack.back();
-    if (top.second < top.first->inputs.size()) {
-      std::shared_ptr<Node> child = top.first->inputs[top.second++];
-      if (child->requires_grad && visited.insert(child.get()).second) stack.emplace_back(std::move(child), 0);
-    } else {
-      order.push_back(std::move(top.first));
-      stack.pop_back();
+  // The graph below this output: its ops (owned here: clearing a node's inputs below must not
+  // free one not yet run) and, for every node, how many edges lead into it.
+  std::vector<std::shared_ptr<Node>> ops;
+  std::unordered_map<const Node*, std::size_t> consumers{{node_.get(), 0}};
+  for (std::vector<std::shared_ptr<Node>> stack{node_}; !stack.empty();) {
+    std::shared_ptr<Node> n = std::move(stack.back());
+    stack.pop_back();
+    for (const auto& in : n->inputs) {
+      if (!in->requires_grad) continue;
+      auto [it, first_time] = consumers.try_emplace(in.get(), 0);
+      ++it->second;
+      if (first_time) stack.push_back(in);
     }
+    if (!n->is_leaf) ops.push_back(std::move(n));
   }
+  // Latest first: creation order is a topological order (inputs exist before their outputs), and
+  // unlike a depth-first order it runs backward through the model layer by layer in reverse, so
+  // the parameters' gradients become final in the reverse of their creation order (which the
+  // data-parallel gradient buckets rely on) and each layer's activations are freed in turn.
+  std::sort(ops.begin(), ops.end(), [](const auto& a, const auto& b) { return a->sequence > b->sequence; });
   accumulate(*node_, seed.to(node_->value.device()));
-  for (auto it = order.rbegin(); it != order.rend(); ++it) {
-    Node& n = **it;
-    if (n.is_leaf) {
-      // Reverse topological order: every consumer of this leaf has already passed it its part.
-      if (n.grad_ready && n.grad.defined()) n.grad_ready();
-    } else {
-      if (n.grad.defined() && n.backward) {
-        const std::vector<Tensor> grads = n.backward(n.grad);
-        for (std::size_t i = 0; i < n.inputs.size() && i < grads.size(); ++i) {
-          Node& in = *n.inputs[i];
-          if (in.requires_grad && grads[i].defined()) accumulate(in, grads[i]);
-        }
-      }
-      // Free the graph: captured tensors, links to inputs, and the intermediate gradient.
-      n.backward = nullptr;
-      n.inputs.clear();
-      n.grad = Tensor();
+  if (node_->is_leaf && node_->grad_ready) node_->grad_ready();
+  for (std::shared_ptr<Node>& op : ops) {
+    Node& n = *op;
+    std::vector<Tensor> grads;
+    if (n.grad.defined() && n.backward) grads = n.backward(n.grad);
+    for (std::size_t i = 0; i < n.inputs.size(); ++i) {
+      Node& in = *n.inputs[i];
+      if (!in.requires_grad) continue;
+      if (i < grads.size() && grads[i].defined()) accumulate(in, grads[i]);
+      // A leaf's gradient is final once every consumer has passed it its part.
+      if (--consumers[&in] == 0 && in.is_leaf && in.grad_ready && in.grad.defined()) in.grad_ready();
     }
-    it->reset();
+    // Free the graph: captured tensors, links to inputs, and the intermediate gradient.
+    n.backward = nullptr;
+    n.inputs.clear();
+    n.grad = Tensor();
+    op.reset();
   }
 }
 
@@ -136,6 +141,7 @@ Var make_result(Tensor value, const char* op, std::vector<Var> inputs, BackwardF
   node->value = std::move(value);
   node->name = op;
   node->is_leaf = false;
+  node->sequence = g_next_sequence.fetch_add(1, std::memory_order_relaxed);
   bool needs = false;
   for (const auto& v : inputs) needs = needs || v.requires_grad();
   if (needs && g_grad_enabled) {

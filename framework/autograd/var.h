@@ -6,6 +6,7 @@
 // backward functions in reverse topological order, accumulates gradients, and frees the graph.
 #pragma once
 
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <string>
@@ -27,6 +28,7 @@ struct Node {
   std::string name;  // parameter name for leaves, op name otherwise
   bool requires_grad = false;
   bool is_leaf = true;
+  std::uint64_t sequence = 0;  // ops: when it was made (backward runs the latest first)
   // Leaves: called by backward() once this leaf's gradient of that pass is complete (data
   // parallelism starts reducing a bucket as soon as all its gradients are final).
   std::function<void()> grad_ready;

@@ -94,6 +94,38 @@ TEST(Transformer, CachedDecoderEqualsUncachedAndBeamOneEqualsGreedy) {
   for (const auto& h : beam4) EXPECT_LE(h.size(), 7u + 6u);
 }
 
+// The data-parallel gradient buckets follow the parameters in reverse order and start in that
+// order: if backward finished a layer's gradients much later than that order says, every bucket
+// after it would wait, and the all-reduces would stop overlapping backward. Each parameter must
+// become final within one sublayer (10 parameters: an attention's and its norm's) of its place.
+TEST(Transformer, BackwardFinishesGradientsInReverseParameterOrder) {
+  for (const bool pre_norm : {false, true}) {
+    for (const bool share : {true, false}) {
+      TransformerConfig c = tiny_config();
+      c.pre_norm = pre_norm;
+      c.share_embeddings = c.tie_output = share;
+      Transformer m(c, 7);
+      std::vector<ag::Var> params = m.parameters();
+      std::vector<std::size_t> finished;  // parameter indices, in the order their gradients became final
+      for (std::size_t i = 0; i < params.size(); ++i)
+        params[i].set_grad_ready_hook([&finished, i] { finished.push_back(i); });
+      Tensor src, pad;
+      random_sources(3, 6, c.src_vocab, src, pad);
+      models::DropoutStream drop;
+      const ag::Var logits = m.forward(src, pad, Tensor::full({3, 5}, 5, DType::i32), drop);
+      ag::cross_entropy(ag::reshape(logits, {15, 23}), Tensor::full({15}, 6, DType::i32), 0.1, -100).backward();
+      ASSERT_EQ(finished.size(), params.size());
+      for (std::size_t pos = 0; pos < finished.size(); ++pos) {
+        const std::size_t expected = params.size() - 1 - finished[pos];
+        EXPECT_LE(std::max(pos, expected) - std::min(pos, expected), 10u)
+            << params[finished[pos]].name() << " finished " << pos << "th (pre_norm " << pre_norm << ", shared "
+            << share << ")";
+      }
+      for (ag::Var& p : params) p.set_grad_ready_hook(nullptr);
+    }
+  }
+}
+
 TEST(Transformer, BadConfigsAreNamed) {
   TransformerConfig c = tiny_config();
   c.heads = 5;
