@@ -12,23 +12,33 @@ bin=$1 report=$2
 here=$(cd "$(dirname "$0")" && pwd)
 repo=$(cd "$here/../.." && pwd)
 work=$(mktemp -d /tmp/tessera_check.XXXXXX)
+# Beside the report: the logs of every step (training logs, metrics, test and benchmark output).
+logs_tarball="$(dirname "$report")/check_logs.tar.gz"
 # A build folder keeps the executables in tests/ and the top; a bundle keeps them together.
 exe() { if [ -x "$bin/$1" ]; then echo "$bin/$1"; else echo "$bin/tests/$1"; fi; }
 # The whole check fits CHECK_BUDGET_S (default 540 s: under the device tool's 600 s a command):
-# each step's timeout is cut to what is left.
+# each step's timeout is cut to what is left. `timeout -k`: tessera finishes its step and
+# checkpoints on the first SIGTERM, and a process stuck in the driver ignores it.
 budget=${CHECK_BUDGET_S:-540}
 cap() {
   local left=$((budget - SECONDS - 10))
   ((left < 5)) && left=5
   echo $(($1 < left ? $1 : left))
 }
+limit() { timeout -k 15 "$(cap "$1")" "${@:2}"; }
 mkdir -p "$(dirname "$report")"
-# CUDA libraries: the toolkit's, else the ones PyTorch's wheels carry.
+# CUDA libraries for our executables (not for Python, whose torch brings its own): the bundle's,
+# the toolkit's, else the ones PyTorch's wheels carry.
 libs="$bin/lib:/usr/local/cuda/lib64"
 for d in $(python3 -c 'import nvidia, os; r = nvidia.__path__[0]; print(" ".join(os.path.join(r, x, "lib") for x in os.listdir(r)))' 2>/dev/null); do
   libs="$libs:$d"
 done
-export LD_LIBRARY_PATH="$libs:${LD_LIBRARY_PATH:-}"
+ours=(env "LD_LIBRARY_PATH=$libs:${LD_LIBRARY_PATH:-}")
+# The one-rank NCCL test initializes MPI without mpirun: a singleton that starts no orted, with
+# the bundle's Open MPI and PMIx plugins where it carries them.
+mpi=(OMPI_MCA_ess_singleton_isolated=1 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1)
+[ -d "$bin/lib/openmpi3" ] && mpi+=("OMPI_MCA_mca_base_component_path=$bin/lib/openmpi3")
+[ -d "$bin/lib/pmix" ] && mpi+=("PMIX_MCA_mca_base_component_path=$bin/lib/pmix")
 
 {
   echo "# Tessera GPU check — $(date -u '+%Y-%m-%d %H:%M UTC')"
@@ -40,8 +50,14 @@ export LD_LIBRARY_PATH="$libs:${LD_LIBRARY_PATH:-}"
   echo "## 1. CUDA kernels and the GPU training path against their CPU twins"
   echo
   echo '```'
-  timeout $(cap 240) "$(exe tessera_gpu_tests)" 2>&1 | grep -E '^\[ *(OK|FAILED|PASSED|SKIPPED) *\]|Failure|worst at|error' | head -80
-  echo "exit status: ${PIPESTATUS[0]}"
+  # Into a log first (a pipe into head could stop the tests); the NCCL test on its own, after
+  # the others, so that an MPI start-up failure loses nothing else.
+  limit 200 "${ours[@]}" "$(exe tessera_gpu_tests)" --gtest_filter='-Nccl.*' > "$work/gpu_tests.log" 2>&1
+  echo "exit status: $?"
+  limit 40 "${ours[@]}" "${mpi[@]}" "$(exe tessera_gpu_tests)" --gtest_filter='Nccl.*' > "$work/gpu_tests_nccl.log" 2>&1
+  echo "NCCL test exit status: $?"
+  cat "$work/gpu_tests.log" "$work/gpu_tests_nccl.log" |
+    grep -E '^\[ *(OK|FAILED|PASSED|SKIPPED) *\]|Failure|worst at|error' | head -120
   echo '```'
   echo
   echo "## 2. 50 training steps on the GPU against the CPU run"
@@ -57,7 +73,7 @@ export LD_LIBRARY_PATH="$libs:${LD_LIBRARY_PATH:-}"
     set -- $run
     dir="$work/small_$1_${2:-fp32}"
     start=$(date +%s.%N)
-    timeout $(cap 150) "$(exe tessera)" train "${small[@]}" --set train.device=$1 --set train.precision=${2:-fp32} \
+    limit 150 "${ours[@]}" "$(exe tessera)" train "${small[@]}" --set train.device=$1 --set train.precision=${2:-fp32} \
       --set output.dir="$dir" > "$dir.log" 2>&1
     echo "$run: exit status $?, $(python3 -c "print(f'{$(date +%s.%N) - $start:.1f}')") s"
     grep -E "^device:|error" "$dir.log" | head -3
@@ -87,10 +103,10 @@ PY
   echo
   echo "## 3. Flash attention, bf16, FlashAttention's FLOP convention (fwd+bwd = 3.5 x fwd)"
   echo
-  timeout $(cap 150) "$(exe tessera_gpu_bench)" > /tmp/tessera_bench.csv 2>&1
+  limit 150 "${ours[@]}" "$(exe tessera_gpu_bench)" > "$work/bench.csv" 2>&1
   echo "exit status: $?"
-  timeout $(cap 120) python3 "$here/sdpa_reference.py" > /tmp/sdpa.csv 2>&1
-  python3 - /tmp/tessera_bench.csv /tmp/sdpa.csv <<'PY'
+  limit 120 python3 "$here/sdpa_reference.py" > "$work/sdpa.csv" 2>&1
+  python3 - "$work/bench.csv" "$work/sdpa.csv" <<'PY'
 import csv, sys
 def rows(path):
     lines = [l for l in open(path) if l and not l.startswith("#")]
@@ -99,9 +115,9 @@ def rows(path):
     except Exception:
         return {}
 ours, torch = rows(sys.argv[1]), rows(sys.argv[2])
-for path in sys.argv[1:]:
+for path in sys.argv[1:]:  # notes, and whatever is not a CSV row (an error message)
     for l in open(path):
-        if l.startswith("#") or "not" in l:
+        if l.strip() and (l.startswith("#") or not l[:1].isdigit() and not l.startswith("d,")):
             print("    " + l.rstrip())
 print("| d | causal | seqlen | ours fwd TFLOP/s | ours fwd+bwd | SDPA fwd | SDPA fwd+bwd | fwd+bwd ratio |")
 print("|---|---|---|---|---|---|---|---|")
@@ -121,7 +137,7 @@ PY
   echo "|---|---|---|---|---|---|"
   for model in base big; do
     dir="$work/$model"
-    timeout $(cap 200) "$(exe tessera)" train --config "$repo/configs/$model.yaml" --set data.task=copy \
+    limit 200 "${ours[@]}" "$(exe tessera)" train --config "$repo/configs/$model.yaml" --set data.task=copy \
       --set data.synthetic_vocab=32000 --set data.synthetic_min_len=20 --set data.synthetic_max_len=40 \
       --set data.synthetic_train_size=100000 --set data.synthetic_valid_size=4 --set train.device=cuda \
       --set train.precision=bf16 --set train.max_steps=30 --set train.log_every=10 --set train.valid_every=0 \
@@ -143,6 +159,8 @@ else:
     print(f"| {model} | {tok} | {tf:.1f} | {100 * tf / 989:.1f}% | {mem} GiB | {status} |")
 PY
   done
-  rm -rf "$work"
-} > "$report" 2>&1
-cat "$report"
+} 2>&1 | tee "$report"
+# The logs (not the checkpoints) travel beside the report.
+(cd "$work" && find . -name '*.log' -o -name '*.csv' -o -name 'metrics.jsonl' | tar -czf "$logs_tarball" -T -)
+rm -rf "$work"
+echo "report: $report; logs: $logs_tarball"
