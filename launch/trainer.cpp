@@ -296,7 +296,7 @@ class Run {
         const double ppl = std::exp(window.nll / static_cast<double>(window.tokens));
         const double tps = static_cast<double>(window.tokens) / wsecs;
         const double tflops = window_flops / wsecs / 1e12;  // all ranks together
-        const MemoryStats mem = device_memory_stats();
+        const MemoryStats mem = device_memory_stats(), host = host_memory_stats();
         const double pad =
             static_cast<double>(window_padded) / static_cast<double>(std::max<std::int64_t>(window_slots, 1));
         // Data parallelism: time per step spent waiting for gradient all-reduces after backward.
@@ -308,20 +308,22 @@ class Run {
             step, batcher_.epoch() + 1, loss, ppl, lr, gnorm, tps,
             on_gpu ? fmt::format("{:.1f} model TFLOP/s | gpu peak {:.2f} GiB | ", tflops,
                                  static_cast<double>(mem.peak_in_use) / (1024.0 * 1024.0 * 1024.0))
-                   : std::string(),
+                   : fmt::format("mem peak {:.2f} GiB | ",
+                                 static_cast<double>(host.peak_in_use) / (1024.0 * 1024.0 * 1024.0)),
             100 * pad,
             reducer_ ? fmt::format("allreduce wait {:.1f} ms/step{} | ", wait_ms,
                                    measure_comm ? fmt::format(" (+ {:.1f} imbalance)", skew_ms) : std::string())
                      : std::string(),
             format_duration(elapsed), format_duration(eta));
         std::fflush(stdout);
-        metric(
-            fmt::format("{{\"step\": {}, \"epoch\": {}, \"loss\": {}, \"ppl\": {}, \"lr\": {}, \"grad_norm\": {}, "
-                        "\"tokens_per_s\": {}, \"model_tflops\": {}, \"gpu_peak_bytes\": {}, \"padding\": {}, "
-                        "\"allreduce_wait_ms\": {}, \"imbalance_wait_ms\": {}, \"elapsed_s\": {}, \"eta_s\": {}}}\n",
-                        step, batcher_.epoch() + 1, json_number(loss), json_number(ppl), json_number(lr),
-                        json_number(gnorm), json_number(tps), json_number(tflops), mem.peak_in_use, json_number(pad),
-                        json_number(wait_ms), json_number(skew_ms), json_number(elapsed), json_number(eta)));
+        metric(fmt::format(
+            "{{\"step\": {}, \"epoch\": {}, \"loss\": {}, \"ppl\": {}, \"lr\": {}, \"grad_norm\": {}, "
+            "\"tokens_per_s\": {}, \"model_tflops\": {}, \"gpu_peak_bytes\": {}, \"host_peak_bytes\": {}, \"padding\": "
+            "{}, "
+            "\"allreduce_wait_ms\": {}, \"imbalance_wait_ms\": {}, \"elapsed_s\": {}, \"eta_s\": {}}}\n",
+            step, batcher_.epoch() + 1, json_number(loss), json_number(ppl), json_number(lr), json_number(gnorm),
+            json_number(tps), json_number(tflops), mem.peak_in_use, host.peak_in_use, json_number(pad),
+            json_number(wait_ms), json_number(skew_ms), json_number(elapsed), json_number(eta)));
         comm_wait_ = skew_wait_ = 0;
         window_step = step;
         window = {};

@@ -126,7 +126,7 @@ struct HostSystem {
 };
 
 BlockCache<HostSystem>& host_cache() {
-  static auto* cache = new BlockCache<HostSystem>(cache_limit("TESSERA_HOST_CACHE_MB", 4096));  // never destroyed:
+  static auto* cache = new BlockCache<HostSystem>(cache_limit("TESSERA_HOST_CACHE_MB", 512));  // never destroyed:
   return *cache;  // tensors may outlive statics
 }
 

@@ -18,6 +18,10 @@ for f in checkpoint_00000040.h5 checkpoint_00000050.h5 checkpoint_best.h5 model.
   [ -f "$dir/$f" ] || fail "$f is missing"
 done
 ls "$dir" | grep -q '\.tmp$' && fail "a temporary file was left behind"
+# A CPU run logs the peak bytes live tensors held (model, Adam state and activations: over 1 MB).
+grep -q '| mem peak [0-9.]* GiB |' "$work/train.log" || fail "no 'mem peak' on the log line"
+grep -o '"host_peak_bytes": [0-9]*' "$dir/metrics.jsonl" | awk '$2 < 1000000 { bad = 1 } END { exit bad || NR != 5 }' \
+  || fail "metrics.jsonl: not 5 host_peak_bytes over 1 MB"
 
 # The documented layout, as h5ls prints it (d_model 64, d_ff 256, 2 layers, 4 heads).
 h5ls -r "$dir/checkpoint_00000050.h5" > "$work/h5ls.txt"
