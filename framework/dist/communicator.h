@@ -48,6 +48,9 @@ class Communicator {
 
 // dim-0 sizes of an even split of n rows over `parts` (the first n % parts get one more).
 std::vector<std::int64_t> even_split(std::int64_t n, int parts);
+// Elements in one dim-0 row of `t` (the product of its other dims: also right for a tensor with
+// no rows, whose rank must still post the others' counts).
+std::int64_t row_elements(const Tensor& t);
 // Throws unless `rows` gives each of `ranks` ranks a share (none negative) of `total` rows: what
 // reduce_scatter's callers must pass.
 void check_row_shares(const std::vector<std::int64_t>& rows, int ranks, std::int64_t total);

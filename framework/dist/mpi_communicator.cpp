@@ -191,8 +191,7 @@ Tensor MpiCommunicator::all_gather(const Tensor& t) {
   check_cpu(t, "all_gather");
   TESSERA_CHECK(t.dim() >= 1, "all_gather: needs a tensor with a first dimension, got a scalar");
   CollectiveWatch mark("all_gather");
-  Shape rest(t.shape().begin() + 1, t.shape().end());
-  const std::int64_t row_elems = shape_numel(rest);
+  const std::int64_t row_elems = row_elements(t);
   // Every rank's row count first, so uneven shares work.
   std::vector<std::int64_t> rows(static_cast<std::size_t>(size_));
   std::int64_t mine = t.size(0);
@@ -222,7 +221,7 @@ Tensor MpiCommunicator::reduce_scatter(const Tensor& t, const std::vector<std::i
   TESSERA_CHECK(t.dim() >= 1, "reduce_scatter: needs a tensor with a first dimension, got a scalar");
   CollectiveWatch mark("reduce_scatter");
   check_row_shares(rows, size_, t.size(0));
-  const std::int64_t row_elems = shape_numel(Shape(t.shape().begin() + 1, t.shape().end()));
+  const std::int64_t row_elems = row_elements(t);
   std::vector<int> counts(rows.size());
   for (std::size_t r = 0; r < rows.size(); ++r) counts[r] = static_cast<int>(rows[r] * row_elems);
   Shape out_shape = t.shape();
@@ -284,6 +283,8 @@ std::vector<std::vector<std::int32_t>> all_gather_sequences(Communicator& comm,
   }
   return out;
 }
+
+std::int64_t row_elements(const Tensor& t) { return shape_numel(Shape(t.shape().begin() + 1, t.shape().end())); }
 
 void check_row_shares(const std::vector<std::int64_t>& rows, int ranks, std::int64_t total) {
   TESSERA_CHECK(static_cast<int>(rows.size()) == ranks, "reduce_scatter: {} row counts for {} ranks", rows.size(),

@@ -124,8 +124,7 @@ Tensor NcclCommunicator::all_gather(const Tensor& t) {
   std::int64_t mine = t.size(0);
   if (MPI_Allgather(&mine, 1, MPI_INT64_T, rows.data(), 1, MPI_INT64_T, bootstrap_->comm()) != MPI_SUCCESS)
     fail("all_gather: exchanging row counts failed");
-  // From the shape, not numel / rows: a rank with no rows still posts the others' counts.
-  const std::int64_t row_elems = shape_numel(Shape(t.shape().begin() + 1, t.shape().end()));
+  const std::int64_t row_elems = row_elements(t);
   std::int64_t total = 0;
   for (auto r : rows) total += r;
   Shape shape = t.shape();
@@ -151,7 +150,7 @@ Tensor NcclCommunicator::reduce_scatter(const Tensor& t, const std::vector<std::
   check_gpu(t, "reduce_scatter");
   TESSERA_CHECK(t.dim() >= 1, "reduce_scatter: needs a tensor with a first dimension, got a scalar");
   check_row_shares(rows, size_, t.size(0));  // NCCL cannot check: bad counts would read past `t`
-  const std::int64_t row_elems = shape_numel(Shape(t.shape().begin() + 1, t.shape().end()));
+  const std::int64_t row_elems = row_elements(t);
   Shape shape = t.shape();
   shape[0] = rows[static_cast<std::size_t>(rank_)];
   Tensor out = Tensor::empty(shape, t.dtype(), Device::cuda);

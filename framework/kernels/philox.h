@@ -41,33 +41,17 @@ TESSERA_HD Block philox4x32_10(std::uint32_t c0, std::uint32_t c1, std::uint32_t
 }
 
 #if !defined(__CUDACC__)
-// The same for kLanes consecutive counters (first, first + 1, ...) with (c2, c3) = 0 and the key
-// `key`: word k of block `lane` goes to words[lane][k] (element order, as philox::uniform counts).
-// The lanes are a plain loop around the rounds, which the compiler vectorizes (AVX2: 8 lanes,
-// vpmuludq); the CPU dropout uses it, the GPU has a thread per block instead.
+// kLanes consecutive blocks (counters first, first + 1, ...; key `key`), word k of block `lane`
+// into words[lane][k] (element order, as philox::uniform counts). A plain loop over the lanes
+// around philox4x32_10, which the compiler vectorizes (AVX2: 8 lanes, vpmuludq): the CPU dropout
+// uses it, the GPU has a thread per block instead.
 constexpr int kLanes = 8;
 inline void philox4x32_10_lanes(std::uint64_t first, std::uint64_t key, std::uint32_t (&words)[kLanes][4]) {
-  const auto key0 = static_cast<std::uint32_t>(key), key1 = static_cast<std::uint32_t>(key >> 32);
   for (int l = 0; l < kLanes; ++l) {
     const std::uint64_t ctr = first + static_cast<std::uint64_t>(l);
-    auto c0 = static_cast<std::uint32_t>(ctr), c1 = static_cast<std::uint32_t>(ctr >> 32);
-    std::uint32_t c2 = 0, c3 = 0, k0 = key0, k1 = key1;
-    for (int round = 0; round < 10; ++round) {  // philox4x32_10's rounds, with the products written out
-      const std::uint64_t p0 = std::uint64_t{0xD2511F53u} * c0;
-      const std::uint64_t p1 = std::uint64_t{0xCD9E8D57u} * c2;
-      const auto n0 = static_cast<std::uint32_t>(p1 >> 32) ^ c1 ^ k0;
-      const auto n2 = static_cast<std::uint32_t>(p0 >> 32) ^ c3 ^ k1;
-      c0 = n0;
-      c1 = static_cast<std::uint32_t>(p1);
-      c2 = n2;
-      c3 = static_cast<std::uint32_t>(p0);
-      k0 += 0x9E3779B9u;
-      k1 += 0xBB67AE85u;
-    }
-    words[l][0] = c0;
-    words[l][1] = c1;
-    words[l][2] = c2;
-    words[l][3] = c3;
+    const Block b = philox4x32_10(static_cast<std::uint32_t>(ctr), static_cast<std::uint32_t>(ctr >> 32), 0u, 0u,
+                                  static_cast<std::uint32_t>(key), static_cast<std::uint32_t>(key >> 32));
+    for (int k = 0; k < 4; ++k) words[l][k] = b.v[k];
   }
 }
 #endif
