@@ -13,6 +13,7 @@
 #include <fstream>
 #include <limits>
 #include <regex>
+#include <sstream>
 #include <thread>
 
 #include "data/vocab.h"
@@ -281,12 +282,18 @@ class Run {
       const double lr = lr_;
 
       const double elapsed = elapsed_seconds();
-      // Every rank stops at the same step: a signal or the time limit seen by any rank counts.
+      // Every rank stops at the same step: a signal or the time limit seen by any rank counts. Only
+      // this agreed decision may be acted on: a signal arriving after the all-reduce waits for the next
+      // step, or this rank would checkpoint (a collective) while the others go on training.
+      const int own_signal = g_stop_signal;
       Tensor stop =
-          Tensor::from(std::vector<std::int32_t>{g_stop_signal, max_seconds > 0 && elapsed >= max_seconds}, {2});
+          Tensor::from(std::vector<std::int32_t>{own_signal != 0, max_seconds > 0 && elapsed >= max_seconds}, {2});
       if (grid_.size > 1) grid_.world->all_reduce(stop, dist::ReduceOp::sum);
       const bool out_of_time = stop.data<std::int32_t>()[1] > 0;
-      if (stop.data<std::int32_t>()[0] != 0 && g_stop_signal == 0) g_stop_signal = SIGTERM;
+      // A peer's signal stops this rank as a SIGTERM would, without counting as this process's own
+      // first signal (a second one of its own still ends it at once).
+      const int stop_signal = own_signal != 0 ? own_signal : stop.data<std::int32_t>()[0] > 0 ? SIGTERM : 0;
+      if (fault_at("TESSERA_FAULT_SIGNAL", step)) std::raise(SIGTERM);
       if (step % log_every == 0 || step == max_steps || out_of_time) {
         const double wsecs = std::chrono::duration<double>(Clock::now() - window_start).count();
         const double session = std::chrono::duration<double>(Clock::now() - start_).count();
@@ -338,8 +345,8 @@ class Run {
         no_progress = patience > 0 && validations_since_best_ >= patience;
       }
       if (checkpoint_every > 0 && step % checkpoint_every == 0 && step != max_steps) save_step_checkpoint();
-      if (g_stop_signal != 0) {
-        const int sig = g_stop_signal;
+      if (stop_signal != 0) {
+        const int sig = stop_signal;
         const std::string path = last_saved_step_ == step ? step_checkpoint_path(step) : save_step_checkpoint();
         fmt::print(
             "train: {} received: stopped after step {}; {} holds the run (resume with --resume); exiting with "
@@ -378,14 +385,21 @@ class Run {
   }
 
  private:
-  // Fault injection for the failure tests: VARIABLE="RANK:STEP" names the rank and step it hits.
+  // Fault injection for the failure tests: VARIABLE="RANK:STEP[,RANK:STEP...]" names where it hits.
   // TESSERA_FAULT_HANG: that rank stops responding (sleeps), as a stuck process would.
   // TESSERA_FAULT_NAN: that rank's backward starts from NaN, as a diverging run's would.
+  // TESSERA_FAULT_SIGNAL: that rank gets a SIGTERM just after the ranks agreed whether to stop at
+  // that step, the moment where acting on it alone would desynchronize the ranks.
   bool fault_at(const char* variable, std::int64_t step) const {
     const char* spec = std::getenv(variable);
-    int rank = -1;
-    long long at = -1;
-    return spec != nullptr && std::sscanf(spec, "%d:%lld", &rank, &at) == 2 && rank == grid_.rank && at == step;
+    if (spec == nullptr) return false;
+    std::istringstream items(spec);
+    for (std::string item; std::getline(items, item, ',');) {
+      int rank = -1;
+      long long at = -1;
+      if (std::sscanf(item.c_str(), "%d:%lld", &rank, &at) == 2 && rank == grid_.rank && at == step) return true;
+    }
+    return false;
   }
 
   void maybe_inject_hang(std::int64_t step) const {

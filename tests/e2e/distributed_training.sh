@@ -9,6 +9,7 @@
 #  - a parallel corpus, encoded in shares by the ranks, gives the single process's losses at dp=2,
 #    and a missing corpus file stops the job with one message; the ranks waiting for rank 0 to
 #    train a vocabulary do not time out;
+#  - a SIGTERM on one rank stops every rank at the same step, with one checkpoint;
 #  - killing one rank of four ends the whole job within 60 s with a non-zero status.
 # Usage: distributed_training.sh TESSERA CONFIG WORKDIR
 set -eu
@@ -136,6 +137,21 @@ mpi 2 "$tessera" train $common --set data.task=translation --set data.train_src=
   --set data.vocab_size=4000 --set parallel.data=2 --set parallel.timeout_s=2 --set train.max_steps=2 \
   --set train.valid_max_sentences=2 --set decode.max_extra_len=3 --set output.dir="$work/vocab_wait" \
   > "$work/vocab_wait.log" 2>&1 || { cat "$work/vocab_wait.log"; fail "waiting for rank 0's vocabulary timed out"; }
+
+# SIGTERM reaching one rank just after the ranks agreed to go on (injected at step 3): every rank
+# stops after step 4 together, one checkpoint, status 143 (acting alone, that rank checkpointed
+# while the other trained on: a collective timeout and no checkpoint). Then rank 0's SIGTERM stops
+# rank 1 too, and rank 1's own SIGTERM arriving meanwhile is its first, not a second that kills.
+for faults in 1:3 0:3,1:4; do
+  dir="$work/signal_$faults"
+  status=0
+  TESSERA_FAULT_SIGNAL=$faults mpi 2 "$tessera" train $common --set train.max_steps=1000000 --set parallel.data=2 \
+    --set parallel.timeout_s=30 --set checkpoint.every=0 --set output.dir="$dir" > "$dir.log" 2>&1 || status=$?
+  [ $status -eq 143 ] || { tail -n 20 "$dir.log"; fail "SIGTERM at $faults: exit status $status, expected 143"; }
+  grep -q '^train: SIGTERM received: stopped after step 4;' "$dir.log" || fail "SIGTERM at $faults: did not stop after step 4"
+  [ "$(ls "$dir" | grep -c '^checkpoint_[0-9]*\.h5$')" -eq 1 ] && [ -f "$dir/checkpoint_00000004.h5" ] ||
+    fail "SIGTERM at $faults: expected only checkpoint_00000004.h5, found: $(ls "$dir")"
+done
 
 # Kill one rank of four mid-run: the job ends, non-zero, within 60 s.
 mpi 4 "$tessera" train $common --set train.max_steps=1000000 --set parallel.data=4 --set output.dir="$work/killed" \
