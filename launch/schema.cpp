@@ -31,10 +31,11 @@ const io::Schema& tessera_schema() {
                 "target-side SentencePiece model when data.joint_vocab is false; empty: train one into output.dir")
         .integer("data.vocab_size", 8000, 16, 1000000, "size of each SentencePiece vocabulary trained on first use")
         .string("data.vocab_type", "bpe", {"bpe", "unigram"}, "SentencePiece model type for a trained vocabulary")
-        .integer("data.max_len", 128, 1, 65536, "pairs longer than this (subword tokens) are skipped and counted")
+        .integer("data.max_len", 128, 1, 65536,
+                 "pairs longer than this (subword tokens) are skipped and counted; below model.max_positions")
         .integer("data.synthetic_vocab", 20, 2, 100000, "synthetic tasks: number of distinct symbols")
         .integer("data.synthetic_min_len", 10, 1, 10000, "synthetic tasks: shortest sequence")
-        .integer("data.synthetic_max_len", 20, 1, 10000, "synthetic tasks: longest sequence")
+        .integer("data.synthetic_max_len", 20, 1, 10000, "synthetic tasks: longest sequence; below model.max_positions")
         .integer("data.synthetic_train_size", 50000, 1, 100000000, "synthetic tasks: training examples")
         .integer("data.synthetic_valid_size", 500, 1, 1000000, "synthetic tasks: validation examples");
     // ---- training
@@ -68,7 +69,8 @@ const io::Schema& tessera_schema() {
     // ---- decoding
     s.integer("decode.beam", 4, 1, 1000, "beam size (1: greedy)")
         .real("decode.length_penalty", 0.6, 0.0, 10.0, "alpha of the length penalty ((5 + len) / 6)^alpha")
-        .integer("decode.max_extra_len", 50, 0, 100000, "a translation may be at most source length + this long")
+        .integer("decode.max_extra_len", 50, 0, 100000,
+                 "a translation may be at most source length + this long (and model.max_positions)")
         .integer("decode.batch_sentences", 64, 1, 100000, "sentences decoded together");
     // ---- parallelism (mpirun -np tensor*data)
     s.integer("parallel.tensor", 1, 1, 4096,

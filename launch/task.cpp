@@ -224,6 +224,15 @@ void check_vocab_keys(const io::Config& cfg) {
                "vocabulary (set model.share_embeddings: false)");
 }
 
+// A training sequence of `length_key` tokens takes one position more (eos on the source side, bos
+// in the decoder's input): without this check the first such batch would fail mid-run.
+void check_fits_positions(const io::Config& cfg, const char* length_key) {
+  const std::int64_t longest = cfg.integer(length_key), positions = cfg.integer("model.max_positions");
+  check_config(longest + 1 <= positions,
+               "config: {} = {} needs model.max_positions >= {} (a sequence plus eos or bos), but it is {}", length_key,
+               longest, longest + 1, positions);
+}
+
 // The vocabulary at `path`, or, when `key` left it to us and it does not exist yet, one trained
 // on `inputs` into `path`.
 TextCodec load_or_train_vocab(const io::Config& cfg, const std::string& path, const char* key,
@@ -257,6 +266,7 @@ TaskData load_task_data(const io::Config& cfg, dist::Communicator* world) {
     const std::int64_t vocab = cfg.integer("data.synthetic_vocab"), lo = cfg.integer("data.synthetic_min_len"),
                        hi = cfg.integer("data.synthetic_max_len");
     check_config(lo <= hi, "config: data.synthetic_min_len = {} exceeds data.synthetic_max_len = {}", lo, hi);
+    check_fits_positions(cfg, "data.synthetic_max_len");
     const auto kind = data::parse_synthetic_task(task);
     t.src_codec = t.tgt_codec = TextCodec::symbols(vocab);
     t.train = data::make_synthetic(kind, cfg.integer("data.synthetic_train_size"), lo, hi, vocab, seed);
@@ -268,6 +278,7 @@ TaskData load_task_data(const io::Config& cfg, dist::Communicator* world) {
   for (const char* key : {"data.train_src", "data.train_tgt", "data.valid_src", "data.valid_tgt"})
     check_config(!cfg.string(key).empty(), "config: data.task is 'translation' but {} is not set", key);
   check_vocab_keys(cfg);
+  check_fits_positions(cfg, "data.max_len");
   const VocabPaths paths = vocab_paths(cfg);
   const auto read_text_and_vocabularies = [&](data::ParallelText& train, data::ParallelText& valid) {
     train = data::read_parallel(cfg.string("data.train_src"), cfg.string("data.train_tgt"));

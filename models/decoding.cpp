@@ -14,14 +14,19 @@ namespace {
 using data::kBosId;
 using data::kEosId;
 
-// Real (non-padding) source length of each row: it bounds the hypothesis length.
-std::vector<std::int64_t> source_lengths(const Tensor& src_padding) {
+// Most tokens each row's hypothesis may have: its real (non-padding) source length + max_extra_len,
+// and no more than the positional table covers (the decoder reads bos + the tokens so far, so a
+// hypothesis of max_positions tokens is the longest it can score).
+std::vector<std::int64_t> output_limits(const Transformer& model, const Tensor& src_padding,
+                                        std::int64_t max_extra_len) {
   const std::int64_t b = src_padding.size(0), l = src_padding.size(1);
-  std::vector<std::int64_t> len(static_cast<std::size_t>(b), 0);
-  for (std::int64_t i = 0; i < b; ++i)
-    for (std::int64_t j = 0; j < l; ++j)
-      len[static_cast<std::size_t>(i)] += src_padding.data<std::int32_t>()[i * l + j] == 0;
-  return len;
+  std::vector<std::int64_t> limit(static_cast<std::size_t>(b), 0);
+  for (std::int64_t i = 0; i < b; ++i) {
+    std::int64_t len = 0;
+    for (std::int64_t j = 0; j < l; ++j) len += src_padding.data<std::int32_t>()[i * l + j] == 0;
+    limit[static_cast<std::size_t>(i)] = std::min(len + max_extra_len, model.config().max_positions);
+  }
+  return limit;
 }
 
 std::int32_t argmax_row(const float* row, std::int64_t n) {
@@ -43,7 +48,7 @@ Tensor encode_no_grad(const Transformer& model, const Tensor& src, const Tensor&
 TokenRows greedy_decode(const Transformer& model, const Tensor& src, const Tensor& src_padding,
                         std::int64_t max_extra_len) {
   const std::int64_t batch = src.size(0), vocab = model.config().tgt_vocab;
-  const auto src_len = source_lengths(src_padding);
+  const auto limit = output_limits(model, src_padding, max_extra_len);
   DecoderCache cache = model.start_decoding(encode_no_grad(model, src, src_padding), src_padding);
   TokenRows out(static_cast<std::size_t>(batch));
   std::vector<std::int64_t> active(static_cast<std::size_t>(batch));  // sentence of each cache row
@@ -58,7 +63,7 @@ TokenRows greedy_decode(const Transformer& model, const Tensor& src, const Tenso
       const std::int32_t tok = argmax_row(logp.data<float>() + static_cast<std::int64_t>(r) * vocab, vocab);
       if (tok == kEosId) continue;
       out[s].push_back(tok);
-      if (static_cast<std::int64_t>(out[s].size()) >= src_len[s] + max_extra_len) continue;  // length limit
+      if (static_cast<std::int64_t>(out[s].size()) >= limit[s]) continue;  // length limit
       keep_rows.push_back(static_cast<std::int64_t>(r));
       keep_sent.push_back(active[r]);
       next.push_back(tok);
@@ -75,7 +80,7 @@ TokenRows greedy_decode_uncached(const Transformer& model, const Tensor& src, co
   ag::NoGradGuard no_grad;
   DropoutStream no_dropout;
   const std::int64_t batch = src.size(0), vocab = model.config().tgt_vocab;
-  const auto src_len = source_lengths(src_padding);
+  const auto limit = output_limits(model, src_padding, max_extra_len);
   const ag::Var memory = model.encode(src, src_padding, no_dropout);
   TokenRows out(static_cast<std::size_t>(batch));
   std::vector<bool> done(static_cast<std::size_t>(batch), false);
@@ -97,7 +102,7 @@ TokenRows greedy_decode_uncached(const Transformer& model, const Tensor& src, co
         continue;
       }
       out[s].push_back(tok);
-      if (static_cast<std::int64_t>(out[s].size()) >= src_len[s] + max_extra_len) done[s] = true;
+      if (static_cast<std::int64_t>(out[s].size()) >= limit[s]) done[s] = true;
     }
   }
   return out;
@@ -107,7 +112,7 @@ TokenRows beam_search(const Transformer& model, const Tensor& src, const Tensor&
                       const DecodeOptions& opt) {
   const std::int64_t batch = src.size(0), vocab = model.config().tgt_vocab, k = opt.beam;
   TESSERA_CHECK(k >= 1, "beam_search: beam size {} must be >= 1", k);
-  const auto src_len = source_lengths(src_padding);
+  const auto limit = output_limits(model, src_padding, opt.max_extra_len);
   const double neg_inf = -std::numeric_limits<double>::infinity();
 
   // Every sentence gets k cache rows (sentence-major); only beam 0 is alive at the start.
@@ -147,7 +152,7 @@ TokenRows beam_search(const Transformer& model, const Tensor& src, const Tensor&
     std::vector<std::int32_t> next_last;
     for (std::size_t a = 0; a < active.size(); ++a) {
       const auto s = static_cast<std::size_t>(active[a]);
-      const bool at_limit = step + 1 >= src_len[s] + opt.max_extra_len;
+      const bool at_limit = step + 1 >= limit[s];
       // The 2k best continuations over all beams of this sentence.
       std::vector<Cand> cands;
       cands.reserve(static_cast<std::size_t>(k * vocab));

@@ -13,6 +13,7 @@ struct DecodeOptions {
   std::int64_t beam = 4;            // 1: greedy
   double length_penalty = 0.6;      // alpha of GNMT's ((5 + len) / 6)^alpha
   std::int64_t max_extra_len = 50;  // a hypothesis may have at most source length + this many tokens
+                                    // (and at most model.max_positions)
 };
 
 using TokenRows = std::vector<std::vector<std::int32_t>>;

@@ -94,6 +94,28 @@ TEST(Transformer, CachedDecoderEqualsUncachedAndBeamOneEqualsGreedy) {
   for (const auto& h : beam4) EXPECT_LE(h.size(), 7u + 6u);
 }
 
+// A source near model.max_positions with a generous decode.max_extra_len: decoding stops at the
+// positional table's end (max_positions tokens) instead of failing the whole batch there.
+TEST(Transformer, DecodingStopsAtMaxPositions) {
+  TransformerConfig c = tiny_config();
+  c.max_positions = 8;
+  Transformer m(c, 11);
+  Tensor src, pad;
+  random_sources(6, 8, 23, src, pad);
+  const auto greedy = models::greedy_decode(m, src, pad, 50);
+  EXPECT_EQ(greedy, models::greedy_decode_uncached(m, src, pad, 50));
+  for (std::int64_t beam : {1, 4}) {
+    const auto hyps = models::beam_search(m, src, pad, {.beam = beam, .length_penalty = 0.6, .max_extra_len = 50});
+    ASSERT_EQ(hyps.size(), 6u);
+    std::size_t longest = 0;
+    for (const auto& h : hyps) longest = std::max(longest, h.size());
+    EXPECT_EQ(longest, 8u) << "beam " << beam;  // this untrained model runs to the limit
+    if (beam == 1) {
+      EXPECT_EQ(hyps, greedy);
+    }
+  }
+}
+
 // The data-parallel gradient buckets follow the parameters in reverse order and start in that
 // order: if backward finished a layer's gradients much later than that order says, every bucket
 // after it would wait, and the all-reduces would stop overlapping backward. Each parameter must
