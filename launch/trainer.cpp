@@ -196,6 +196,7 @@ class Run {
     validations_since_best_ = s.validations_since_best;
     fmt::print("train: resumed from {} at step {} (epoch {}, batch {} of the epoch)\n", path, s.step, s.epoch + 1,
                s.position);
+    if (grid_.root()) set_aside_later_checkpoints(s.step);
     metric(fmt::format("{{\"resumed_from\": \"{}\", \"step\": {}}}\n", path, s.step));
   }
 
@@ -537,6 +538,23 @@ class Run {
                                 .best_valid_step = best_valid_step_,
                                 .validations_since_best = validations_since_best_};
     return c;
+  }
+
+  // Resuming from an earlier checkpoint than the run's latest (after a divergence, say) starts a new
+  // history from `step`. The step checkpoints after it belong to the old one: left in place, a later
+  // plain --resume would pick them up, and checkpoint.keep_last would delete this run's own first.
+  // They move, not go: into superseded_<step>/ (a fresh folder each time).
+  void set_aside_later_checkpoints(std::int64_t step) const {
+    std::vector<fs::path> later;
+    for (const auto& [saved_step, path] : step_checkpoints(dir_))
+      if (saved_step > step) later.push_back(path);
+    if (later.empty()) return;
+    fs::path aside = dir_ / fmt::format("superseded_{:08d}", step);
+    for (int n = 2; fs::exists(aside); ++n) aside = dir_ / fmt::format("superseded_{:08d}_{}", step, n);
+    fs::create_directory(aside);
+    for (const fs::path& path : later) fs::rename(path, aside / path.filename());
+    fmt::print("train: moved {} step checkpoint(s) after step {} (from the run before this resume) into {}\n",
+               later.size(), step, aside.string());
   }
 
   std::string step_checkpoint_path(std::int64_t step) const {

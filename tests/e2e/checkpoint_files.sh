@@ -74,5 +74,13 @@ printf '\377\377\377\377\377\377\377\377' | dd of="$work/corrupt.h5" bs=1 seek=$
 expect_error "checkpoint '[^']*corrupt\.h5': dataset '/optimizer/exp_avg/embed_tokens\.weight' fails its checksum" \
   "$tessera" train $common --set output.dir="$dir" --set train.max_steps=60 --resume "$work/corrupt.h5"
 "$tessera" train $common --set output.dir="$dir" --set train.max_steps=52 --resume "$dir/checkpoint_00000040.h5" \
-  | grep -q "resumed from .*checkpoint_00000040.h5 at step 40" || fail "resume from the older checkpoint"
+  > "$work/older.log"
+grep -q "resumed from .*checkpoint_00000040.h5 at step 40" "$work/older.log" || fail "resume from the older checkpoint"
+# That resume started a new history at step 40: the old run's checkpoint_00000050.h5 moved aside
+# (not deleted), so the plain --resume below continues this run (52), not the old one (50).
+grep -q "moved 1 step checkpoint(s) after step 40 .* into .*superseded_00000040" "$work/older.log" ||
+  fail "the later checkpoint was not set aside"
+[ -f "$dir/superseded_00000040/checkpoint_00000050.h5" ] || fail "superseded_00000040/checkpoint_00000050.h5 is missing"
+"$tessera" train $common --set output.dir="$dir" --set train.max_steps=53 --resume | grep -q "resumed from .*checkpoint_00000052.h5 at step 52" ||
+  fail "plain --resume did not continue from step 52"
 echo PASS
