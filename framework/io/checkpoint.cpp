@@ -55,9 +55,26 @@ std::string h5_error() {
 
 // ---- writing
 
+// A rank that fails in the middle of a parallel-HDF5 save must not unwind: closing the datasets and
+// the file are collective calls, and the other ranks wait in another one (a full disk on one rank
+// hung the job). It removes the temporary file, says why, and ends the job, as any error on one rank
+// does; the earlier checkpoints stay as they were.
+[[noreturn]] void abort_sharded_save(const std::string& tmp, const std::string& message) {
+  std::error_code ec;
+  fs::remove(tmp, ec);
+  int rank = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  std::fflush(stdout);
+  std::fprintf(stderr, "tessera: error on rank %d: %s\n", rank, message.c_str());
+  std::fflush(stderr);
+  MPI_Abort(MPI_COMM_WORLD, 1);
+  std::abort();
+}
+
 class Writer {
  public:
-  explicit Writer(std::string path) : path_(std::move(path)) {}
+  // collective: a failure ends the job at once (abort_sharded_save) instead of throwing.
+  explicit Writer(std::string path, bool collective = false) : path_(std::move(path)), collective_(collective) {}
 
   void string_attr(hid_t obj, const char* name, const std::string& value) {
     H5Handle type{H5Tcopy(H5T_C_S1), H5Tclose};
@@ -91,7 +108,11 @@ class Writer {
     check(ds.close(), where);
   }
   void check(bool ok, const std::string& what) const {
-    if (!ok) fail("cannot write checkpoint '{}': building '{}' failed (out of memory?){}", path_, what, h5_error());
+    if (ok) return;
+    const std::string message = fmt::format(
+        "cannot write checkpoint '{}': writing '{}' failed (disk full or out of memory?){}", path_, what, h5_error());
+    if (collective_) abort_sharded_save(path_, message);
+    fail("{}", message);
   }
 
  private:
@@ -101,6 +122,7 @@ class Writer {
     check(attr.valid() && H5Awrite(attr.id(), mem_type, value) >= 0, name);
   }
   std::string path_;
+  bool collective_;
 };
 
 void write_header(Writer& w, hid_t file, std::int64_t step, const std::string& config_yaml) {
@@ -577,6 +599,15 @@ dist::ShardDim shard_of(const std::map<std::string, dist::ShardDim>& shards, con
   return it == shards.end() ? dist::ShardDim::replicated : it->second;
 }
 
+// For the failure tests: TESSERA_FAULT_SAVE=RANK makes that rank's dataset writes in a
+// tensor-parallel save fail, as on a full disk.
+bool injected_write_failure() {
+  const char* spec = std::getenv("TESSERA_FAULT_SAVE");
+  int rank = -1;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  return spec != nullptr && std::atoi(spec) == rank;
+}
+
 void write_sharded_tensors(Writer& w, hid_t parent, const char* name, const std::string& group_path,
                            const TensorMap& tensors, const ShardedCheckpoint& c, MPI_Comm comm, int part, int parts) {
   H5Handle g{w.group(parent, name), H5Gclose};
@@ -598,7 +629,9 @@ void write_sharded_tensors(Writer& w, hid_t parent, const char* name, const std:
     } else if (!slab.full.empty()) {
       H5Sselect_hyperslab(fspace.id(), H5S_SELECT_SET, slab.start.data(), nullptr, slab.count.data(), nullptr);
     }
-    w.check(H5Dwrite(ds.id(), H5T_NATIVE_FLOAT, mspace.id(), fspace.id(), dxpl.id(), block.raw_data()) >= 0, where);
+    w.check(H5Dwrite(ds.id(), H5T_NATIVE_FLOAT, mspace.id(), fspace.id(), dxpl.id(), block.raw_data()) >= 0 &&
+                !injected_write_failure(),
+            where);
     w.int_attr(ds.id(), "crc32", group_crc(block, dim, comm, parts));
     w.check(ds.close(), where);
   }
@@ -619,12 +652,15 @@ void save_checkpoint_sharded(const std::string& path, const ShardedCheckpoint& c
   group.barrier();
   H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);
   const std::string tmp = path + ".tmp";
-  {
-    Writer w(tmp);
+  // noexcept: any other exception in here ends the process without unwinding (see abort_sharded_save).
+  [&]() noexcept {
+    Writer w(tmp, true);
     H5Handle fapl{H5Pcreate(H5P_FILE_ACCESS), H5Pclose};
     w.check(H5Pset_fapl_mpio(fapl.id(), group.comm(), MPI_INFO_NULL) >= 0, "/ (MPI-IO)");
     H5Handle file{H5Fcreate(tmp.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl.id()), H5Fclose};
-    if (!file.valid()) fail("cannot create checkpoint '{}' (is the folder writable?){}", tmp, h5_error());
+    if (!file.valid())
+      abort_sharded_save(tmp,
+                         fmt::format("cannot create checkpoint '{}' (is the folder writable?){}", tmp, h5_error()));
     write_header(w, file.id(), c.step, c.config_yaml);
     write_sharded_tensors(w, file.id(), "model", "/model", c.model, c, group.comm(), part, parts);
     if (!c.exp_avg.empty() || !c.exp_avg_sq.empty()) {
@@ -636,7 +672,7 @@ void save_checkpoint_sharded(const std::string& path, const ShardedCheckpoint& c
     if (c.state) write_state(w, file.id(), *c.state);
     w.check(H5Fflush(file.id(), H5F_SCOPE_GLOBAL) >= 0, "/ (flush)");
     w.check(file.close(), "/ (close)");
-  }
+  }();
   if (part == 0) {
     const int fd = ::open(tmp.c_str(), O_RDONLY | O_CLOEXEC);
     const bool synced = fd >= 0 && ::fsync(fd) == 0;

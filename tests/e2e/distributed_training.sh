@@ -10,6 +10,7 @@
 #    and a missing corpus file stops the job with one message; the ranks waiting for rank 0 to
 #    train a vocabulary do not time out;
 #  - a SIGTERM on one rank stops every rank at the same step, with one checkpoint;
+#  - a tensor-parallel save failing on one rank ends the job with its error, no temporary left;
 #  - killing one rank of four ends the whole job within 60 s with a non-zero status.
 # Usage: distributed_training.sh TESSERA CONFIG WORKDIR
 set -eu
@@ -152,6 +153,18 @@ for faults in 1:3 0:3,1:4; do
   [ "$(ls "$dir" | grep -c '^checkpoint_[0-9]*\.h5$')" -eq 1 ] && [ -f "$dir/checkpoint_00000004.h5" ] ||
     fail "SIGTERM at $faults: expected only checkpoint_00000004.h5, found: $(ls "$dir")"
 done
+
+# A tensor-parallel save failing on one rank (injected, as a full disk there): that rank says why
+# and ends the job at once, leaving no temporary file (it used to unwind into HDF5's collective
+# close while the other rank waited in another collective: a hang).
+status=0
+TESSERA_FAULT_SAVE=1 timeout 120 mpirun -np 2 --oversubscribe "$tessera" train $common --set train.max_steps=6 \
+  --set parallel.tensor=2 --set checkpoint.every=3 --set output.dir="$work/save_fails" > "$work/save_fails.log" 2>&1 ||
+  status=$?
+[ $status -ne 0 ] && [ $status -ne 124 ] || fail "a failed tensor-parallel save gave status $status (124: hung)"
+[ "$(grep -c "error on rank 1: cannot write checkpoint '.*checkpoint_00000003\.h5\.tmp': writing '/model/.*' failed" \
+  "$work/save_fails.log")" -eq 1 ] || { cat "$work/save_fails.log"; fail "the failed save was not reported once"; }
+ls "$work/save_fails" | grep -q '\.tmp$' && fail "a failed save left its temporary file"
 
 # Kill one rank of four mid-run: the job ends, non-zero, within 60 s.
 mpi 4 "$tessera" train $common --set train.max_steps=1000000 --set parallel.data=4 --set output.dir="$work/killed" \
