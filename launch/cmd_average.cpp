@@ -18,13 +18,15 @@ Command add_average_command(CLI::App& parent) {
       ->check(CLI::ExistingFile);
   cmd->add_option("--output,-o", opt->output, "Where to write the averaged weights (a weights-only checkpoint)")
       ->required();
-  return {cmd, [opt] {
+  return {cmd,
+          [opt] {
             const io::Checkpoint avg = io::average_checkpoints(opt->inputs);
             io::save_checkpoint(opt->output, avg);
             fmt::print("average: wrote {} ({} tensors, the mean of {} checkpoints)\n", opt->output, avg.model.size(),
                        opt->inputs.size());
             return 0;
-          }};
+          },
+          /*one_process=*/true};
 }
 
 }  // namespace tessera::launch

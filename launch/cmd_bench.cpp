@@ -25,10 +25,12 @@ Command add_bench_command(CLI::App& parent) {
       ->check(CLI::Range(1, 100))
       ->capture_default_str();
   bench->require_subcommand(1);
-  return {bench, [opt, kernels, ckpt, checkpoint]() {
+  return {bench,
+          [opt, kernels, ckpt, checkpoint]() {
             if (checkpoint->parsed()) return run_checkpoint_bench(*ckpt);
             return kernels->parsed() ? run_kernel_bench(*opt) : 1;
-          }};
+          },
+          /*one_process=*/true};
 }
 
 }  // namespace tessera::launch

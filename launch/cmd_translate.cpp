@@ -35,7 +35,7 @@ Command add_translate_command(CLI::App& parent) {
   cmd->add_option("--beam", opt->beam, "Beam size (default: decode.beam of the checkpoint's config)")
       ->check(CLI::Range(1, 1000));
   cmd->add_option("--length-penalty", opt->length_penalty, "Length penalty alpha (default: from the config)")
-      ->check(CLI::Range(0.0, 10.0));
+      ->check(finite_range(0.0, 10.0));
   cmd->add_option("--batch", opt->batch, "Sentences decoded together (default: from the config)")
       ->check(CLI::Range(1, 100000));
   cmd->add_option("--device", opt->device,

@@ -24,19 +24,21 @@ Command add_vocab_command(CLI::App& parent) {
       ->capture_default_str();
   cmd->add_option("--character-coverage", opt->character_coverage,
                   "Share of characters covered by the vocabulary (rarer ones map to <unk>)")
-      ->check(CLI::Range(0.0, 1.0))
+      ->check(finite_range(0.0, 1.0))
       ->capture_default_str();
   cmd->add_option("--input-sentence-size", opt->input_sentence_size,
                   "Train on at most this many sentences, sampled with --seed")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
   cmd->add_option("--seed", opt->seed, "Seed of the sentence sample")->capture_default_str();
-  return {cmd, [opt]() {
+  return {cmd,
+          [opt]() {
             const data::Vocab vocab = data::Vocab::train(*opt);
             fmt::print("wrote {}.model and {}.vocab (vocabulary size {}, model type {})\n", opt->model_prefix,
                        opt->model_prefix, vocab.size(), opt->model_type);
             return 0;
-          }};
+          },
+          /*one_process=*/true};
 }
 
 }  // namespace tessera::launch

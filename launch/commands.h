@@ -2,8 +2,13 @@
 // subcommand and returns the function that runs it once the command line is parsed.
 #pragma once
 
+#include <fmt/core.h>
+
 #include <CLI/CLI.hpp>
+#include <cmath>
+#include <cstdlib>
 #include <functional>
+#include <string>
 
 namespace tessera::launch {
 
@@ -12,7 +17,23 @@ using RunFn = std::function<int()>;
 struct Command {
   CLI::App* app = nullptr;
   RunFn run;
+  // Not a distributed job (average, vocab, bench): under mpirun rank 0 alone runs it and the others
+  // exit 0 at once; all of them would write the same files, or skew each other's timings.
+  bool one_process = false;
 };
+
+// A real number in [lo, hi]. CLI::Range lets NaN through (every comparison with it is false).
+inline CLI::Validator finite_range(double lo, double hi) {
+  return CLI::Validator(
+      [lo, hi](const std::string& text) -> std::string {
+        char* end = nullptr;
+        const double v = std::strtod(text.c_str(), &end);
+        if (text.empty() || *end != '\0' || !std::isfinite(v)) return fmt::format("'{}' is not a finite number", text);
+        if (v < lo || v > hi) return fmt::format("{} is not in [{}, {}]", text, lo, hi);
+        return {};
+      },
+      fmt::format("FLOAT in [{}, {}]", lo, hi));
+}
 
 Command add_train_command(CLI::App& parent);
 Command add_translate_command(CLI::App& parent);

@@ -26,7 +26,7 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
   try {
     for (const auto& c : commands)
-      if (c.app->parsed()) return c.run();
+      if (c.app->parsed()) return c.one_process && launcher_rank() != 0 ? 0 : c.run();
   } catch (const tessera::EveryRankError& e) {
     // Every rank fails alike (the config, a non-finite gradient norm): one of them says so, all exit.
     std::fflush(stdout);

@@ -301,13 +301,25 @@ TaskData load_task_data(const io::Config& cfg, dist::Communicator* world) {
   return t;
 }
 
-models::TokenRows translate_ids(const models::Transformer& model, const std::vector<std::vector<std::int32_t>>& sources,
-                                const models::DecodeOptions& opt, std::int64_t batch_sentences,
-                                dist::Communicator* replicas) {
+namespace {
+bool interrupted_anywhere(const DecodeInterrupt& interrupt) {
+  Tensor flag = Tensor::from(std::vector<std::int32_t>{interrupt.requested() ? 1 : 0}, {1});
+  if (interrupt.everyone != nullptr && interrupt.everyone->size() > 1)
+    interrupt.everyone->all_reduce(flag, dist::ReduceOp::sum);
+  return flag.data<std::int32_t>()[0] > 0;
+}
+}  // namespace
+
+std::optional<models::TokenRows> translate_ids(const models::Transformer& model,
+                                               const std::vector<std::vector<std::int32_t>>& sources,
+                                               const models::DecodeOptions& opt, std::int64_t batch_sentences,
+                                               dist::Communicator* replicas, const DecodeInterrupt* interrupt) {
   const int ranks = replicas != nullptr ? replicas->size() : 1, rank = replicas != nullptr ? replicas->rank() : 0;
-  // Sorting by length keeps padding low; results go back to input order.
-  std::vector<std::int64_t> order(sources.size());
-  std::iota(order.begin(), order.end(), 0);
+  // Sorting by length keeps padding low; results go back to input order. An empty source (a blank
+  // line) is not decoded: its translation is empty too, not what the model makes of a lone eos.
+  std::vector<std::int64_t> order;
+  for (std::size_t i = 0; i < sources.size(); ++i)
+    if (!sources[i].empty()) order.push_back(static_cast<std::int64_t>(i));
   std::stable_sort(order.begin(), order.end(), [&](std::int64_t a, std::int64_t b) {
     return sources[static_cast<std::size_t>(a)].size() < sources[static_cast<std::size_t>(b)].size();
   });
@@ -317,6 +329,7 @@ models::TokenRows translate_ids(const models::Transformer& model, const std::vec
   std::vector<std::int64_t> mine;  // the sentences this rank translated
   std::int64_t batch = 0;
   for (std::size_t start = 0; start < order.size(); start += static_cast<std::size_t>(batch_sentences)) {
+    if (interrupt != nullptr && batch % ranks == 0 && interrupted_anywhere(*interrupt)) return std::nullopt;
     if (batch++ % ranks != rank) continue;  // batches dealt out round-robin: similar lengths on every rank
     const std::size_t end = std::min(order.size(), start + static_cast<std::size_t>(batch_sentences));
     const std::vector<std::int64_t> idx(order.begin() + static_cast<std::ptrdiff_t>(start),
@@ -379,7 +392,8 @@ std::vector<std::string> Translator::translate(const std::vector<std::vector<std
                                                const models::DecodeOptions& opt, std::int64_t batch_sentences,
                                                dist::Communicator* replicas) const {
   std::vector<std::string> out;
-  for (const auto& h : translate_ids(*model_, sources, opt, batch_sentences, replicas))
+  const std::optional<models::TokenRows> hyps = translate_ids(*model_, sources, opt, batch_sentences, replicas);
+  for (const auto& h : *hyps)
     out.push_back(tgt_codec_.decode(h));
   return out;
 }

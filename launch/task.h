@@ -65,13 +65,24 @@ EncodedPairs encode_pairs(const TextCodec& src_codec, const TextCodec& tgt_codec
 // encode a share of the pairs each and exchange them.
 TaskData load_task_data(const io::Config& cfg, dist::Communicator* world = nullptr);
 
+// Asked by translate_ids before each round of batches (one per replica): when `requested` says yes
+// on any rank of `everyone` (every rank that calls translate_ids), all of them stop, so that a stop
+// signal need not wait for a long validation to finish.
+struct DecodeInterrupt {
+  dist::Communicator* everyone = nullptr;
+  std::function<bool()> requested;
+};
+
 // Decodes many sources (ids without eos), batched by length for speed, results in input order.
 // With `replicas` (every rank of it calls this, each holding the same model), the batches are
 // dealt out over its ranks and the translations gathered: every rank returns all of them, the
-// same as one process would (each batch is decoded exactly as there).
-models::TokenRows translate_ids(const models::Transformer& model, const std::vector<std::vector<std::int32_t>>& sources,
-                                const models::DecodeOptions& opt, std::int64_t batch_sentences,
-                                dist::Communicator* replicas = nullptr);
+// same as one process would (each batch is decoded exactly as there). An empty source gets an
+// empty translation, without decoding. std::nullopt: stopped by `interrupt`.
+std::optional<models::TokenRows> translate_ids(const models::Transformer& model,
+                                               const std::vector<std::vector<std::int32_t>>& sources,
+                                               const models::DecodeOptions& opt, std::int64_t batch_sentences,
+                                               dist::Communicator* replicas = nullptr,
+                                               const DecodeInterrupt* interrupt = nullptr);
 
 // A trained model ready to translate text: the weights of any checkpoint (full, weights-only or
 // averaged), the config saved in it, and its vocabularies (`vocab` / `vocab_tgt`, else the

@@ -172,12 +172,21 @@ class Run {
   // Continues from a full checkpoint: weights, Adam moments and step, data position, seeds,
   // elapsed time and best validation score, so the run goes on as if it had never stopped.
   void resume(const std::string& path) {
-    const io::Checkpoint c = read_checkpoint(path);
-    if (!c.state || c.exp_avg.empty())
-      fail(
-          "cannot resume from '{}': it holds weights only, no optimizer or training state (it is a final model or "
-          "an average; resume from a checkpoint_<step>.h5)",
-          path);
+    io::Checkpoint c;
+    const auto read = [&] {
+      c = read_checkpoint(path);
+      if (!c.state || c.exp_avg.empty())
+        fail(
+            "cannot resume from '{}': it holds weights only, no optimizer or training state (it is a final model or "
+            "an average; resume from a checkpoint_<step>.h5)",
+            path);
+    };
+    // Without tensor parallelism each rank reads the whole file alone, rank 0 first, so that a
+    // missing or damaged checkpoint is reported once; sharded reading is collective.
+    if (grid_.tensor->size() == 1)
+      root_first(grid_.world.get(), read);
+    else
+      read();
     warn_config_changes(c.config_yaml, path);
     std::vector<ag::Var> params = model_.parameters();
     io::assign_weights(c, path, params);
@@ -293,7 +302,7 @@ class Run {
       const bool out_of_time = stop.data<std::int32_t>()[1] > 0;
       // A peer's signal stops this rank as a SIGTERM would, without counting as this process's own
       // first signal (a second one of its own still ends it at once).
-      const int stop_signal = own_signal != 0 ? own_signal : stop.data<std::int32_t>()[0] > 0 ? SIGTERM : 0;
+      int stop_signal = own_signal != 0 ? own_signal : stop.data<std::int32_t>()[0] > 0 ? SIGTERM : 0;
       if (fault_at("TESSERA_FAULT_SIGNAL", step)) std::raise(SIGTERM);
       if (step % log_every == 0 || step == max_steps || out_of_time) {
         const double wsecs = std::chrono::duration<double>(Clock::now() - window_start).count();
@@ -340,8 +349,9 @@ class Run {
         window_start = Clock::now();
       }
       bool no_progress = false;
-      if (valid_every > 0 && step % valid_every == 0 && step != max_steps && !out_of_time) {
-        validate(step, result);
+      if (valid_every > 0 && step % valid_every == 0 && step != max_steps && !out_of_time && stop_signal == 0) {
+        // Interrupted on every rank alike (its decoding agrees on it): stop as after a signal here.
+        if (!validate(step, result)) stop_signal = g_stop_signal != 0 ? static_cast<int>(g_stop_signal) : SIGTERM;
         // Every rank validates the same model on the same data, so all stop at the same step.
         no_progress = patience > 0 && validations_since_best_ >= patience;
       }
@@ -376,7 +386,10 @@ class Run {
       }
     }
     if (out_of_data) fmt::print("train: stopping after {} epochs (train.max_epochs)\n", max_epochs);
-    if (last_validated_step_ != step) validate(step, result);
+    // The run is complete: a stop signal during this last validation skips it, the files below are
+    // still written, and the exit status says the run was stopped.
+    if (last_validated_step_ != step && !validate(step, result))
+      result.stop_signal = g_stop_signal != 0 ? static_cast<int>(g_stop_signal) : SIGTERM;
     if (last_saved_step_ != step) save_step_checkpoint();
     result.steps = step;
     result.checkpoint = (dir_ / "model.h5").string();
@@ -616,7 +629,8 @@ class Run {
     return norm;
   }
 
-  void validate(std::int64_t step, TrainResult& result) {
+  // false: interrupted by a stop signal on some rank (every rank returns false alike).
+  bool validate(std::int64_t step, TrainResult& result) {
     const auto t0 = Clock::now();
     ag::NoGradGuard no_grad;
     data::Batcher valid(&task_.valid,
@@ -653,8 +667,16 @@ class Run {
     if (cfg_.integer("train.valid_max_sentences") > 0) n = std::min(n, cfg_.integer("train.valid_max_sentences"));
     std::vector<std::vector<std::int32_t>> sources;
     for (std::int64_t i = 0; i < n; ++i) sources.push_back(task_.valid[static_cast<std::size_t>(i)].src);
-    const models::TokenRows hyps =
-        translate_ids(model_, sources, decode_options(cfg_), cfg_.integer("decode.batch_sentences"), &replicas);
+    // A stop signal on any rank ends the decoding early (it can take minutes): no score then.
+    const DecodeInterrupt interrupt{grid_.world.get(), [] { return g_stop_signal != 0; }};
+    const std::optional<models::TokenRows> decoded = translate_ids(
+        model_, sources, decode_options(cfg_), cfg_.integer("decode.batch_sentences"), &replicas, &interrupt);
+    if (!decoded) {
+      fmt::print("valid {}: interrupted by a stop signal (no score)\n", step);
+      std::fflush(stdout);
+      return false;
+    }
+    const models::TokenRows& hyps = *decoded;
     std::string extra;
     if (task_.synthetic) {
       std::int64_t exact = 0;
@@ -693,6 +715,7 @@ class Run {
       write_checkpoint(path, true);
       fmt::print("checkpoint: saved {} (best so far)\n", path);
     }
+    return true;
   }
 
   const io::Config& cfg_;
@@ -734,11 +757,49 @@ double linear_decay_learning_rate(double factor, std::int64_t d_model, std::int6
   return peak * std::max(left, 0.0);
 }
 
+namespace {
+
+// A run without --resume into a folder holding another run's checkpoints would overwrite some of
+// them and leave the rest, and a later --resume could pick up the other run's: refused (every rank
+// sees the same folder, so every rank refuses alike).
+void check_no_earlier_run(const fs::path& dir) {
+  std::vector<std::string> found;
+  for (const auto& [step, path] : step_checkpoints(dir)) found.push_back(path.filename().string());
+  for (const char* name : {"checkpoint_best.h5", "model.h5"})
+    if (fs::exists(dir / name)) found.emplace_back(name);
+  if (found.empty()) return;
+  throw io::ConfigError(fmt::format(
+      "output.dir '{}' already holds a run ({}{}): continue it with --resume, or train into another output.dir "
+      "(or delete that one)",
+      dir.string(), found.front(), found.size() > 1 ? fmt::format(" and {} more", found.size() - 1) : ""));
+}
+
+// config.yaml: the effective config with each key's description, written through a temporary so
+// that a full disk cannot leave half of it.
+void write_effective_config(const io::Config& cfg, const fs::path& dir) {
+  const fs::path path = dir / "config.yaml", tmp = dir / "config.yaml.tmp";
+  {
+    std::ofstream out(tmp);
+    out << cfg.to_yaml(true);
+    out.flush();
+    TESSERA_CHECK(out.good(), "cannot write '{}'", tmp.string());
+  }
+  std::error_code ec;
+  fs::rename(tmp, path, ec);
+  TESSERA_CHECK(!ec, "cannot write '{}': {}", path.string(), ec.message());
+}
+
+}  // namespace
+
 TrainResult run_training(const io::Config& cfg, const TrainOptions& options) {
   ProcessGrid grid = make_process_grid(cfg);
   // The model's own constraints (heads divide d_model and the tensor-parallel size, ...) fail
   // now, on every rank alike, before data is read.
-  models::validate(training_model_config(cfg, 1000, 1000), static_cast<int>(cfg.integer("parallel.tensor")));
+  try {
+    models::validate(training_model_config(cfg, 1000, 1000), static_cast<int>(cfg.integer("parallel.tensor")));
+  } catch (const Error& e) {
+    throw io::ConfigError(e.what());  // the same on every rank: printed once
+  }
   if (cfg.integer("train.patience") > 0 && cfg.integer("train.valid_every") == 0)
     throw io::ConfigError(fmt::format(
         "config: train.patience = {} counts validations during training, but train.valid_every is 0 (only one at "
@@ -748,14 +809,14 @@ TrainResult run_training(const io::Config& cfg, const TrainOptions& options) {
   // Rank 0 alone logs; the others' standard output is dropped (their errors still reach stderr).
   if (!grid.root() && std::freopen("/dev/null", "w", stdout) == nullptr) fail("cannot silence rank {}", grid.rank);
   const std::filesystem::path dir(cfg.string("output.dir"));
+  if (dir.empty()) throw io::ConfigError("config: output.dir is empty: name the folder for the run's files");
+  if (!options.resume) check_no_earlier_run(dir);
   if (grid.root()) {
-    std::filesystem::create_directories(dir);
-    fmt::print("config (effective):\n{}", cfg.to_yaml(false));
-    std::ofstream out(dir / "config.yaml");
-    out << cfg.to_yaml(true);
-    TESSERA_CHECK(out.good(), "cannot write '{}'", (dir / "config.yaml").string());
-    // A crash mid-save leaves "<name>.tmp" behind: never a valid checkpoint, so it goes.
     std::error_code ec;
+    std::filesystem::create_directories(dir, ec);
+    if (ec) fail("cannot create output.dir '{}': {}", dir.string(), ec.message());
+    fmt::print("config (effective):\n{}", cfg.to_yaml(false));
+    // A crash mid-save leaves "<name>.tmp" behind: never a valid checkpoint, so it goes.
     for (const auto& entry : fs::directory_iterator(dir, ec))
       if (entry.path().extension() == ".tmp" && entry.path().stem().extension() == ".h5") fs::remove(entry.path(), ec);
   }
@@ -772,6 +833,9 @@ TrainResult run_training(const io::Config& cfg, const TrainOptions& options) {
   // first, then all encode a share of the corpus).
   auto run = std::make_unique<Run>(cfg, grid);
   if (!resume_path.empty()) run->resume(resume_path);
+  // Only now, with the data and any checkpoint accepted: a run refused on the way leaves the
+  // folder's config.yaml (that of the run it holds) as it was.
+  if (grid.root()) write_effective_config(cfg, dir);
   TrainResult result = run->train();
   grid.world->barrier();  // every rank returns once rank 0 has written the final files
   return result;

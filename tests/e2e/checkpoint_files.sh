@@ -59,6 +59,17 @@ expect_error "cannot resume from '[^']*model\.h5': it holds weights only" \
   "$tessera" train $common --set output.dir="$dir" --set train.max_steps=60 --resume "$dir/model.h5"
 expect_error "'/model/embed_tokens\.weight' has shape \[24, 64\], the configured model needs \[24, 32\]" \
   "$tessera" train $common --set output.dir="$work/other" --set model.d_model=32 --resume "$dir/checkpoint_00000050.h5"
+# A run refused on the way (here: the checkpoint does not fit the configured model) leaves the
+# folder's config.yaml, that of the run it holds, as it was.
+before=$(md5sum < "$dir/config.yaml")
+expect_error "'/model/embed_tokens\.weight' has shape \[24, 64\], the configured model needs \[24, 32\]" \
+  "$tessera" train $common --set output.dir="$dir" --set model.d_model=32 --resume
+[ "$(md5sum < "$dir/config.yaml")" = "$before" ] || fail "a refused resume rewrote config.yaml"
+# A fresh run (no --resume) into a folder that holds a run is refused before any work.
+expect_error "output.dir '[^']*run' already holds a run (checkpoint_00000040\.h5 and 3 more): continue it with --resume" \
+  "$tessera" train $common --set output.dir="$dir"
+[ "$(md5sum < "$dir/config.yaml")" = "$before" ] || fail "a refused fresh run rewrote config.yaml"
+expect_error "output.dir is empty" "$tessera" train $common --set output.dir=
 expect_error "checkpoint '[^']*no_such\.h5' does not exist" \
   "$tessera" train $common --set output.dir="$dir" --resume "$work/no_such.h5"
 expect_error "average: '/model/decoder\.layer_norm\.bias' has shape \[32\] in '[^']*small/model\.h5' but \[64\]" \

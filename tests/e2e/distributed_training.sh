@@ -83,6 +83,14 @@ mpi 4 "$tessera" train $common --set parallel.tensor=3 --set output.dir="$work/b
 [ "$(grep -c 'parallel.tensor (3) x parallel.data (1) = 3 processes, but this run has 4' "$work/bad.log")" -eq 1 ] \
   || { cat "$work/bad.log"; fail "the layout error was not printed exactly once"; }
 
+# A model the tensor-parallel layout cannot split: every rank stops, one message.
+status=0
+mpi 2 "$tessera" train $common --set parallel.tensor=2 --set model.heads=1 --set output.dir="$work/heads" \
+  > "$work/heads.log" 2>&1 || status=$?
+[ $status -ne 0 ] || fail "heads that do not divide over the tensor-parallel ranks did not fail"
+[ "$(grep -c 'heads 1 do not divide over 2 tensor-parallel ranks' "$work/heads.log")" -eq 1 ] \
+  || { cat "$work/heads.log"; fail "the heads error was not printed exactly once"; }
+
 # A NaN gradient on one rank (injected at step 3 on rank 1): the all-reduced norm is NaN on every
 # rank, so all stop before the update; the error is printed once and the job exits non-zero.
 status=0
@@ -153,6 +161,19 @@ for faults in 1:3 0:3,1:4; do
   [ "$(ls "$dir" | grep -c '^checkpoint_[0-9]*\.h5$')" -eq 1 ] && [ -f "$dir/checkpoint_00000004.h5" ] ||
     fail "SIGTERM at $faults: expected only checkpoint_00000004.h5, found: $(ls "$dir")"
 done
+
+# The same SIGTERM just before a validation (rank 1, step 4 of valid_every=4): the ranks agree to
+# cut the validation short (decoding a large validation set can take minutes, longer than a
+# cluster's grace period) and stop after step 4.
+dir="$work/signal_valid"
+status=0
+TESSERA_FAULT_SIGNAL=1:4 mpi 2 "$tessera" train $common --set train.max_steps=1000000 --set parallel.data=2 \
+  --set train.valid_every=4 --set data.synthetic_valid_size=2000 --set checkpoint.every=0 --set output.dir="$dir" \
+  > "$dir.log" 2>&1 || status=$?
+[ $status -eq 143 ] || { tail -n 20 "$dir.log"; fail "SIGTERM before a validation: exit status $status, expected 143"; }
+grep -q '^valid 4: interrupted by a stop signal' "$dir.log" || fail "the validation at step 4 was not interrupted"
+grep -q '^train: SIGTERM received: stopped after step 4;' "$dir.log" || fail "SIGTERM before a validation: not stopped after step 4"
+[ -f "$dir/checkpoint_00000004.h5" ] || fail "SIGTERM before a validation: no checkpoint_00000004.h5"
 
 # A tensor-parallel save failing on one rank (injected, as a full disk there): that rank says why
 # and ends the job at once, leaving no temporary file (it used to unwind into HDF5's collective

@@ -63,4 +63,10 @@ timeout 60 mpirun -np 2 --oversubscribe "$tessera" score --ref "$work/short.txt"
 [ $status -ne 0 ] && [ $status -ne 124 ] || { cat "$work/short.log"; fail "short reference: exit status $status"; }
 [ "$(grep -c "source file '$work/src.txt' has 41 lines but reference file '$work/short.txt' has 5 lines" \
   "$work/short.log")" -eq 1 ] || { cat "$work/short.log"; fail "short reference: not one message"; }
+# average is not distributed: under mpirun rank 0 alone writes the output (all of them raced on it).
+mpirun -np 3 --oversubscribe "$tessera" average "$checkpoint" "$checkpoint" -o "$work/avg.h5" > "$work/avg.log" 2>&1 ||
+  { cat "$work/avg.log"; fail "average under mpirun failed"; }
+[ "$(grep -c '^average: wrote' "$work/avg.log")" -eq 1 ] || { cat "$work/avg.log"; fail "average under mpirun: not one output"; }
+"$tessera" translate --checkpoint "$work/avg.h5" -i "$work/src.txt" -o "$work/avg.txt" --batch 4
+cmp "$work/one.txt" "$work/avg.txt" || fail "the average of a checkpoint with itself translated otherwise"
 echo "PASS: 3 ranks wrote one process's 41 translations and scored them as one process; stdin, a missing checkpoint, a bad key, a bad line, a missing GPU and a short reference each refused once, no rank left waiting"

@@ -291,7 +291,7 @@ TEST(DistributedData, EncodingSharedOverRanksEqualsOneProcess) {
 // Validation decoding shared by the data-parallel replicas: each translates every replicas-th
 // batch and the translations are gathered; every rank gets exactly what its model translates
 // alone (dp = 4; and tp = 2 x dp = 2, against the same tensor-parallel group translating all).
-TEST(DistributedData, TranslationSharedOverReplicasEqualsOneReplica) {
+TEST(DistributedData, TranslationSharedOverReplicasEqualsOneReplicaAndStopsTogether) {
   models::TransformerConfig c = tiny_config();
   c.dtype = DType::f32;  // decoding scores in float32
   std::vector<std::vector<std::int32_t>> sources;
@@ -305,9 +305,15 @@ TEST(DistributedData, TranslationSharedOverReplicasEqualsOneReplica) {
     auto tensor_group = world().split(r / tp, r);
     auto data_group = world().split(r % tp, r);
     const models::Transformer model(c, 3, tp > 1 ? tensor_group.get() : nullptr);
-    const models::TokenRows alone = launch::translate_ids(model, sources, opt, 2);
-    const models::TokenRows shared = launch::translate_ids(model, sources, opt, 2, data_group.get());
+    const models::TokenRows alone = launch::translate_ids(model, sources, opt, 2).value();
+    const models::TokenRows shared = launch::translate_ids(model, sources, opt, 2, data_group.get()).value();
     ASSERT_EQ(shared.size(), sources.size());
+    // A stop asked for on the last rank only stops every rank (as a SIGTERM does a validation);
+    // not asked for, the interrupt changes nothing.
+    const launch::DecodeInterrupt last_rank_stops{&world(), [&] { return r == world().size() - 1; }};
+    const launch::DecodeInterrupt nobody_stops{&world(), [] { return false; }};
+    EXPECT_FALSE(launch::translate_ids(model, sources, opt, 2, data_group.get(), &last_rank_stops).has_value());
+    EXPECT_EQ(launch::translate_ids(model, sources, opt, 2, data_group.get(), &nobody_stops).value(), shared);
     for (std::size_t i = 0; i < sources.size(); ++i) EXPECT_EQ(shared[i], alone[i]) << "tp " << tp << " sentence " << i;
     std::size_t tokens = 0;
     for (const auto& h : shared) tokens += h.size();
