@@ -247,7 +247,7 @@ class Run {
       maybe_inject_hang(step);
       std::int64_t tokens = 0;  // of the global batch: the loss is normalized by all of them
       for (const auto& b : batches) tokens += b.tgt_tokens;
-      models::DropoutStream drop{.seed = seed_, .offset = static_cast<std::uint64_t>(step) << 32, .training = true};
+      models::DropoutStream drop = models::DropoutStream::for_step(seed_, grid_.data->rank(), step);
       Tensor sums = Tensor::zeros({2}, DType::f64);  // this rank's smoothed and NLL loss sums
       for (std::size_t i = 0; i < batches.size(); ++i) {
         const data::Batch& b = batches[i];

@@ -116,6 +116,27 @@ TEST(Transformer, DecodingStopsAtMaxPositions) {
   }
 }
 
+// Each data-parallel replica draws its own dropout masks (the same masks on every replica would
+// drop the same positions of different sentences together, unlike one process); replica 0 keeps
+// the single-process stream; an update that would run into the next one's counters is refused.
+TEST(Transformer, DropoutStreamsDifferByReplicaAndStep) {
+  const ag::Var ones(Tensor::full({64, 64}, 1.0, DType::f32));
+  const auto mask = [&](std::int64_t replica, std::int64_t step) {
+    models::DropoutStream drop = models::DropoutStream::for_step(7, replica, step);
+    return drop.apply(ones, 0.5).value().to_doubles();
+  };
+  const models::DropoutStream first = models::DropoutStream::for_step(7, 0, 3);
+  EXPECT_EQ(first.seed, 7u);
+  EXPECT_EQ(first.offset, std::uint64_t{3} << models::DropoutStream::kStepBits);
+  EXPECT_EQ(mask(1, 3), mask(1, 3));
+  EXPECT_NE(mask(0, 3), mask(1, 3));
+  EXPECT_NE(mask(0, 3), mask(0, 4));
+  models::DropoutStream small{.seed = 7, .offset = 100, .training = true, .end = 110};
+  EXPECT_NO_THROW((void)small.apply(ag::Var(Tensor::full({40}, 1.0, DType::f32)), 0.5));  // 10 blocks
+  EXPECT_THROW((void)small.apply(ag::Var(Tensor::full({4}, 1.0, DType::f32)), 0.5), Error);
+  EXPECT_THROW((void)models::DropoutStream::for_step(7, 0, std::int64_t{1} << 30), Error);
+}
+
 // The data-parallel gradient buckets follow the parameters in reverse order and start in that
 // order: if backward finished a layer's gradients much later than that order says, every bucket
 // after it would wait, and the all-reduces would stop overlapping backward. Each parameter must
