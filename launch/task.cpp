@@ -351,16 +351,22 @@ Translator::Translator(const std::string& checkpoint, const std::string& vocab, 
   if (!vocab_tgt.empty()) overrides.push_back("data.vocab_tgt=" + vocab_tgt);
   cfg_ = io::Config::parse(tessera_schema(), w.config_yaml, checkpoint, overrides);
   if (cfg_.string("data.task") == "translation") {
-    // A vocabulary not where the run's config says (a copied or moved run folder) is looked for
-    // beside the checkpoint under its own file name.
-    const auto find = [&](const std::string& path, const std::string& given) {
+    // A vocabulary the run trained into its output.dir is the one beside the checkpoint, when there
+    // is one: the checkpoint may have been copied or moved with it, and the output.dir of its config
+    // may since hold another run's (of the same size: nothing else would tell). A vocabulary the
+    // config named, or one given here, is used where it is, and looked for beside the checkpoint
+    // only when missing.
+    const auto find = [&](const std::string& path, const char* key, const std::string& given) {
       const auto beside = std::filesystem::path(checkpoint).parent_path() / std::filesystem::path(path).filename();
-      return given.empty() && !std::filesystem::exists(path) && std::filesystem::exists(beside) ? beside.string()
-                                                                                                : path;
+      const bool trained_by_run = given.empty() && cfg_.string(key).empty();
+      const bool prefer_beside = trained_by_run || (given.empty() && !std::filesystem::exists(path));
+      return prefer_beside && std::filesystem::exists(beside) ? beside.string() : path;
     };
     const VocabPaths paths = vocab_paths(cfg_);
-    src_codec_ = TextCodec::sentencepiece(data::Vocab::load(find(paths.src, vocab)));
-    tgt_codec_ = paths.joint() ? src_codec_ : TextCodec::sentencepiece(data::Vocab::load(find(paths.tgt, vocab_tgt)));
+    src_codec_ = TextCodec::sentencepiece(data::Vocab::load(find(paths.src, "data.vocab", vocab)));
+    tgt_codec_ = paths.joint()
+                     ? src_codec_
+                     : TextCodec::sentencepiece(data::Vocab::load(find(paths.tgt, "data.vocab_tgt", vocab_tgt)));
   } else {
     src_codec_ = tgt_codec_ = TextCodec::symbols(cfg_.integer("data.synthetic_vocab"));
   }
@@ -393,8 +399,7 @@ std::vector<std::string> Translator::translate(const std::vector<std::vector<std
                                                dist::Communicator* replicas) const {
   std::vector<std::string> out;
   const std::optional<models::TokenRows> hyps = translate_ids(*model_, sources, opt, batch_sentences, replicas);
-  for (const auto& h : *hyps)
-    out.push_back(tgt_codec_.decode(h));
+  for (const auto& h : *hyps) out.push_back(tgt_codec_.decode(h));
   return out;
 }
 
