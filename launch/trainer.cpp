@@ -388,7 +388,10 @@ class Run {
     if (out_of_data) fmt::print("train: stopping after {} epochs (train.max_epochs)\n", max_epochs);
     // The run is complete: a stop signal during this last validation skips it, the files below are
     // still written, and the exit status says the run was stopped.
-    if (last_validated_step_ != step && !validate(step, result))
+    // Off the train.valid_every schedule (max_minutes, the epochs' end, a max_steps between two), it
+    // does not count toward train.patience: a run extended by --resume counts as one that never stopped.
+    const bool on_schedule = valid_every > 0 && step % valid_every == 0;
+    if (last_validated_step_ != step && !validate(step, result, on_schedule))
       result.stop_signal = g_stop_signal != 0 ? static_cast<int>(g_stop_signal) : SIGTERM;
     if (last_saved_step_ != step) save_step_checkpoint();
     result.steps = step;
@@ -630,7 +633,8 @@ class Run {
   }
 
   // false: interrupted by a stop signal on some rank (every rank returns false alike).
-  bool validate(std::int64_t step, TrainResult& result) {
+  // counts: a validation without a better score counts toward train.patience.
+  bool validate(std::int64_t step, TrainResult& result, bool counts = true) {
     const auto t0 = Clock::now();
     ag::NoGradGuard no_grad;
     data::Batcher valid(&task_.valid,
@@ -699,7 +703,7 @@ class Run {
       best_valid_step_ = step;
       validations_since_best_ = 0;
     } else {
-      ++validations_since_best_;
+      if (counts) ++validations_since_best_;
     }
     last_validated_step_ = step;
     fmt::print("valid {} | loss {:.4f} | ppl {:.2f} | {} | beam {} | {:.1f}s\n", step, result.valid_loss,

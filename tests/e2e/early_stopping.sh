@@ -2,7 +2,8 @@
 # train.patience: a run whose validation score stops improving (here: learning rate 0, so it never
 # improves after the first validation) stops after that many validations without a better one,
 # exit 0, with its final files; the count survives a resume (from a checkpoint one validation
-# short of the limit, it stops at the next one); patience 0 trains on to train.max_steps.
+# short of the limit, it stops at the next one), and an end-of-run validation off the valid_every
+# schedule does not count; patience 0 trains on to train.max_steps.
 # Usage: early_stopping.sh TESSERA CONFIG WORKDIR
 set -eu
 tessera=$1 config=$2 work=$3
@@ -29,6 +30,15 @@ grep -q '^train: stopping early at step 6: 2 validations' "$work/resumed.log" \
   || { cat "$work/off.log"; fail "resume with patience 0 failed"; }
 ! grep -q 'stopping early' "$work/off.log" || fail "stopped early with train.patience 0"
 grep -q '^step 10 ' "$work/off.log" || fail "patience 0 did not train to train.max_steps"
+# The end-of-run validation at step 3 is off the valid_every=2 schedule: extended by --resume, the
+# run stops where one that never stopped does (step 6), not a validation earlier.
+ext="--set output.dir=$work/extended"
+"$tessera" train $args $ext --set train.patience=2 --set train.max_steps=3 > "$work/short.log" 2>&1 ||
+  { cat "$work/short.log"; fail "the 3-step run failed"; }
+"$tessera" train $args $ext --set train.patience=2 --resume > "$work/extended.log" 2>&1 ||
+  { cat "$work/extended.log"; fail "the extended run failed"; }
+grep -q '^train: stopping early at step 6: 2 validations' "$work/extended.log" ||
+  { cat "$work/extended.log"; fail "the off-schedule validation at the end counted toward train.patience"; }
 status=0
 "$tessera" train $args --set train.patience=2 --set train.valid_every=0 > "$work/clash.log" 2>&1 || status=$?
 [ $status -eq 1 ] && grep -q "train.patience = 2 counts validations during training, but train.valid_every is 0" "$work/clash.log" \
