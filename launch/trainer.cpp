@@ -827,10 +827,18 @@ TrainResult run_training(const io::Config& cfg, const TrainOptions& options) {
   std::string resume_path = options.resume_path;
   if (options.resume && resume_path.empty()) {
     const auto saved = step_checkpoints(dir);
-    if (saved.empty())
-      fmt::print("train: --resume: no checkpoint_<step>.h5 in {}; starting from scratch\n", dir.string());
-    else
+    if (!saved.empty()) {
       resume_path = saved.back().second.string();
+    } else if (fs::exists(dir / "checkpoint_best.h5") || fs::exists(dir / "model.h5")) {
+      // Starting from scratch here would overwrite them.
+      throw io::ConfigError(
+          fmt::format("--resume: output.dir '{}' holds no checkpoint_<step>.h5 but a run's {}: resume from its "
+                      "checkpoint_best.h5 with --resume {}, or train into another output.dir",
+                      dir.string(), fs::exists(dir / "checkpoint_best.h5") ? "checkpoint_best.h5" : "model.h5",
+                      (dir / "checkpoint_best.h5").string()));
+    } else {
+      fmt::print("train: --resume: no checkpoint_<step>.h5 in {}; starting from scratch\n", dir.string());
+    }
   }
   StopSignals signals;
   // Every rank at once: the data loading is collective (rank 0 reads and trains the vocabulary

@@ -53,7 +53,7 @@ expect_error() {  # expect_error PATTERN COMMAND...: fails with status 1 and pri
   status=0
   "$@" > "$work/err.txt" 2>&1 || status=$?
   [ $status -eq 1 ] || { cat "$work/err.txt"; fail "exit status $status for: $*"; }
-  grep -q "$pattern" "$work/err.txt" || { cat "$work/err.txt"; fail "no '$pattern' in the error of: $*"; }
+  grep -q -e "$pattern" "$work/err.txt" || { cat "$work/err.txt"; fail "no '$pattern' in the error of: $*"; }
 }
 expect_error "cannot resume from '[^']*model\.h5': it holds weights only" \
   "$tessera" train $common --set output.dir="$dir" --set train.max_steps=60 --resume "$dir/model.h5"
@@ -70,6 +70,11 @@ expect_error "output.dir '[^']*run' already holds a run (checkpoint_00000040\.h5
   "$tessera" train $common --set output.dir="$dir"
 [ "$(md5sum < "$dir/config.yaml")" = "$before" ] || fail "a refused fresh run rewrote config.yaml"
 expect_error "output.dir is empty" "$tessera" train $common --set output.dir=
+# --resume in a folder with a run's final files but no step checkpoint: refused, not restarted.
+mkdir -p "$work/final_only" && cp "$dir/model.h5" "$dir/checkpoint_best.h5" "$work/final_only/"
+expect_error "--resume: output.dir '[^']*final_only' holds no checkpoint_<step>.h5 but a run's checkpoint_best.h5" \
+  "$tessera" train $common --set output.dir="$work/final_only" --resume
+
 expect_error "checkpoint '[^']*no_such\.h5' does not exist" \
   "$tessera" train $common --set output.dir="$dir" --resume "$work/no_such.h5"
 expect_error "average: '/model/decoder\.layer_norm\.bias' has shape \[32\] in '[^']*small/model\.h5' but \[64\]" \
