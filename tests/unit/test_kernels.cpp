@@ -2,6 +2,7 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include <bit>
 #include <cmath>
 #include <limits>
 #include <random>
@@ -11,6 +12,7 @@
 #include "kernels/cpu/layout.h"
 #include "kernels/cpu/nn_kernels.h"
 #include "kernels/cpu/reduce.h"
+#include "kernels/cpu/vector_math.h"
 #include "kernels/philox.h"
 #include "test_util.h"
 
@@ -181,6 +183,43 @@ TEST(Softmax, RowsSumToOneAndMatchTheFormula) {
 }
 
 // ---------------------------------------------------------------- layer norm
+// The vectorizable float exp against the correctly rounded exp (double, then rounded): within 2
+// units in the last place over every 61st float of its normal range (27 million, both signs), and
+// the edges: overflow to +inf, below FLT_MIN's log to +0, NaN kept.
+TEST(VectorMath, ExpF32WithinTwoUlpOverTheFloatRange) {
+  double worst_ulp = 0;
+  float worst_x = 0;
+  const auto check = [&](float x) {
+    const double exact = std::exp(static_cast<double>(x));
+    const float got = cpu::exp_f32(x);
+    if (exact < std::numeric_limits<float>::min()) {
+      ASSERT_EQ(got, 0.0f) << x;  // flushed: the subnormal range
+      return;
+    }
+    if (exact > std::numeric_limits<float>::max()) {
+      ASSERT_EQ(got, std::numeric_limits<float>::infinity()) << x;
+      return;
+    }
+    const double ulp = std::ldexp(1.0, std::ilogb(static_cast<float>(exact)) - 23);
+    const double err = std::abs(static_cast<double>(got) - exact) / ulp;
+    if (err > worst_ulp) {
+      worst_ulp = err;
+      worst_x = x;
+    }
+  };
+  for (const float bound : {-104.0f, 89.0f})
+    for (std::uint32_t bits = 0; bits <= std::bit_cast<std::uint32_t>(bound); bits += 61) {
+      check(std::bit_cast<float>(bits));
+      if (bound < 0) check(-std::bit_cast<float>(bits));
+    }
+  EXPECT_LE(worst_ulp, 2.0) << "at x = " << worst_x;
+  for (const float x : {-87.33654f, -87.4f, 88.7228f, 88.72284f, 88.7229f, 0.0f, -0.0f, 1.0f, -1.0f}) check(x);
+  EXPECT_EQ(cpu::exp_f32(std::numeric_limits<float>::infinity()), std::numeric_limits<float>::infinity());
+  EXPECT_EQ(cpu::exp_f32(-std::numeric_limits<float>::infinity()), 0.0f);
+  EXPECT_TRUE(std::isnan(cpu::exp_f32(std::numeric_limits<float>::quiet_NaN())));
+  EXPECT_EQ(cpu::exp_f32(0.0f), 1.0f);
+}
+
 TEST(LayerNorm, NormalizesRowsAndAppliesGammaBeta) {
   const Tensor x = random_t({3, 16}, 6, DType::f64);
   const Tensor g = random_t({16}, 7, DType::f64), b = random_t({16}, 8, DType::f64);

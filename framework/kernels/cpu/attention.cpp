@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "kernels/cpu/gemm.h"
+#include "kernels/cpu/vector_math.h"
 
 namespace tessera::cpu {
 namespace {
@@ -106,9 +107,10 @@ void forward_head(const T* q, const T* k, const T* v, const std::int32_t* pad, T
           std::fill_n(srow, cols, T(0));
           continue;
         }
-        const T correction = std::exp(row_max[i] - m);  // exp(-inf) = 0 on the first visible tile
+        const T correction = exp_vec(row_max[i] - m);  // exp(-inf) = 0 on the first visible tile
         T sum = 0;
-        for (std::int64_t j = 0; j < cols; ++j) sum += (srow[j] = std::exp(srow[j] - m));
+#pragma omp simd reduction(+ : sum)
+        for (std::int64_t j = 0; j < cols; ++j) sum += (srow[j] = exp_vec(srow[j] - m));
         row_sum[i] = row_sum[i] * correction + sum;
         row_max[i] = m;
         T* arow = acc.data() + i * d.dv;
@@ -160,7 +162,7 @@ void backward_head(const T* q, const T* k, const T* v, const T* o, const T* dout
         if (l == neg_inf) {
           std::fill_n(prow, cols, T(0));
         } else {
-          for (std::int64_t j = 0; j < cols; ++j) prow[j] = std::exp(prow[j] - l);
+          for (std::int64_t j = 0; j < cols; ++j) prow[j] = exp_vec(prow[j] - l);
         }
       }
       // dV_tile += P^T dO_tile

@@ -256,6 +256,7 @@ CrossEntropyOutput cross_entropy_forward(const Tensor& logits, const Tensor& tar
       const T* row = z + i * dm.v;
       const auto [m, log_sum] = row_log_sum_exp(row, dm.v);
       T sum_z = 0;
+#pragma omp simd reduction(+ : sum_z)
       for (std::int64_t j = 0; j < dm.v; ++j) sum_z += row[j];
       lse[i] = m + log_sum;
       if (t[i] == ignore_index) {
@@ -293,7 +294,8 @@ Tensor cross_entropy_backward(const Tensor& dloss, const Tensor& logits, const T
         continue;
       }
       const T* zr = z + i * dm.v;
-      for (std::int64_t j = 0; j < dm.v; ++j) row[j] = g[i] * (std::exp(zr[j] - l[i]) - uniform);
+      const T gi = g[i], li = l[i];
+      for (std::int64_t j = 0; j < dm.v; ++j) row[j] = gi * (exp_vec(zr[j] - li) - uniform);
       row[t[i]] -= g[i] * (T(1) - eps);
     }
   });

@@ -109,7 +109,7 @@ Tensor softmax_impl(const Tensor& x, bool log) {
         for (std::int64_t j = 0; j < r.n; ++j) b[j] = (a[j] - m) - log_sum;
       } else {
         const T inv = T(1) / std::exp(log_sum);
-        for (std::int64_t j = 0; j < r.n; ++j) b[j] = std::exp(a[j] - m) * inv;
+        for (std::int64_t j = 0; j < r.n; ++j) b[j] = exp_vec(a[j] - m) * inv;
       }
     }
   });
@@ -152,7 +152,7 @@ Tensor log_softmax_backward(const Tensor& dy, const Tensor& y) {
       T* o = dx.data<T>() + i * r.n;
       T sum = 0;
       for (std::int64_t j = 0; j < r.n; ++j) sum += g[j];
-      for (std::int64_t j = 0; j < r.n; ++j) o[j] = g[j] - std::exp(ly[j]) * sum;
+      for (std::int64_t j = 0; j < r.n; ++j) o[j] = g[j] - exp_vec(ly[j]) * sum;
     }
   });
   return dx;

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <limits>
 
+#include "kernels/cpu/vector_math.h"
 #include "tensor/tensor.h"
 
 namespace tessera::cpu {
@@ -21,13 +22,17 @@ template <typename T>
 struct RowLogSumExp {
   T max, log_sum;
 };
+// The loops are SIMD reductions (lanes summed in a fixed order: the same result every run). A NaN
+// entry may be missed by the maximum but not by the sum, so the result is NaN either way.
 template <typename T>
 RowLogSumExp<T> row_log_sum_exp(const T* row, std::int64_t n) {
   T m = -std::numeric_limits<T>::infinity();
+#pragma omp simd reduction(max : m)
   for (std::int64_t j = 0; j < n; ++j) m = std::max(m, row[j]);
   if (m == -std::numeric_limits<T>::infinity()) return {m, T(0)};  // every entry -inf: -inf, as the GPU
   T s = 0;
-  for (std::int64_t j = 0; j < n; ++j) s += std::exp(row[j] - m);
+#pragma omp simd reduction(+ : s)
+  for (std::int64_t j = 0; j < n; ++j) s += exp_vec(row[j] - m);
   return {m, std::log(s)};
 }
 
