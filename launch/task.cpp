@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <exception>
 #include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <limits>
 #include <numeric>
 #include <sstream>
@@ -343,6 +345,15 @@ std::optional<models::TokenRows> translate_ids(const models::Transformer& model,
   return out;
 }
 
+namespace {
+bool same_bytes(const std::string& a, const std::string& b) {
+  std::ifstream fa(a, std::ios::binary), fb(b, std::ios::binary);
+  return fa && fb &&
+         std::equal(std::istreambuf_iterator<char>(fa), std::istreambuf_iterator<char>(),
+                    std::istreambuf_iterator<char>(fb), std::istreambuf_iterator<char>());
+}
+}  // namespace
+
 Translator::Translator(const std::string& checkpoint, const std::string& vocab, const std::string& vocab_tgt,
                        Device device) {
   const io::Checkpoint w = io::load_checkpoint(checkpoint, /*weights_only=*/true);
@@ -351,16 +362,22 @@ Translator::Translator(const std::string& checkpoint, const std::string& vocab, 
   if (!vocab_tgt.empty()) overrides.push_back("data.vocab_tgt=" + vocab_tgt);
   cfg_ = io::Config::parse(tessera_schema(), w.config_yaml, checkpoint, overrides);
   if (cfg_.string("data.task") == "translation") {
-    // A vocabulary the run trained into its output.dir is the one beside the checkpoint, when there
-    // is one: the checkpoint may have been copied or moved with it, and the output.dir of its config
-    // may since hold another run's (of the same size: nothing else would tell). A vocabulary the
-    // config named, or one given here, is used where it is, and looked for beside the checkpoint
-    // only when missing.
+    // Where the run's vocabulary is: one given here or named by the config is used where it is
+    // (looked for beside the checkpoint when missing there: a moved run folder). One the run trained
+    // into its output.dir may also sit beside the checkpoint (a copied run); when both exist and
+    // differ, the output.dir may since hold another run's (of the same size: nothing else would
+    // tell), so the choice is left to the user rather than guessed.
     const auto find = [&](const std::string& path, const char* key, const std::string& given) {
-      const auto beside = std::filesystem::path(checkpoint).parent_path() / std::filesystem::path(path).filename();
-      const bool trained_by_run = given.empty() && cfg_.string(key).empty();
-      const bool prefer_beside = trained_by_run || (given.empty() && !std::filesystem::exists(path));
-      return prefer_beside && std::filesystem::exists(beside) ? beside.string() : path;
+      namespace fs = std::filesystem;
+      const fs::path beside = fs::path(checkpoint).parent_path() / fs::path(path).filename();
+      std::error_code ec;
+      if (!given.empty() || !fs::exists(beside) || fs::equivalent(path, beside, ec)) return path;
+      if (!fs::exists(path)) return beside.string();
+      if (!cfg_.string(key).empty() || same_bytes(path, beside.string())) return path;
+      throw Error(fmt::format(
+          "checkpoint '{}': two different vocabularies could be the one its run trained: '{}' (where the run "
+          "wrote it) and '{}' (beside the checkpoint); name the right one with {}",
+          checkpoint, path, beside.string(), std::string(key) == "data.vocab" ? "--vocab" : "--vocab-tgt"));
     };
     const VocabPaths paths = vocab_paths(cfg_);
     src_codec_ = TextCodec::sentencepiece(data::Vocab::load(find(paths.src, "data.vocab", vocab)));

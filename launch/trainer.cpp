@@ -564,12 +564,19 @@ class Run {
     std::vector<fs::path> later;
     for (const auto& [saved_step, path] : step_checkpoints(dir_))
       if (saved_step > step) later.push_back(path);
+    // The old history's best too: this run restored the best score as of `step`, and its
+    // checkpoint_best.h5 must be a model of its own history. (Unreadable: left for the user.)
+    const fs::path best = dir_ / "checkpoint_best.h5";
+    try {
+      if (fs::exists(best) && io::checkpoint_step(best.string()) > step) later.push_back(best);
+    } catch (const Error&) {
+    }
     if (later.empty()) return;
     fs::path aside = dir_ / fmt::format("superseded_{:08d}", step);
     for (int n = 2; fs::exists(aside); ++n) aside = dir_ / fmt::format("superseded_{:08d}_{}", step, n);
     fs::create_directory(aside);
     for (const fs::path& path : later) fs::rename(path, aside / path.filename());
-    fmt::print("train: moved {} step checkpoint(s) after step {} (from the run before this resume) into {}\n",
+    fmt::print("train: moved {} checkpoint(s) written after step {} (by the run before this resume) into {}\n",
                later.size(), step, aside.string());
   }
 
@@ -829,13 +836,16 @@ TrainResult run_training(const io::Config& cfg, const TrainOptions& options) {
     const auto saved = step_checkpoints(dir);
     if (!saved.empty()) {
       resume_path = saved.back().second.string();
-    } else if (fs::exists(dir / "checkpoint_best.h5") || fs::exists(dir / "model.h5")) {
-      // Starting from scratch here would overwrite them.
-      throw io::ConfigError(
-          fmt::format("--resume: output.dir '{}' holds no checkpoint_<step>.h5 but a run's {}: resume from its "
-                      "checkpoint_best.h5 with --resume {}, or train into another output.dir",
-                      dir.string(), fs::exists(dir / "checkpoint_best.h5") ? "checkpoint_best.h5" : "model.h5",
-                      (dir / "checkpoint_best.h5").string()));
+    } else if (fs::exists(dir / "checkpoint_best.h5")) {  // starting from scratch would overwrite it
+      throw io::ConfigError(fmt::format(
+          "--resume: output.dir '{}' holds no checkpoint_<step>.h5 but a run's checkpoint_best.h5: resume from it "
+          "with --resume {}, or train into another output.dir",
+          dir.string(), (dir / "checkpoint_best.h5").string()));
+    } else if (fs::exists(dir / "model.h5")) {  // weights only: nothing to resume from
+      throw io::ConfigError(fmt::format(
+          "--resume: output.dir '{}' holds a finished run's model.h5 (weights only) and no checkpoint to resume "
+          "from: train into another output.dir",
+          dir.string()));
     } else {
       fmt::print("train: --resume: no checkpoint_<step>.h5 in {}; starting from scratch\n", dir.string());
     }

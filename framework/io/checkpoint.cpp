@@ -459,6 +459,14 @@ void save_checkpoint(const std::string& path, const Checkpoint& ckpt) {
   sync_folder(final_path.has_parent_path() ? final_path.parent_path().string() : ".");
 }
 
+std::int64_t checkpoint_step(const std::string& path) {
+  H5Handle file{open_for_reading(path), H5Fclose};
+  const Reader r(path, file.id());
+  Checkpoint c;
+  read_header(r, file.id(), c.step, c.config_yaml, c.state);
+  return c.step;
+}
+
 Checkpoint load_checkpoint(const std::string& path, bool weights_only) {
   H5Handle file{open_for_reading(path), H5Fclose};
   const Reader r(path, file.id());

@@ -80,6 +80,8 @@ ShardedCheckpoint load_checkpoint_sharded(const std::string& path, const std::ma
 // Reads and verifies a checkpoint; with weights_only, the optimizer moments are not read.
 // Throws naming the file and what is wrong (missing, not HDF5, truncated, checksum, ...).
 Checkpoint load_checkpoint(const std::string& path, bool weights_only = false);
+// The step a checkpoint was written at (its header only; throws naming the file like load_checkpoint).
+std::int64_t checkpoint_step(const std::string& path);
 
 // The element-wise mean of the checkpoints' weights (accumulated in float64), as a weights-only
 // checkpoint with the first file's config and the last file's step. All must hold the same

@@ -74,6 +74,9 @@ expect_error "output.dir is empty" "$tessera" train $common --set output.dir=
 mkdir -p "$work/final_only" && cp "$dir/model.h5" "$dir/checkpoint_best.h5" "$work/final_only/"
 expect_error "--resume: output.dir '[^']*final_only' holds no checkpoint_<step>.h5 but a run's checkpoint_best.h5" \
   "$tessera" train $common --set output.dir="$work/final_only" --resume
+mkdir -p "$work/model_only" && cp "$dir/model.h5" "$work/model_only/"
+expect_error "--resume: output.dir '[^']*model_only' holds a finished run's model.h5 (weights only)" \
+  "$tessera" train $common --set output.dir="$work/model_only" --resume
 
 expect_error "checkpoint '[^']*no_such\.h5' does not exist" \
   "$tessera" train $common --set output.dir="$dir" --resume "$work/no_such.h5"
@@ -89,13 +92,17 @@ offset=$(h5dump -p -H -d /optimizer/exp_avg/embed_tokens.weight "$work/corrupt.h
 printf '\377\377\377\377\377\377\377\377' | dd of="$work/corrupt.h5" bs=1 seek=$((offset + 16)) conv=notrunc 2> /dev/null
 expect_error "checkpoint '[^']*corrupt\.h5': dataset '/optimizer/exp_avg/embed_tokens\.weight' fails its checksum" \
   "$tessera" train $common --set output.dir="$dir" --set train.max_steps=60 --resume "$work/corrupt.h5"
+cp "$dir/checkpoint_00000050.h5" "$dir/checkpoint_best.h5"  # as if the old run had its best at step 50
 "$tessera" train $common --set output.dir="$dir" --set train.max_steps=52 --resume "$dir/checkpoint_00000040.h5" \
   > "$work/older.log"
 grep -q "resumed from .*checkpoint_00000040.h5 at step 40" "$work/older.log" || fail "resume from the older checkpoint"
 # That resume started a new history at step 40: the old run's checkpoint_00000050.h5 moved aside
 # (not deleted), so the plain --resume below continues this run (52), not the old one (50).
-grep -q "moved 1 step checkpoint(s) after step 40 .* into .*superseded_00000040" "$work/older.log" ||
+grep -q "moved 2 checkpoint(s) written after step 40 .* into .*superseded_00000040" "$work/older.log" ||
   fail "the later checkpoint was not set aside"
+# ... and so does checkpoint_best.h5, made the old run's step 50 above.
+h5dump -a /step "$dir/superseded_00000040/checkpoint_best.h5" | grep -q '(0): 50' ||
+  fail "the old run's checkpoint_best.h5 (step 50) was not set aside"
 [ -f "$dir/superseded_00000040/checkpoint_00000050.h5" ] || fail "superseded_00000040/checkpoint_00000050.h5 is missing"
 "$tessera" train $common --set output.dir="$dir" --set train.max_steps=53 --resume | grep -q "resumed from .*checkpoint_00000052.h5 at step 52" ||
   fail "plain --resume did not continue from step 52"
