@@ -46,6 +46,9 @@ extern "C" void on_stop_signal(int sig) {
   g_stop_signal = sig;
 }
 
+// The signal that interrupted a validation: this process's own, or a peer's (taken as SIGTERM).
+int signal_that_interrupted() { return g_stop_signal != 0 ? static_cast<int>(g_stop_signal) : SIGTERM; }
+
 // Installs the handlers for the lifetime of one training run.
 class StopSignals {
  public:
@@ -351,7 +354,7 @@ class Run {
       bool no_progress = false;
       if (valid_every > 0 && step % valid_every == 0 && step != max_steps && !out_of_time && stop_signal == 0) {
         // Interrupted on every rank alike (its decoding agrees on it): stop as after a signal here.
-        if (!validate(step, result)) stop_signal = g_stop_signal != 0 ? static_cast<int>(g_stop_signal) : SIGTERM;
+        if (!validate(step, result)) stop_signal = signal_that_interrupted();
         // Every rank validates the same model on the same data, so all stop at the same step.
         no_progress = patience > 0 && validations_since_best_ >= patience;
       }
@@ -392,7 +395,7 @@ class Run {
     // does not count toward train.patience: a run extended by --resume counts as one that never stopped.
     const bool on_schedule = valid_every > 0 && step % valid_every == 0;
     if (last_validated_step_ != step && !validate(step, result, on_schedule))
-      result.stop_signal = g_stop_signal != 0 ? static_cast<int>(g_stop_signal) : SIGTERM;
+      result.stop_signal = signal_that_interrupted();
     if (last_saved_step_ != step) save_step_checkpoint();
     result.steps = step;
     result.checkpoint = (dir_ / "model.h5").string();
