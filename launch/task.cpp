@@ -67,6 +67,8 @@ std::string TextCodec::decode(const std::vector<std::int32_t>& ids) const {
 
 std::int64_t TextCodec::size() const { return vocab_ ? vocab_->size() : symbols_ + data::kFirstSymbol; }
 
+std::string TextCodec::serialized() const { return vocab_ ? vocab_->serialized() : std::string(); }
+
 VocabPaths vocab_paths(const io::Config& cfg) {
   const std::filesystem::path dir = cfg.string("output.dir");
   const auto given_or = [&](const char* key, const char* file) {
@@ -78,6 +80,36 @@ VocabPaths vocab_paths(const io::Config& cfg) {
     return {joint, joint};
   }
   return {given_or("data.vocab", "vocab.src.model"), given_or("data.vocab_tgt", "vocab.tgt.model")};
+}
+
+std::map<std::string, std::string> checkpoint_vocabularies(const io::Config& cfg, const TextCodec& src,
+                                                           const TextCodec& tgt) {
+  if (cfg.string("data.task") != "translation") return {};
+  if (vocab_paths(cfg).joint()) return {{"joint", src.serialized()}};
+  return {{"src", src.serialized()}, {"tgt", tgt.serialized()}};
+}
+
+void check_checkpoint_vocabularies(const std::map<std::string, std::string>& stored,
+                                   const std::map<std::string, std::string>& current, const std::string& path,
+                                   const VocabPaths& files) {
+  if (stored.empty()) return;
+  const auto kind = [](const std::map<std::string, std::string>& v) {
+    return v.count("joint") != 0 ? "one joint vocabulary" : "one vocabulary per language";
+  };
+  // Every rank holds the same vocabularies and checkpoint: each meets an error alike, one prints it.
+  if (stored.size() != current.size() || stored.count("joint") != current.count("joint"))
+    throw EveryRankError(
+        fmt::format("cannot resume from '{}': it was trained with {}, the config now gives {} (data.joint_vocab)", path,
+                    kind(stored), kind(current)));
+  for (const auto& [name, bytes] : stored) {
+    // Compared as the library serializes them both, not as the bytes of two files.
+    const std::string label = path + ":/vocab/" + name;
+    if (data::Vocab::from_serialized(bytes, label).serialized() == current.at(name)) continue;
+    throw EveryRankError(fmt::format(
+        "cannot resume from '{}': vocabulary '{}' is not the one it was trained with (stored in it as /vocab/{}); "
+        "the run would go on with other token ids. Put the run's own vocabulary back or train into a new output.dir",
+        path, name == "tgt" ? files.tgt : files.src, name));
+  }
 }
 
 namespace {
@@ -361,37 +393,70 @@ Translator::Translator(const std::string& checkpoint, const std::string& vocab, 
   if (!vocab.empty()) overrides.push_back("data.vocab=" + vocab);
   if (!vocab_tgt.empty()) overrides.push_back("data.vocab_tgt=" + vocab_tgt);
   cfg_ = io::Config::parse(tessera_schema(), w.config_yaml, checkpoint, overrides);
-  if (cfg_.string("data.task") == "translation") {
-    // Where the run's vocabulary is: one given here or named by the config is used where it is
-    // (looked for beside the checkpoint when missing there: a moved run folder). One the run trained
-    // into its output.dir may also sit beside the checkpoint (a copied run); when both exist and
-    // differ, the output.dir may since hold another run's (of the same size: nothing else would
-    // tell), so the choice is left to the user rather than guessed.
-    const auto find = [&](const std::string& path, const char* key, const std::string& given) {
-      namespace fs = std::filesystem;
-      const fs::path beside = fs::path(checkpoint).parent_path() / fs::path(path).filename();
-      std::error_code ec;
-      if (!given.empty() || !fs::exists(beside) || fs::equivalent(path, beside, ec)) return path;
-      if (!fs::exists(path)) return beside.string();
-      if (!cfg_.string(key).empty() || same_bytes(path, beside.string())) return path;
-      throw Error(fmt::format(
-          "checkpoint '{}': two different vocabularies could be the one its run trained: '{}' (where the run "
-          "wrote it) and '{}' (beside the checkpoint); name the right one with {}",
-          checkpoint, path, beside.string(), std::string(key) == "data.vocab" ? "--vocab" : "--vocab-tgt"));
-    };
-    const VocabPaths paths = vocab_paths(cfg_);
-    src_codec_ = TextCodec::sentencepiece(data::Vocab::load(find(paths.src, "data.vocab", vocab)));
-    tgt_codec_ = paths.joint()
-                     ? src_codec_
-                     : TextCodec::sentencepiece(data::Vocab::load(find(paths.tgt, "data.vocab_tgt", vocab_tgt)));
-  } else {
+  if (cfg_.string("data.task") != "translation") {
     src_codec_ = tgt_codec_ = TextCodec::symbols(cfg_.integer("data.synthetic_vocab"));
+  } else if (!w.vocabularies.empty()) {
+    load_stored_vocabularies(checkpoint, w.vocabularies, vocab, vocab_tgt);
+  } else {
+    find_vocabulary_files(checkpoint, vocab, vocab_tgt);
   }
   models::TransformerConfig mc = model_config(cfg_, src_codec_.size(), tgt_codec_.size());
   mc.device = device;
   model_ = std::make_unique<models::Transformer>(mc, 0);
   std::vector<ag::Var> params = model_->parameters();
   io::assign_weights(w, checkpoint, params);
+}
+
+void Translator::load_stored_vocabularies(const std::string& checkpoint,
+                                          const std::map<std::string, std::string>& stored, const std::string& vocab,
+                                          const std::string& vocab_tgt) {
+  const bool joint = vocab_paths(cfg_).joint();
+  // A vocabulary named here must be the stored one, the same model file: any other may map text to
+  // other ids. (Two trainings of the same vocabulary into different files differ too, in the
+  // training options they record; the message says to leave the option out.)
+  const auto load = [&](const char* name, const std::string& given, const char* flag) {
+    auto it = stored.find(name);
+    if (it == stored.end())
+      fail("checkpoint '{}' has no /vocab/{}, which its config (data.joint_vocab: {}) needs", checkpoint, name, joint);
+    data::Vocab v = data::Vocab::from_serialized(it->second, checkpoint + ":/vocab/" + name);
+    if (!given.empty() && data::Vocab::load(given).serialized() != v.serialized())
+      fail("{} '{}' is not the vocabulary checkpoint '{}' holds (the one it was trained with); leave {} out", flag,
+           given, checkpoint, flag);
+    return TextCodec::sentencepiece(std::move(v));
+  };
+  if (joint) {
+    src_codec_ = tgt_codec_ = load("joint", vocab, "--vocab");
+  } else {
+    src_codec_ = load("src", vocab, "--vocab");
+    tgt_codec_ = load("tgt", vocab_tgt, "--vocab-tgt");
+  }
+}
+
+// Where the vocabulary of a run whose checkpoints do not hold it (an earlier build's) is: one given
+// here or named by the config is used where it is (looked for beside the checkpoint when missing
+// there: a moved run folder). One the run trained into its output.dir may also sit beside the
+// checkpoint (a copied run); when both exist and differ, the output.dir may since hold another
+// run's (of the same size: nothing else would tell), so the choice is left to the user rather than
+// guessed.
+void Translator::find_vocabulary_files(const std::string& checkpoint, const std::string& vocab,
+                                       const std::string& vocab_tgt) {
+  const auto find = [&](const std::string& path, const char* key, const std::string& given) {
+    namespace fs = std::filesystem;
+    const fs::path beside = fs::path(checkpoint).parent_path() / fs::path(path).filename();
+    std::error_code ec;
+    if (!given.empty() || !fs::exists(beside) || fs::equivalent(path, beside, ec)) return path;
+    if (!fs::exists(path)) return beside.string();
+    if (!cfg_.string(key).empty() || same_bytes(path, beside.string())) return path;
+    throw Error(
+        fmt::format("checkpoint '{}': two different vocabularies could be the one its run trained: '{}' (where the run "
+                    "wrote it) and '{}' (beside the checkpoint); name the right one with {}",
+                    checkpoint, path, beside.string(), std::string(key) == "data.vocab" ? "--vocab" : "--vocab-tgt"));
+  };
+  const VocabPaths paths = vocab_paths(cfg_);
+  src_codec_ = TextCodec::sentencepiece(data::Vocab::load(find(paths.src, "data.vocab", vocab)));
+  tgt_codec_ = paths.joint()
+                   ? src_codec_
+                   : TextCodec::sentencepiece(data::Vocab::load(find(paths.tgt, "data.vocab_tgt", vocab_tgt)));
 }
 
 std::vector<std::vector<std::int32_t>> Translator::encode(const std::vector<std::string>& lines, bool report) const {

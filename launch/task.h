@@ -3,6 +3,7 @@
 #pragma once
 
 #include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -24,7 +25,8 @@ class TextCodec {
 
   std::vector<std::int32_t> encode(const std::string& text) const;
   std::string decode(const std::vector<std::int32_t>& ids) const;
-  std::int64_t size() const;  // ids in use, special ids included
+  std::int64_t size() const;       // ids in use, special ids included
+  std::string serialized() const;  // the SentencePiece model's bytes; empty for symbol numbers
 
  private:
   std::shared_ptr<data::Vocab> vocab_;
@@ -46,6 +48,17 @@ struct VocabPaths {
   bool joint() const { return src == tgt; }
 };
 VocabPaths vocab_paths(const io::Config& cfg);
+
+// What a checkpoint of a run with this config and these codecs stores as its vocabularies (see
+// io::Checkpoint::vocabularies): none for synthetic tasks.
+std::map<std::string, std::string> checkpoint_vocabularies(const io::Config& cfg, const TextCodec& src,
+                                                           const TextCodec& tgt);
+// Throws naming the vocabulary file and the checkpoint when `current` (checkpoint_vocabularies of
+// the run being resumed) is not what the checkpoint at `path` stores: training on would feed the
+// model other token ids. A checkpoint without vocabularies (written by an earlier build) passes.
+void check_checkpoint_vocabularies(const std::map<std::string, std::string>& stored,
+                                   const std::map<std::string, std::string>& current, const std::string& path,
+                                   const VocabPaths& files);
 // The pairs of a parallel text as ids, without the empty ones and those longer than max_len
 // tokens on either side. Encoded by the OpenMP threads and, with `world` (every rank calls it
 // then), split over its ranks and exchanged: the result is the same for any number of threads and
@@ -85,8 +98,10 @@ std::optional<models::TokenRows> translate_ids(const models::Transformer& model,
                                                const DecodeInterrupt* interrupt = nullptr);
 
 // A trained model ready to translate text: the weights of any checkpoint (full, weights-only or
-// averaged), the config saved in it, and its vocabularies (`vocab` / `vocab_tgt`, else the
-// config's, else the files of the same names beside the checkpoint).
+// averaged), the config saved in it, and its vocabularies: those stored in the checkpoint (a
+// `vocab` / `vocab_tgt` given as well must be the same), or for a checkpoint without them (written
+// by an earlier build) `vocab` / `vocab_tgt`, else the config's, else the files of the same names
+// beside the checkpoint.
 class Translator {
  public:
   // device: where the model decodes (cuda: GPU 0 of this process, float32).
@@ -103,6 +118,9 @@ class Translator {
   const io::Config& config() const { return cfg_; }
 
  private:
+  void load_stored_vocabularies(const std::string& checkpoint, const std::map<std::string, std::string>& stored,
+                                const std::string& vocab, const std::string& vocab_tgt);
+  void find_vocabulary_files(const std::string& checkpoint, const std::string& vocab, const std::string& vocab_tgt);
   io::Config cfg_;
   TextCodec src_codec_, tgt_codec_;
   std::unique_ptr<models::Transformer> model_;

@@ -141,6 +141,7 @@ class Run {
         seed_(static_cast<std::uint64_t>(cfg.integer("train.seed"))),
         dir_(cfg.string("output.dir")),
         task_(load_task_data(cfg, grid.world.get())),
+        vocabularies_(checkpoint_vocabularies(cfg, task_.src_codec, task_.tgt_codec)),
         model_(training_model_config(cfg, task_.src_codec.size(), task_.tgt_codec.size()),
                static_cast<std::uint64_t>(cfg.integer("train.seed")), grid.tensor.get()),
         adam_(model_.parameters(), {.lr = 0.0,
@@ -191,6 +192,7 @@ class Run {
     else
       read();
     warn_config_changes(c.config_yaml, path);
+    check_checkpoint_vocabularies(c.vocabularies, vocabularies_, path, vocab_paths(cfg_));
     std::vector<ag::Var> params = model_.parameters();
     io::assign_weights(c, path, params);
     adam_.set_state(static_cast<long>(c.state->optimizer_step),
@@ -499,6 +501,7 @@ class Run {
     c.exp_avg = std::move(s.exp_avg);
     c.exp_avg_sq = std::move(s.exp_avg_sq);
     c.state = s.state;
+    c.vocabularies = std::move(s.vocabularies);
     return c;
   }
 
@@ -517,7 +520,8 @@ class Run {
                             .exp_avg = c.exp_avg,
                             .exp_avg_sq = c.exp_avg_sq,
                             .shards = shard_map(),
-                            .state = c.state};
+                            .state = c.state,
+                            .vocabularies = c.vocabularies};
     io::save_checkpoint_sharded(path, s, tensor_group());
   }
 
@@ -536,6 +540,7 @@ class Run {
     io::Checkpoint c;
     c.step = step_;
     c.config_yaml = cfg_.to_yaml(false);
+    c.vocabularies = vocabularies_;
     // This rank's tensors (its blocks under tensor parallelism); no copies on the CPU, copies
     // to the host from the GPU.
     const std::vector<ag::Var>& params = adam_.params();
@@ -738,6 +743,7 @@ class Run {
   std::uint64_t batcher_seed_ = seed_;  // data order
   fs::path dir_;
   TaskData task_;
+  std::map<std::string, std::string> vocabularies_;  // stored in every checkpoint
   models::Transformer model_;
   optim::Adam adam_;
   data::Batcher batcher_;

@@ -114,11 +114,26 @@ Vocab Vocab::load(const std::string& path) {
   if (!std::filesystem::exists(path, ec)) fail("cannot read vocabulary '{}': No such file or directory", path);
   const auto status = v.sp_->Load(path);
   if (!status.ok()) fail("cannot read vocabulary '{}': {}", path, status.ToString());
-  TESSERA_CHECK(v.sp_->PieceToId("<pad>") == kPadId && v.sp_->IsUnknown(kUnkId) && v.sp_->bos_id() == kBosId &&
-                    v.sp_->eos_id() == kEosId,
-                "vocabulary '{}' does not use the ids 0 = <pad>, 1 = <unk>, 2 = <s>, 3 = </s>", path);
   v.path_ = path;
+  v.check_special_ids();
   return v;
+}
+
+Vocab Vocab::from_serialized(const std::string& bytes, const std::string& label) {
+  Vocab v;
+  const auto status = v.sp_->LoadFromSerializedProto(bytes);
+  if (!status.ok()) fail("cannot read vocabulary '{}': {}", label, status.ToString());
+  v.path_ = label;
+  v.check_special_ids();
+  return v;
+}
+
+std::string Vocab::serialized() const { return sp_->serialized_model_proto(); }
+
+void Vocab::check_special_ids() const {
+  TESSERA_CHECK(
+      sp_->PieceToId("<pad>") == kPadId && sp_->IsUnknown(kUnkId) && sp_->bos_id() == kBosId && sp_->eos_id() == kEosId,
+      "vocabulary '{}' does not use the ids 0 = <pad>, 1 = <unk>, 2 = <s>, 3 = </s>", path_);
 }
 
 std::vector<std::int32_t> Vocab::encode(const std::string& text) const {

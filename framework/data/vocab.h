@@ -35,11 +35,16 @@ class Vocab {
   static Vocab train(const VocabTrainOptions& opt);
   // Loads <path> (a .model file); throws tessera::Error naming the file when it cannot.
   static Vocab load(const std::string& path);
+  // Loads a model from the bytes serialized() gave (as a checkpoint stores them); `label` names
+  // where they came from in error messages (e.g. "run/model.h5:/vocab/joint").
+  static Vocab from_serialized(const std::string& bytes, const std::string& label);
+  // The model as bytes (the contents of a .model file).
+  std::string serialized() const;
 
   std::vector<std::int32_t> encode(const std::string& text) const;  // no bos/eos added
   std::string decode(const std::vector<std::int32_t>& ids) const;   // stops at nothing; skips pad/bos/eos
   std::int64_t size() const;
-  const std::string& path() const { return path_; }
+  const std::string& path() const { return path_; }  // or the label from_serialized got
 
   Vocab(Vocab&&) noexcept;
   Vocab& operator=(Vocab&&) noexcept;
@@ -47,6 +52,7 @@ class Vocab {
 
  private:
   Vocab();
+  void check_special_ids() const;
   std::unique_ptr<sentencepiece::SentencePieceProcessor> sp_;
   std::string path_;
 };

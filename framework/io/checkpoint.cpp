@@ -107,6 +107,25 @@ class Writer {
     int_attr(ds.id(), "crc32", checksum(v.raw_data(), static_cast<std::size_t>(v.numel()) * sizeof(float)));
     check(ds.close(), where);
   }
+  // One uint8 dataset holding `value`, with its checksum attribute. In a parallel save every rank
+  // creates it and only those with write_data fill it.
+  void bytes(hid_t group, const std::string& group_path, const std::string& name, const std::string& value,
+             bool write_data = true, hid_t dxpl = H5P_DEFAULT) {
+    const std::string where = group_path + "/" + name;
+    const hsize_t n = value.size();
+    H5Handle fspace{H5Screate_simple(1, &n, nullptr), H5Sclose};
+    H5Handle mspace{H5Screate_simple(1, &n, nullptr), H5Sclose};
+    H5Handle ds{H5Dcreate2(group, name.c_str(), H5T_STD_U8LE, fspace.id(), H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT),
+                H5Dclose};
+    check(ds.valid(), where);
+    if (!write_data) {
+      H5Sselect_none(fspace.id());
+      H5Sselect_none(mspace.id());
+    }
+    check(H5Dwrite(ds.id(), H5T_NATIVE_UINT8, mspace.id(), fspace.id(), dxpl, value.data()) >= 0, where);
+    int_attr(ds.id(), "crc32", checksum(value.data(), value.size()));
+    check(ds.close(), where);
+  }
   void check(bool ok, const std::string& what) const {
     if (ok) return;
     const std::string message = fmt::format(
@@ -150,6 +169,14 @@ void write_state(Writer& w, hid_t file, const TrainingState& s) {
 void write_tensors(Writer& w, hid_t parent, const char* name, const std::string& group_path, const TensorMap& tensors) {
   H5Handle g{w.group(parent, name), H5Gclose};
   for (const auto& [key, value] : tensors) w.tensor(g.id(), group_path, key, value);
+}
+
+// /vocab/<name>, when the run has vocabularies (see Checkpoint::vocabularies).
+void write_vocabularies(Writer& w, hid_t file, const std::map<std::string, std::string>& vocabularies,
+                        bool write_data = true, hid_t dxpl = H5P_DEFAULT) {
+  if (vocabularies.empty()) return;
+  H5Handle g{w.group(file, "vocab"), H5Gclose};
+  for (const auto& [name, bytes] : vocabularies) w.bytes(g.id(), "/vocab", name, bytes, write_data, dxpl);
 }
 
 std::size_t tensor_bytes(const TensorMap& tensors) {
@@ -232,8 +259,9 @@ std::size_t superblock_end_of_file(const unsigned char* p, std::size_t n) {
 void build_image(const std::string& tmp, const Checkpoint& c, FileImage& image) {
   Writer w(tmp);
   // One allocation for all the data plus room for the metadata: no regrowth while writing.
-  const std::size_t data = tensor_bytes(c.model) + tensor_bytes(c.exp_avg) + tensor_bytes(c.exp_avg_sq);
-  const std::size_t datasets = c.model.size() + c.exp_avg.size() + c.exp_avg_sq.size();
+  std::size_t data = tensor_bytes(c.model) + tensor_bytes(c.exp_avg) + tensor_bytes(c.exp_avg_sq);
+  for (const auto& [name, bytes] : c.vocabularies) data += bytes.size();
+  const std::size_t datasets = c.model.size() + c.exp_avg.size() + c.exp_avg_sq.size() + c.vocabularies.size();
   H5Handle fapl{H5Pcreate(H5P_FILE_ACCESS), H5Pclose};
   H5FD_file_image_callbacks_t callbacks = image_callbacks(&image);
   w.check(H5Pset_fapl_core(fapl.id(), data + 4096 * datasets + (std::size_t{1} << 20), /*backing_store=*/0) >= 0 &&
@@ -248,6 +276,7 @@ void build_image(const std::string& tmp, const Checkpoint& c, FileImage& image) 
     write_tensors(w, opt.id(), "exp_avg", "/optimizer/exp_avg", c.exp_avg);
     write_tensors(w, opt.id(), "exp_avg_sq", "/optimizer/exp_avg_sq", c.exp_avg_sq);
   }
+  write_vocabularies(w, file.id(), c.vocabularies);
   if (c.state) write_state(w, file.id(), *c.state);
   w.check(H5Fflush(file.id(), H5F_SCOPE_GLOBAL) >= 0, "/ (flush)");
   w.check(file.close(), "/ (close)");
@@ -326,23 +355,63 @@ class Reader {
   bool has(hid_t parent, const std::string& name) const { return H5Lexists(parent, name.c_str(), H5P_DEFAULT) > 0; }
   bool has_attr(hid_t obj, const char* name) const { return H5Aexists(obj, name) > 0; }
 
-  // Every dataset of the group at `group_path`, each checked against its CRC-32.
-  TensorMap tensors(const std::string& group_path) const {
+  // The names in the group at `group_path`, sorted.
+  std::vector<std::string> names(const std::string& group_path) const {
     check(has(file_, group_path), fmt::format("group '{}' is missing", group_path));
     H5Handle group{H5Gopen2(file_, group_path.c_str(), H5P_DEFAULT), H5Gclose};
     check(group.valid(), fmt::format("cannot open group '{}'", group_path));
     H5G_info_t info;
     check(H5Gget_info(group.id(), &info) >= 0, fmt::format("cannot list group '{}'", group_path));
-    TensorMap out;
+    std::vector<std::string> out;
     for (hsize_t i = 0; i < info.nlinks; ++i) {
       const ssize_t len = H5Lget_name_by_idx(group.id(), ".", H5_INDEX_NAME, H5_ITER_INC, i, nullptr, 0, H5P_DEFAULT);
       check(len > 0, fmt::format("cannot list group '{}'", group_path));
       std::string name(static_cast<std::size_t>(len) + 1, '\0');
       H5Lget_name_by_idx(group.id(), ".", H5_INDEX_NAME, H5_ITER_INC, i, name.data(), name.size(), H5P_DEFAULT);
       name.resize(static_cast<std::size_t>(len));
-      out.emplace(name, dataset(group.id(), group_path + "/" + name, name));
+      out.push_back(std::move(name));
     }
     return out;
+  }
+
+  // Every dataset of the group at `group_path`, each checked against its CRC-32.
+  TensorMap tensors(const std::string& group_path) const {
+    TensorMap out;
+    for (const std::string& name : names(group_path)) out.emplace(name, dataset(group_path, name));
+    return out;
+  }
+
+  // The uint8 datasets of the group at `group_path` as byte strings, each checked against its
+  // CRC-32; none when the file has no such group.
+  std::map<std::string, std::string> byte_strings(const std::string& group_path) const {
+    std::map<std::string, std::string> out;
+    if (!has(file_, group_path)) return out;
+    for (const std::string& name : names(group_path)) {
+      const std::string where = group_path + "/" + name;
+      H5Handle ds{H5Dopen2(file_, where.c_str(), H5P_DEFAULT), H5Dclose};
+      check(ds.valid(), fmt::format("cannot open dataset '{}'", where));
+      H5Handle type{H5Dget_type(ds.id()), H5Tclose};
+      H5Handle space{H5Dget_space(ds.id()), H5Sclose};
+      check(H5Tget_class(type.id()) == H5T_INTEGER && H5Tget_size(type.id()) == 1 &&
+                H5Sget_simple_extent_ndims(space.id()) == 1,
+            fmt::format("dataset '{}' is not a string of bytes", where));
+      hsize_t n = 0;
+      H5Sget_simple_extent_dims(space.id(), &n, nullptr);
+      std::string bytes(static_cast<std::size_t>(n), '\0');
+      check(n == 0 || H5Dread(ds.id(), H5T_NATIVE_UINT8, H5S_ALL, H5S_ALL, H5P_DEFAULT, bytes.data()) >= 0,
+            fmt::format("cannot read dataset '{}' (truncated or corrupted file?)", where));
+      verify(ds.id(), where, checksum(bytes.data(), bytes.size()));
+      out.emplace(name, std::move(bytes));
+    }
+    return out;
+  }
+
+  // Compares a dataset's stored CRC-32 with the one of the data read.
+  void verify(hid_t ds, const std::string& where, std::uint32_t actual) const {
+    const auto expected = static_cast<std::uint32_t>(int_attr(ds, "crc32"));
+    check(actual == expected, fmt::format("dataset '{}' fails its checksum (stored crc32 {:08x}, data has {:08x}): "
+                                          "the file is corrupted",
+                                          where, expected, actual));
   }
 
   void check(bool ok, const std::string& what) const {
@@ -358,8 +427,9 @@ class Reader {
     H5Handle attr{H5Aopen(obj, name, H5P_DEFAULT), H5Aclose};
     check(attr.valid() && H5Aread(attr.id(), mem_type, out) >= 0, fmt::format("cannot read attribute '{}'", name));
   }
-  Tensor dataset(hid_t group, const std::string& where, const std::string& name) const {
-    H5Handle ds{H5Dopen2(group, name.c_str(), H5P_DEFAULT), H5Dclose};
+  Tensor dataset(const std::string& group_path, const std::string& name) const {
+    const std::string where = group_path + "/" + name;
+    H5Handle ds{H5Dopen2(file_, where.c_str(), H5P_DEFAULT), H5Dclose};
     check(ds.valid(), fmt::format("cannot open dataset '{}'", where));
     H5Handle type{H5Dget_type(ds.id()), H5Tclose};
     check(H5Tget_class(type.id()) == H5T_FLOAT, fmt::format("dataset '{}' is not floating point", where));
@@ -371,11 +441,7 @@ class Reader {
     Tensor t = Tensor::empty(Shape(dims.begin(), dims.end()), DType::f32);
     check(H5Dread(ds.id(), H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, t.raw_data()) >= 0,
           fmt::format("cannot read dataset '{}' (truncated or corrupted file?)", where));
-    const auto expected = static_cast<std::uint32_t>(int_attr(ds.id(), "crc32"));
-    const std::uint32_t actual = checksum(t.raw_data(), static_cast<std::size_t>(t.numel()) * sizeof(float));
-    check(actual == expected, fmt::format("dataset '{}' fails its checksum (stored crc32 {:08x}, data has {:08x}): "
-                                          "the file is corrupted",
-                                          where, expected, actual));
+    verify(ds.id(), where, checksum(t.raw_data(), static_cast<std::size_t>(t.numel()) * sizeof(float)));
     return t;
   }
 
@@ -477,6 +543,7 @@ Checkpoint load_checkpoint(const std::string& path, bool weights_only) {
     c.exp_avg = r.tensors("/optimizer/exp_avg");
     c.exp_avg_sq = r.tensors("/optimizer/exp_avg_sq");
   }
+  c.vocabularies = r.byte_strings("/vocab");
   r.check(file.close(), "closing the file failed");
   return c;
 }
@@ -502,11 +569,16 @@ Checkpoint average_checkpoints(const std::vector<std::string>& paths) {
     }
     if (c.model.size() != first.model.size())
       fail("average: '{}' holds {} weights but '{}' holds {}", paths[i], c.model.size(), paths[0], first.model.size());
+    // Files written before checkpoints held vocabularies have none; any two that do must agree.
+    if (!c.vocabularies.empty() && !first.vocabularies.empty() && c.vocabularies != first.vocabularies)
+      fail("average: '{}' was trained with other vocabularies (/vocab) than '{}'", paths[i], paths[0]);
+    if (first.vocabularies.empty()) first.vocabularies = c.vocabularies;
     step = c.step;
   }
   Checkpoint out;
   out.step = step;
   out.config_yaml = first.config_yaml;
+  out.vocabularies = first.vocabularies;
   const double n = static_cast<double>(paths.size());
   for (auto& [name, sum] : sums) {
     Tensor t = Tensor::empty(first.model.at(name).shape(), DType::f32);
@@ -677,6 +749,11 @@ void save_checkpoint_sharded(const std::string& path, const ShardedCheckpoint& c
       write_sharded_tensors(w, opt.id(), "exp_avg_sq", "/optimizer/exp_avg_sq", c.exp_avg_sq, c, group.comm(), part,
                             parts);
     }
+    {
+      H5Handle dxpl{H5Pcreate(H5P_DATASET_XFER), H5Pclose};
+      H5Pset_dxpl_mpio(dxpl.id(), H5FD_MPIO_COLLECTIVE);
+      write_vocabularies(w, file.id(), c.vocabularies, /*write_data=*/part == 0, dxpl.id());
+    }
     if (c.state) write_state(w, file.id(), *c.state);
     w.check(H5Fflush(file.id(), H5F_SCOPE_GLOBAL) >= 0, "/ (flush)");
     w.check(file.close(), "/ (close)");
@@ -712,17 +789,9 @@ ShardedCheckpoint load_checkpoint_sharded(const std::string& path, const std::ma
   // Each dataset's block; names are read in sorted order on every rank (the checksums are collective).
   auto read_group = [&](const std::string& group_path) {
     TensorMap out;
-    r.check(r.has(file.id(), group_path), fmt::format("group '{}' is missing", group_path));
-    H5Handle g{H5Gopen2(file.id(), group_path.c_str(), H5P_DEFAULT), H5Gclose};
-    H5G_info_t info;
-    r.check(g.valid() && H5Gget_info(g.id(), &info) >= 0, fmt::format("cannot list group '{}'", group_path));
-    for (hsize_t i = 0; i < info.nlinks; ++i) {
-      const ssize_t len = H5Lget_name_by_idx(g.id(), ".", H5_INDEX_NAME, H5_ITER_INC, i, nullptr, 0, H5P_DEFAULT);
-      std::string name(static_cast<std::size_t>(std::max<ssize_t>(len, 0)) + 1, '\0');
-      H5Lget_name_by_idx(g.id(), ".", H5_INDEX_NAME, H5_ITER_INC, i, name.data(), name.size(), H5P_DEFAULT);
-      name.resize(static_cast<std::size_t>(std::max<ssize_t>(len, 0)));
+    for (const std::string& name : r.names(group_path)) {
       const std::string where = group_path + "/" + name;
-      H5Handle ds{H5Dopen2(g.id(), name.c_str(), H5P_DEFAULT), H5Dclose};
+      H5Handle ds{H5Dopen2(file.id(), where.c_str(), H5P_DEFAULT), H5Dclose};
       r.check(ds.valid(), fmt::format("cannot open dataset '{}'", where));
       H5Handle fspace{H5Dget_space(ds.id()), H5Sclose};
       const int rank = H5Sget_simple_extent_ndims(fspace.id());
@@ -744,11 +813,7 @@ ShardedCheckpoint load_checkpoint_sharded(const std::string& path, const std::ma
       H5Handle mspace{H5Screate_simple(static_cast<int>(slab.count.size()), slab.count.data(), nullptr), H5Sclose};
       r.check(H5Dread(ds.id(), H5T_NATIVE_FLOAT, mspace.id(), fspace.id(), H5P_DEFAULT, block.raw_data()) >= 0,
               fmt::format("cannot read dataset '{}' (truncated or corrupted file?)", where));
-      const auto expected = static_cast<std::uint32_t>(r.int_attr(ds.id(), "crc32"));
-      const std::uint32_t actual = group_crc(block, dim, group.comm(), parts);
-      r.check(actual == expected, fmt::format("dataset '{}' fails its checksum (stored crc32 {:08x}, data has {:08x}): "
-                                              "the file is corrupted",
-                                              where, expected, actual));
+      r.verify(ds.id(), where, group_crc(block, dim, group.comm(), parts));
       out.emplace(name, std::move(block));
     }
     return out;
@@ -758,6 +823,7 @@ ShardedCheckpoint load_checkpoint_sharded(const std::string& path, const std::ma
     c.exp_avg = read_group("/optimizer/exp_avg");
     c.exp_avg_sq = read_group("/optimizer/exp_avg_sq");
   }
+  c.vocabularies = r.byte_strings("/vocab");
   r.check(file.close(), "closing the file failed");
   return c;
 }

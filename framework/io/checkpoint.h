@@ -5,8 +5,10 @@
 //   /optimizer/exp_avg/<name>           Adam first moment  (full checkpoints)    attr: crc32
 //   /optimizer/exp_avg_sq/<name>        Adam second moment (full checkpoints)    attr: crc32
 //   /train                              attrs: the TrainingState fields (full checkpoints)
+//   /vocab/<joint|src|tgt>              uint8, the run's SentencePiece model(s)    attr: crc32
 //
-// Weights-only files (the final model.h5, `tessera average` output) hold / and /model alone.
+// Weights-only files (the final model.h5, `tessera average` output) hold /, /model and /vocab.
+// /vocab is absent for synthetic tasks and in files written before checkpoints held it.
 // Writes go to "<path>.tmp" in the same folder, are flushed to disk, then renamed: a crash at any
 // instant leaves earlier files untouched and never a partial file under the final name. Loading
 // verifies every dataset's CRC-32 (zlib's, over its little-endian float32 bytes; computed with ISA-L).
@@ -50,6 +52,10 @@ struct Checkpoint {
   TensorMap model;
   TensorMap exp_avg, exp_avg_sq;       // empty in weights-only files
   std::optional<TrainingState> state;  // absent in weights-only files
+  // The run's vocabularies as .model bytes (data::Vocab::serialized): "joint", or "src" and "tgt";
+  // none for synthetic tasks. With them a checkpoint translates alone, and a resume can tell
+  // that the vocabulary files are still the ones it was trained with.
+  std::map<std::string, std::string> vocabularies;
 };
 
 // Writes atomically (see above). Throws naming the file on any failure (unwritable folder,
@@ -64,6 +70,7 @@ struct ShardedCheckpoint {
   TensorMap model, exp_avg, exp_avg_sq;          // this rank's blocks (whole tensors where replicated)
   std::map<std::string, dist::ShardDim> shards;  // how each name splits over the group (absent: replicated)
   std::optional<TrainingState> state;
+  std::map<std::string, std::string> vocabularies;  // the same on every rank; group rank 0 writes them
 };
 
 // Every rank of `group` (one tensor-parallel group) writes only its own blocks, as hyperslabs of
@@ -84,8 +91,9 @@ Checkpoint load_checkpoint(const std::string& path, bool weights_only = false);
 std::int64_t checkpoint_step(const std::string& path);
 
 // The element-wise mean of the checkpoints' weights (accumulated in float64), as a weights-only
-// checkpoint with the first file's config and the last file's step. All must hold the same
-// names and shapes; throws naming the file that differs.
+// checkpoint with the first file's config and vocabularies and the last file's step. All must
+// hold the same names and shapes, and the same vocabularies where they hold any; throws naming
+// the file that differs.
 Checkpoint average_checkpoints(const std::vector<std::string>& paths);
 
 // The CRC-32 stored with each dataset: zlib's crc32() (and Python's zlib.crc32) of the bytes.

@@ -8,7 +8,8 @@
 #  - so does a NaN gradient on one rank of two (data-parallel);
 #  - a parallel corpus, encoded in shares by the ranks, gives the single process's losses at dp=2,
 #    and a missing corpus file stops the job with one message; the ranks waiting for rank 0 to
-#    train a vocabulary do not time out;
+#    train a vocabulary do not time out; at tp=2 the checkpoint stores the vocabulary as one
+#    process does and resumes;
 #  - a SIGTERM on one rank stops every rank at the same step, with one checkpoint;
 #  - a tensor-parallel save failing on one rank ends the job with its error, no temporary left;
 #  - killing one rank of four ends the whole job within 60 s with a non-zero status.
@@ -113,6 +114,15 @@ mpi 2 "$tessera" train $common $text --set data.vocab="$work/text1/vocab.model" 
 [ "$(grep 'training pairs kept' "$work/text1.log")" = "$(grep 'training pairs kept' "$work/text2.log")" ] \
   || { cat "$work/text2.log"; fail "dp=2 kept other corpus pairs than one process"; }
 same_losses "$work/text1/metrics.jsonl" "$work/text2/metrics.jsonl" 1
+# Under tensor parallelism the checkpoint's vocabulary (/vocab/joint) is written once into the
+# shared file, the same as one process writes it, and every rank reads it back on resume.
+mpi 2 "$tessera" train $common $text --set data.vocab="$work/text1/vocab.model" --set parallel.tensor=2 \
+  --set output.dir="$work/text_tp2" > "$work/text_tp2.log" 2>&1 || { cat "$work/text_tp2.log"; fail "tp=2 on a corpus failed"; }
+h5diff "$work/text1/checkpoint_00000006.h5" "$work/text_tp2/checkpoint_00000006.h5" /vocab/joint /vocab/joint \
+  || fail "tp=2 stored another vocabulary than one process"
+mpi 2 "$tessera" train $common $text --set data.vocab="$work/text1/vocab.model" --set parallel.tensor=2 \
+  --set train.max_steps=7 --set output.dir="$work/text_tp2" --resume > "$work/text_tp2_resume.log" 2>&1 \
+  || { cat "$work/text_tp2_resume.log"; fail "tp=2 resume on a corpus failed"; }
 # The replicas split the validation (loss batches, decoding batches). On the same weights (resumed
 # at the last step: validation only) the loss is one process's bit for bit (per-batch sums added
 # in batch order), and so is BLEU.

@@ -1,7 +1,8 @@
 #!/bin/sh
 # A corpus run with one SentencePiece vocabulary per language: the source one trained on first use
 # from the source side only, the target one given; embeddings of their own sizes; translate and
-# score through both, also after the run folder moved.
+# score through both, also after the run folder moved and without the files (the checkpoint holds
+# them); a resume after a vocabulary file was replaced and a --vocab that is not the run's are refused.
 # Usage: per_language_vocab.sh TESSERA CORPUS_DIR WORKDIR
 set -eu
 tessera=$1 corpus=$2 work=$3
@@ -31,30 +32,47 @@ grep -q '^/model/encoder\.embed_tokens\.weight  *Dataset {300, 32}$' "$work/h5ls
   grep -q '^/model/decoder\.embed_tokens\.weight  *Dataset {250, 32}$' "$work/h5ls.txt" ||
   { cat "$work/h5ls.txt"; fail "the embeddings do not have the two vocabularies' sizes"; }
 
-# Move the run folder: the source vocabulary is found beside the checkpoint.
+# The checkpoint holds both vocabularies (/vocab/src, /vocab/tgt).
+grep -q '^/vocab/src  *Dataset {[0-9]*}$' "$work/h5ls.txt" && grep -q '^/vocab/tgt  *Dataset {[0-9]*}$' "$work/h5ls.txt" ||
+  { cat "$work/h5ls.txt"; fail "the checkpoint does not hold the two vocabularies"; }
+
+# Resuming after the source vocabulary file was replaced (here: by the German one) would go on with
+# other token ids: refused, naming the file.
+ls "$work/run"/checkpoint_*.h5 > /dev/null || fail "the run wrote no step checkpoint to resume from"
+cp "$work/run/vocab.src.model" "$work/vocab.src.saved"
+cp "$work/de250.model" "$work/run/vocab.src.model"
+status=0
+"$tessera" train --config "$work/run/config.yaml" --set train.max_steps=8 --resume > "$work/err.txt" 2>&1 || status=$?
+[ $status -eq 1 ] && grep -q "vocabulary '$work/run/vocab.src.model' is not the one it was trained with (stored in it as /vocab/src)" "$work/err.txt" ||
+  { cat "$work/err.txt"; fail "a replaced vocabulary was not refused on resume (status $status)"; }
+cp "$work/vocab.src.saved" "$work/run/vocab.src.model"
+
+# Move the run folder and translate.
 mv "$work/run" "$work/moved"
 "$tessera" translate --checkpoint "$work/moved/model.h5" -i "$work/valid.en" > "$work/hyp.de"
 [ "$(wc -l < "$work/hyp.de")" -eq 20 ] || fail "translate wrote $(wc -l < "$work/hyp.de") lines for 20"
 "$tessera" score --checkpoint "$work/moved/model.h5" --src "$work/valid.en" --ref "$work/valid.de" |
   grep -q '^BLEU = ' || fail "score --checkpoint"
-# Another vocabulary appears where the run's config says (a new run in the old folder), and differs
-# from the one beside the moved checkpoint: which one is the run's cannot be told (of the same size,
-# a wrong guess would translate wrongly without a word), so translate names both and asks; with
-# --vocab it translates as before.
+# Without any vocabulary file, and with another vocabulary where the run's config says (a new run
+# in the old folder): the checkpoint's own are used, the same translations.
+mkdir -p "$work/aside" && mv "$work/moved/vocab.src.model" "$work/de250.model" "$work/aside/"
 mkdir -p "$work/run"
-"$tessera" vocab --input "$de" --model-prefix "$work/run/vocab.src" --vocab-size 200 > /dev/null
+"$tessera" vocab --input "$de" --model-prefix "$work/run/vocab.src" --vocab-size 300 > /dev/null
+"$tessera" translate --checkpoint "$work/moved/model.h5" -i "$work/valid.en" > "$work/hyp2.de" ||
+  fail "translate without the vocabulary files"
+cmp "$work/hyp.de" "$work/hyp2.de" || fail "other translations without the vocabulary files"
+# A vocabulary named on the command line must be the checkpoint's own.
 status=0
-"$tessera" translate --checkpoint "$work/moved/model.h5" -i "$work/valid.en" > "$work/err.txt" 2>&1 || status=$?
-[ $status -eq 1 ] && grep -q "two different vocabularies could be the one its run trained: '$work/run/vocab.src.model' (where the run wrote it) and '$work/moved/vocab.src.model' (beside the checkpoint); name the right one with --vocab" "$work/err.txt" ||
-  { cat "$work/err.txt"; fail "two candidate vocabularies were not refused by name (status $status)"; }
-"$tessera" translate --checkpoint "$work/moved/model.h5" --vocab "$work/moved/vocab.src.model" -i "$work/valid.en" \
-  > "$work/hyp2.de" || fail "translate with --vocab"
-cmp "$work/hyp.de" "$work/hyp2.de" || fail "another translation with the vocabulary named by --vocab"
-rm -rf "$work/run"
-# A target vocabulary of another size does not fit the weights: named, exit 1.
+"$tessera" translate --checkpoint "$work/moved/model.h5" --vocab "$work/run/vocab.src.model" -i "$work/valid.en" \
+  > "$work/err.txt" 2>&1 || status=$?
+[ $status -eq 1 ] && grep -q "\-\-vocab '$work/run/vocab.src.model' is not the vocabulary checkpoint '$work/moved/model.h5' holds" "$work/err.txt" ||
+  { cat "$work/err.txt"; fail "another --vocab was not refused by name (status $status)"; }
+"$tessera" translate --checkpoint "$work/moved/model.h5" --vocab "$work/aside/vocab.src.model" \
+  --vocab-tgt "$work/aside/de250.model" -i "$work/valid.en" > "$work/hyp3.de" || fail "translate with its own --vocab"
+cmp "$work/hyp.de" "$work/hyp3.de" || fail "other translations with the run's own vocabularies named"
 status=0
-"$tessera" translate --checkpoint "$work/moved/model.h5" --vocab-tgt "$work/moved/vocab.src.model" \
+"$tessera" translate --checkpoint "$work/moved/model.h5" --vocab-tgt "$work/aside/vocab.src.model" \
   -i "$work/valid.en" > "$work/err.txt" 2>&1 || status=$?
-[ $status -eq 1 ] && grep -q "decoder\.embed_tokens\.weight' has shape \[250, 32\]" "$work/err.txt" ||
+[ $status -eq 1 ] && grep -q "\-\-vocab-tgt '$work/aside/vocab.src.model' is not the vocabulary" "$work/err.txt" ||
   { cat "$work/err.txt"; fail "a wrong --vocab-tgt was not refused by name (status $status)"; }
 echo PASS

@@ -58,6 +58,8 @@ io::Checkpoint sample_checkpoint() {
                               .best_valid = 27.5,
                               .best_valid_step = 40,
                               .validations_since_best = 3};
+  // Any bytes: zeros, high bytes, an empty one.
+  c.vocabularies = {{"src", std::string("\x0a\x00\xff\x80model", 9)}, {"tgt", ""}};
   return c;
 }
 
@@ -102,6 +104,7 @@ TEST_F(CheckpointTest, FullCheckpointRoundTripsExactly) {
   EXPECT_EQ(r.state->best_valid, 27.5);
   EXPECT_EQ(r.state->best_valid_step, 40);
   EXPECT_EQ(r.state->validations_since_best, 3);
+  EXPECT_EQ(r.vocabularies, c.vocabularies);
 }
 
 // validations_since_best (train.patience) came after format 2: a file without it loads, counting
@@ -134,6 +137,55 @@ TEST_F(CheckpointTest, WeightsOnlyFilesAndWeightsOnlyLoads) {
   expect_same(c.model, r.model);
   EXPECT_TRUE(r.exp_avg.empty());
   EXPECT_FALSE(r.state.has_value());
+}
+
+// A weights-only load (translate) reads the vocabularies too; a file without /vocab (a synthetic
+// task, or written before checkpoints held it) has none.
+TEST_F(CheckpointTest, VocabulariesAreReadWithTheWeightsAndMayBeAbsent) {
+  io::Checkpoint c = sample_checkpoint();
+  io::save_checkpoint(path("c.h5"), c);
+  EXPECT_EQ(io::load_checkpoint(path("c.h5"), /*weights_only=*/true).vocabularies, c.vocabularies);
+  c.vocabularies.clear();
+  io::save_checkpoint(path("none.h5"), c);
+  EXPECT_TRUE(io::load_checkpoint(path("none.h5")).vocabularies.empty());
+  const hid_t f = H5Fopen(path("none.h5").c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
+  EXPECT_EQ(H5Lexists(f, "vocab", H5P_DEFAULT), 0);
+  H5Fclose(f);
+}
+
+TEST_F(CheckpointTest, CorruptedVocabularyFailsItsChecksum) {
+  io::save_checkpoint(path("c.h5"), sample_checkpoint());
+  const haddr_t off = dataset_offset(path("c.h5"), "/vocab/src");
+  ASSERT_NE(off, HADDR_UNDEF);
+  {
+    std::fstream f(path("c.h5"), std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(static_cast<std::streamoff>(off + 4));
+    f.put('M');  // was 'm'
+  }
+  const std::string msg = error_of([&] { io::load_checkpoint(path("c.h5"), /*weights_only=*/true); });
+  EXPECT_NE(msg.find(fmt::format("checkpoint '{}': dataset '/vocab/src' fails its checksum", path("c.h5"))),
+            std::string::npos)
+      << msg;
+}
+
+// An average keeps the vocabularies; files trained with others are refused, files without any (an
+// earlier build's) are not.
+TEST_F(CheckpointTest, AverageKeepsTheVocabulariesAndRefusesOthers) {
+  io::Checkpoint a = sample_checkpoint(), b = sample_checkpoint(), old = sample_checkpoint();
+  b.model["embed_tokens.weight"] = filled({5, 2}, 4.0f);
+  old.vocabularies.clear();
+  io::save_checkpoint(path("a.h5"), a);
+  io::save_checkpoint(path("b.h5"), b);
+  io::save_checkpoint(path("old.h5"), old);
+  EXPECT_EQ(io::average_checkpoints({path("a.h5"), path("b.h5")}).vocabularies, a.vocabularies);
+  EXPECT_EQ(io::average_checkpoints({path("old.h5"), path("a.h5")}).vocabularies, a.vocabularies);
+  b.vocabularies["tgt"] = "other";
+  io::save_checkpoint(path("b.h5"), b);
+  EXPECT_EQ(
+      error_of([&] {
+        io::average_checkpoints({path("a.h5"), path("old.h5"), path("b.h5")});
+      }),
+      fmt::format("average: '{}' was trained with other vocabularies (/vocab) than '{}'", path("b.h5"), path("a.h5")));
 }
 
 TEST_F(CheckpointTest, LargeTensorsRoundTrip) {

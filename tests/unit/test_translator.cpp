@@ -1,0 +1,127 @@
+// A checkpoint carries its run's vocabularies: translating needs nothing else, a vocabulary given
+// as well must be the same, a resume refuses vocabulary files that were replaced, and checkpoints
+// written before they held vocabularies still find the files.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+
+#include "data/vocab.h"
+#include "io/checkpoint.h"
+#include "launch/schema.h"
+#include "launch/task.h"
+#include "models/transformer.h"
+#include "unit/test_util.h"
+
+namespace tessera {
+namespace {
+
+namespace fs = std::filesystem;
+using testing::error_of;
+
+const std::string kCorpus = std::string(TESSERA_TEST_DATA_DIR) + "/corpus/multi30k_300";
+
+class CheckpointVocabularies : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() / fmt::format("tessera_vocab_{}_{}", ::getpid(),
+                                                   ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::remove_all(dir_);
+    fs::create_directories(dir_ / "run");
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+  std::string path(const std::string& name) const { return (dir_ / name).string(); }
+
+  // A SentencePiece model of 120 pieces trained on one side of the test corpus into `prefix`.
+  data::Vocab train_vocab(const std::string& side, const std::string& prefix) const {
+    data::VocabTrainOptions o;
+    o.inputs = {kCorpus + "." + side};
+    o.model_prefix = path(prefix);
+    o.vocab_size = 120;
+    return data::Vocab::train(o);
+  }
+
+  // A small untrained translation model's weights-only checkpoint at run/model.h5, its joint
+  // vocabulary (trained on English) at run/vocab.model; with `store`, the checkpoint holds it.
+  std::string write_model(bool store) const {
+    const data::Vocab vocab = train_vocab("en", "run/vocab");
+    const io::Config cfg = io::Config::parse(launch::tessera_schema(), "", "test",
+                                             {"data.task=translation", "output.dir=" + path("run"), "model.layers=1",
+                                              "model.d_model=16", "model.d_ff=32", "model.heads=2"});
+    const models::Transformer model(launch::model_config(cfg, vocab.size(), vocab.size()), 3);
+    io::Checkpoint c;
+    c.config_yaml = cfg.to_yaml(false);
+    c.model = io::named_values(model.parameters());
+    if (store) c.vocabularies = {{"joint", vocab.serialized()}};
+    io::save_checkpoint(path("run/model.h5"), c);
+    return path("run/model.h5");
+  }
+
+  static std::vector<std::string> translate(const launch::Translator& t) {
+    models::DecodeOptions opt;
+    opt.beam = 1;
+    opt.max_extra_len = 3;
+    return t.translate(t.encode({"A man is walking.", "Two dogs play in the snow."}, false), opt, 2, nullptr);
+  }
+
+  fs::path dir_;
+};
+
+TEST_F(CheckpointVocabularies, TheCheckpointTranslatesWithoutTheVocabularyFiles) {
+  const std::string ckpt = write_model(/*store=*/true);
+  const std::vector<std::string> with_files = translate(launch::Translator(ckpt, "", ""));
+  ASSERT_FALSE(with_files[0].empty() || with_files[1].empty()) << "nothing to compare: the checks below prove nothing";
+  fs::copy_file(path("run/vocab.model"), path("copy.model"));
+  fs::remove(path("run/vocab.model"));
+  EXPECT_EQ(translate(launch::Translator(ckpt, "", "")), with_files);
+  // Another vocabulary where the run wrote its own changes nothing: the stored one is used.
+  train_vocab("de", "run/vocab");
+  EXPECT_EQ(translate(launch::Translator(ckpt, "", "")), with_files);
+  // Named explicitly, a vocabulary must be the stored one: a German one of the same size would
+  // give other ids to the same text without a word.
+  EXPECT_EQ(error_of([&] { launch::Translator(ckpt, path("run/vocab.model"), ""); }),
+            fmt::format("--vocab '{}' is not the vocabulary checkpoint '{}' holds (the one it was trained with); "
+                        "leave --vocab out",
+                        path("run/vocab.model"), ckpt));
+  EXPECT_EQ(translate(launch::Translator(ckpt, path("copy.model"), "")), with_files);
+}
+
+// Checkpoints written before they held vocabularies: the files, as before.
+TEST_F(CheckpointVocabularies, WithoutStoredOnesTheFilesAreUsed) {
+  const std::string ckpt = write_model(/*store=*/false);
+  const std::vector<std::string> with_files = translate(launch::Translator(ckpt, "", ""));
+  fs::rename(path("run"), path("moved"));  // found beside the checkpoint
+  const std::string moved = path("moved/model.h5");
+  EXPECT_EQ(translate(launch::Translator(moved, "", "")), with_files);
+  fs::create_directories(path("run"));
+  train_vocab("de", "run/vocab");  // another one where the run wrote its own: which is meant is unknowable
+  EXPECT_EQ(error_of([&] { launch::Translator(moved, "", ""); }),
+            fmt::format("checkpoint '{}': two different vocabularies could be the one its run trained: '{}' (where "
+                        "the run wrote it) and '{}' (beside the checkpoint); name the right one with --vocab",
+                        moved, path("run/vocab.model"), path("moved/vocab.model")));
+  EXPECT_EQ(translate(launch::Translator(moved, path("moved/vocab.model"), "")), with_files);
+}
+
+TEST_F(CheckpointVocabularies, ResumeRefusesReplacedVocabularyFiles) {
+  const data::Vocab en = train_vocab("en", "en"), de = train_vocab("de", "de");
+  const launch::VocabPaths files{path("run/vocab.src.model"), path("run/vocab.tgt.model")};
+  const std::map<std::string, std::string> stored = {{"src", en.serialized()}, {"tgt", de.serialized()}};
+  EXPECT_EQ(error_of([&] { launch::check_checkpoint_vocabularies(stored, stored, "c.h5", files); }), "(no error)");
+  EXPECT_EQ(error_of([&] { launch::check_checkpoint_vocabularies({}, stored, "c.h5", files); }), "(no error)");
+  EXPECT_EQ(error_of([&] {
+              launch::check_checkpoint_vocabularies(stored, {{"src", en.serialized()}, {"tgt", en.serialized()}},
+                                                    "c.h5", files);
+            }),
+            fmt::format("cannot resume from 'c.h5': vocabulary '{}' is not the one it was trained with (stored in it "
+                        "as /vocab/tgt); the run would go on with other token ids. Put the run's own vocabulary back "
+                        "or train into a new output.dir",
+                        files.tgt));
+  EXPECT_EQ(error_of([&] {
+              launch::check_checkpoint_vocabularies(stored, {{"joint", en.serialized()}}, "c.h5", files);
+            }),
+            "cannot resume from 'c.h5': it was trained with one vocabulary per language, the config now gives one "
+            "joint vocabulary (data.joint_vocab)");
+}
+
+}  // namespace
+}  // namespace tessera
