@@ -171,25 +171,25 @@ std::vector<EncodedPair> exchange(std::vector<EncodedPair> mine, dist::Communica
 
 }  // namespace
 
-EncodedPairs encode_pairs(const TextCodec& src_codec, const TextCodec& tgt_codec, const data::ParallelText& text,
-                          std::int64_t max_len, dist::Communicator* world, std::int64_t pairs_per_round) {
-  TESSERA_CHECK(text.src.size() == text.tgt.size(), "encode_pairs: {} source and {} target lines", text.src.size(),
-                text.tgt.size());
+namespace {
+
+// The pairs `next_round` hands out, round after round (the same rounds on every rank of `world`):
+// each rank encodes its share of a round and the shares are exchanged.
+EncodedPairs encode_rounds(const TextCodec& src_codec, const TextCodec& tgt_codec,
+                           const std::function<bool(data::ParallelText&)>& next_round, std::int64_t max_len,
+                           dist::Communicator* world) {
   TESSERA_CHECK(max_len >= 1, "encode_pairs: max_len {} must be at least 1", max_len);
-  const auto n = static_cast<std::int64_t>(text.src.size());
   const int ranks = world != nullptr ? world->size() : 1;
-  // A round's gathered tokens (at most 2 * max_len a pair: under 2^30) stay within MPI's int counts.
-  if (pairs_per_round <= 0) pairs_per_round = std::min<std::int64_t>(std::int64_t{1} << 20, (1LL << 29) / max_len);
   EncodedPairs out;
-  const std::int64_t round_size = ranks > 1 ? pairs_per_round : std::max<std::int64_t>(n, 1);
-  for (std::int64_t round = 0; round < n; round += round_size) {
-    const std::int64_t round_end = std::min(n, round + round_size);
+  data::ParallelText text;
+  for (std::int64_t round = 0; next_round(text); round += static_cast<std::int64_t>(text.src.size())) {
+    const auto n = static_cast<std::int64_t>(text.src.size());
     std::vector<EncodedPair> encoded;
     if (ranks == 1) {
-      encoded = encode_range(src_codec, tgt_codec, text, max_len, round, round_end);
+      encoded = encode_range(src_codec, tgt_codec, text, max_len, 0, n);
     } else {
-      const std::vector<std::int64_t> shares = dist::even_split(round_end - round, ranks);
-      std::int64_t begin = round;
+      const std::vector<std::int64_t> shares = dist::even_split(n, ranks);
+      std::int64_t begin = 0;
       for (int r = 0; r < world->rank(); ++r) begin += shares[static_cast<std::size_t>(r)];
       const std::int64_t end = begin + shares[static_cast<std::size_t>(world->rank())];
       encoded = exchange(encode_range(src_codec, tgt_codec, text, max_len, begin, end), *world);
@@ -207,6 +207,42 @@ EncodedPairs encode_pairs(const TextCodec& src_codec, const TextCodec& tgt_codec
     }
   }
   return out;
+}
+
+// A round's text is all of it a rank holds at once (about 50 MB for 2^18 pairs), and its gathered
+// tokens (at most 2 * max_len a pair: under 2^30) stay within MPI's int counts.
+std::int64_t default_pairs_per_round(std::int64_t max_len) {
+  return std::min<std::int64_t>(std::int64_t{1} << 18, (std::int64_t{1} << 29) / std::max<std::int64_t>(max_len, 1));
+}
+
+}  // namespace
+
+EncodedPairs encode_pairs(const TextCodec& src_codec, const TextCodec& tgt_codec, const data::ParallelText& text,
+                          std::int64_t max_len, dist::Communicator* world, std::int64_t pairs_per_round) {
+  TESSERA_CHECK(text.src.size() == text.tgt.size(), "encode_pairs: {} source and {} target lines", text.src.size(),
+                text.tgt.size());
+  if (pairs_per_round <= 0) pairs_per_round = default_pairs_per_round(max_len);
+  std::size_t at = 0;
+  const auto next_round = [&](data::ParallelText& round) {
+    const std::size_t end = std::min(text.src.size(), at + static_cast<std::size_t>(pairs_per_round));
+    round.src.assign(text.src.begin() + static_cast<std::ptrdiff_t>(at),
+                     text.src.begin() + static_cast<std::ptrdiff_t>(end));
+    round.tgt.assign(text.tgt.begin() + static_cast<std::ptrdiff_t>(at),
+                     text.tgt.begin() + static_cast<std::ptrdiff_t>(end));
+    at = end;
+    return !round.src.empty();
+  };
+  return encode_rounds(src_codec, tgt_codec, next_round, max_len, world);
+}
+
+EncodedPairs encode_files(const TextCodec& src_codec, const TextCodec& tgt_codec, const std::string& src_path,
+                          const std::string& tgt_path, std::int64_t max_len, dist::Communicator* world,
+                          std::int64_t pairs_per_round) {
+  if (pairs_per_round <= 0) pairs_per_round = default_pairs_per_round(max_len);
+  data::ParallelReader reader(src_path, tgt_path);
+  return encode_rounds(
+      src_codec, tgt_codec, [&](data::ParallelText& round) { return reader.next(round, pairs_per_round); }, max_len,
+      world);
 }
 
 namespace {
@@ -228,13 +264,7 @@ void gather_rows(models::TokenRows& rows, const std::vector<std::int64_t>& mine,
     rows[static_cast<std::size_t>(all_indices.data<std::int32_t>()[i])] = std::move(all[i]);
 }
 
-std::vector<data::Example> encode_and_report(const TextCodec& src_codec, const TextCodec& tgt_codec,
-                                             const data::ParallelText& text, std::int64_t max_len,
-                                             const std::string& what, dist::Communicator* world,
-                                             std::vector<std::string>* kept_refs) {
-  EncodedPairs e = encode_pairs(src_codec, tgt_codec, text, max_len, world);
-  if (kept_refs)
-    for (std::int64_t line : e.kept_lines) kept_refs->push_back(text.tgt[static_cast<std::size_t>(line)]);
+std::vector<data::Example> report(EncodedPairs&& e, const std::string& what, std::int64_t max_len) {
   fmt::print("data: {} {} pairs kept, {} empty and {} longer than data.max_len={} skipped\n", e.examples.size(), what,
              e.empty, e.too_long, max_len);
   return std::move(e.examples);
@@ -314,24 +344,33 @@ TaskData load_task_data(const io::Config& cfg, dist::Communicator* world) {
   check_vocab_keys(cfg);
   check_fits_positions(cfg, "data.max_len");
   const VocabPaths paths = vocab_paths(cfg);
-  const auto read_text_and_vocabularies = [&](data::ParallelText& train, data::ParallelText& valid) {
-    train = data::read_parallel(cfg.string("data.train_src"), cfg.string("data.train_tgt"));
+  const std::string train_src = cfg.string("data.train_src"), train_tgt = cfg.string("data.train_tgt");
+  // Rank 0 first: a bad file is reported once (by it), and a vocabulary it trains is there for the
+  // others to load. The training text is not held: every rank streams it below, in rounds. So that
+  // a bad line or a line count that differs is reported once too, rank 0 reads it through first
+  // when there are other ranks (they wait for it anyway; it replaces their own full read).
+  const bool root = world == nullptr || world->rank() == 0;
+  data::ParallelText valid;
+  root_first(world, [&] {
+    if (root && world != nullptr && world->size() > 1) {
+      data::ParallelReader check(train_src, train_tgt);
+      data::ParallelText chunk;
+      while (check.next(chunk, 1 << 16)) {
+      }
+    }
     valid = data::read_parallel(cfg.string("data.valid_src"), cfg.string("data.valid_tgt"));
     if (paths.joint()) {
-      t.src_codec = t.tgt_codec = load_or_train_vocab(
-          cfg, paths.src, "data.vocab", {cfg.string("data.train_src"), cfg.string("data.train_tgt")}, "joint");
+      t.src_codec = t.tgt_codec = load_or_train_vocab(cfg, paths.src, "data.vocab", {train_src, train_tgt}, "joint");
     } else {
-      t.src_codec = load_or_train_vocab(cfg, paths.src, "data.vocab", {cfg.string("data.train_src")}, "source");
-      t.tgt_codec = load_or_train_vocab(cfg, paths.tgt, "data.vocab_tgt", {cfg.string("data.train_tgt")}, "target");
+      t.src_codec = load_or_train_vocab(cfg, paths.src, "data.vocab", {train_src}, "source");
+      t.tgt_codec = load_or_train_vocab(cfg, paths.tgt, "data.vocab_tgt", {train_tgt}, "target");
     }
-  };
-  // Rank 0 first: a bad file is reported once (by it), and a vocabulary it trains is there for
-  // the others to load.
-  data::ParallelText train, valid;
-  root_first(world, [&] { read_text_and_vocabularies(train, valid); });
+  });
   const std::int64_t max_len = cfg.integer("data.max_len");
-  t.train = encode_and_report(t.src_codec, t.tgt_codec, train, max_len, "training", world, nullptr);
-  t.valid = encode_and_report(t.src_codec, t.tgt_codec, valid, max_len, "validation", world, &t.valid_refs);
+  t.train = report(encode_files(t.src_codec, t.tgt_codec, train_src, train_tgt, max_len, world), "training", max_len);
+  EncodedPairs v = encode_pairs(t.src_codec, t.tgt_codec, valid, max_len, world);
+  for (std::int64_t line : v.kept_lines) t.valid_refs.push_back(valid.tgt[static_cast<std::size_t>(line)]);
+  t.valid = report(std::move(v), "validation", max_len);
   return t;
 }
 

@@ -71,11 +71,17 @@ struct EncodedPairs {
 };
 EncodedPairs encode_pairs(const TextCodec& src_codec, const TextCodec& tgt_codec, const data::ParallelText& text,
                           std::int64_t max_len, dist::Communicator* world = nullptr, std::int64_t pairs_per_round = 0);
+// The same for a parallel text read from its files a round at a time (data::ParallelReader): only
+// one round of text is held, whatever the corpus size. Throws like read_parallel.
+EncodedPairs encode_files(const TextCodec& src_codec, const TextCodec& tgt_codec, const std::string& src_path,
+                          const std::string& tgt_path, std::int64_t max_len, dist::Communicator* world = nullptr,
+                          std::int64_t pairs_per_round = 0);
 
 // Loads (or, for a corpus without a vocabulary yet, trains) everything a run needs. Logs what it
-// skipped (empty and over-long pairs). With `world`, every rank calls it: rank 0 reads the text
-// and loads or trains the vocabularies first (so a bad file is reported once), then the ranks
-// encode a share of the pairs each and exchange them.
+// skipped (empty and over-long pairs). The training text is streamed (encode_files), never held
+// whole. With `world`, every rank calls it: rank 0 checks the text and loads or trains the
+// vocabularies first (so a bad file is reported once), then the ranks encode a share of the pairs
+// each and exchange them.
 TaskData load_task_data(const io::Config& cfg, dist::Communicator* world = nullptr);
 
 // Asked by translate_ids before each round of batches (one per replica): when `requested` says yes

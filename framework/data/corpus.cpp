@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <limits>
 #include <memory>
 #include <string>
 
@@ -157,11 +158,38 @@ std::vector<std::string> read_lines(const std::string& path) {
 
 ParallelText read_parallel(const std::string& src_path, const std::string& tgt_path) {
   ParallelText t;
-  t.src = read_lines(src_path);
-  t.tgt = read_lines(tgt_path);
-  if (t.src.size() != t.tgt.size())
-    fail("{} has {} lines but {} has {}", src_path, t.src.size(), tgt_path, t.tgt.size());
+  ParallelReader(src_path, tgt_path).next(t, std::numeric_limits<std::int64_t>::max());
   return t;
+}
+
+// ---- ParallelReader ----
+
+ParallelReader::ParallelReader(const std::string& src_path, const std::string& tgt_path)
+    : src_path_(src_path), tgt_path_(tgt_path), src_(src_path), tgt_(tgt_path) {}
+
+bool ParallelReader::next(ParallelText& chunk, std::int64_t max_pairs) {
+  chunk.src.clear();
+  chunk.tgt.clear();
+  std::string s, t;
+  while (static_cast<std::int64_t>(chunk.src.size()) < max_pairs) {
+    const bool got_src = src_.next(s);
+    const bool got_tgt = tgt_.next(t);
+    if (got_src != got_tgt) fail_counts(got_src ? src_ : tgt_, got_src);
+    if (!got_src) break;
+    chunk.src.push_back(std::move(s));
+    chunk.tgt.push_back(std::move(t));
+  }
+  return !chunk.src.empty();
+}
+
+void ParallelReader::fail_counts(LineReader& longer, bool src_is_longer) {
+  const std::int64_t shorter_lines = longer.line_number() - 1;
+  std::string line;
+  while (longer.next(line)) {
+  }
+  const std::int64_t src_lines = src_is_longer ? longer.line_number() : shorter_lines;
+  const std::int64_t tgt_lines = src_is_longer ? shorter_lines : longer.line_number();
+  fail("{} has {} lines but {} has {}", src_path_, src_lines, tgt_path_, tgt_lines);
 }
 
 }  // namespace tessera::data

@@ -49,4 +49,20 @@ class LineReader {
   std::int64_t line_no_ = 0;
 };
 
+// Streams a parallel text in chunks of pairs, for corpora too large to hold at once, with
+// read_parallel's checks: each line's UTF-8, and equal line counts (found when one file ends
+// before the other: the error names both files and their full line counts).
+class ParallelReader {
+ public:
+  ParallelReader(const std::string& src_path, const std::string& tgt_path);  // throws naming a file it cannot open
+  // The next `max_pairs` pairs (fewer at the end) into `chunk`, replacing what it held; false when
+  // none are left.
+  bool next(ParallelText& chunk, std::int64_t max_pairs);
+
+ private:
+  [[noreturn]] void fail_counts(LineReader& longer, bool src_is_longer);
+  std::string src_path_, tgt_path_;
+  LineReader src_, tgt_;
+};
+
 }  // namespace tessera::data

@@ -7,9 +7,9 @@
 #  - tensor x data that is not the process count stops every rank, the error printed once;
 #  - so does a NaN gradient on one rank of two (data-parallel);
 #  - a parallel corpus, encoded in shares by the ranks, gives the single process's losses at dp=2,
-#    and a missing corpus file stops the job with one message; the ranks waiting for rank 0 to
-#    train a vocabulary do not time out; at tp=2 the checkpoint stores the vocabulary as one
-#    process does and resumes;
+#    and a missing corpus file or one of another line count stops the job with one message; the
+#    ranks waiting for rank 0 to train a vocabulary do not time out; at tp=2 the checkpoint stores
+#    the vocabulary as one process does and resumes;
 #  - a SIGTERM on one rank stops every rank at the same step, with one checkpoint;
 #  - a tensor-parallel save failing on one rank ends the job with its error, no temporary left;
 #  - killing one rank of four ends the whole job within 60 s with a non-zero status.
@@ -142,6 +142,14 @@ mpi 2 "$tessera" train $common $text --set data.train_src="$work/missing.en" --s
 [ $status -ne 0 ] || fail "a missing corpus file did not fail"
 [ "$(grep -c "cannot read '$work/missing.en'" "$work/missing.log")" -eq 1 ] \
   || { cat "$work/missing.log"; fail "the missing corpus file was not reported exactly once"; }
+# The training text is streamed by every rank; rank 0 reads it through first, so that a line count
+# that differs (found only at the end) is reported once too.
+head -n 100 "$corpus.de" > "$work/short.de"
+status=0
+mpi 2 "$tessera" train $common $text --set data.vocab="$work/text1/vocab.model" --set data.train_tgt="$work/short.de" \
+  --set parallel.data=2 --set output.dir="$work/short" > "$work/short.log" 2>&1 || status=$?
+[ $status -ne 0 ] && [ "$(grep -c "$corpus.en has 300 lines but $work/short.de has 100" "$work/short.log")" -eq 1 ] \
+  || { cat "$work/short.log"; fail "corpus files of different lengths were not reported exactly once"; }
 status=0
 mpi 2 "$tessera" train $common --set data.task=translation --set parallel.data=2 --set output.dir="$work/unset" \
   > "$work/unset.log" 2>&1 || status=$?

@@ -6,6 +6,7 @@
 
 #include <cmath>
 #include <filesystem>
+#include <fstream>
 
 #include "autograd/ops.h"
 #include "data/batching.h"
@@ -284,6 +285,27 @@ TEST(DistributedData, EncodingSharedOverRanksEqualsOneProcess) {
     EXPECT_EQ(many.empty, one.empty) << what;
     EXPECT_EQ(many.too_long, one.too_long) << what;
   }
+  // Streamed from the files a round at a time, shared over the ranks or by one alone: the same.
+  const std::string src = (dir / "text.en").string(), tgt = (dir / "text.de").string();
+  if (world().rank() == 0) {
+    std::ofstream s(src), t(tgt);
+    for (std::size_t i = 0; i < text.src.size(); ++i) {
+      s << text.src[i] << '\n';
+      t << text.tgt[i] << '\n';
+    }
+  }
+  world().barrier();
+  for (std::int64_t round : {1, 37, 300, 0}) {
+    const std::string what = "streamed in rounds of " + std::to_string(round);
+    const launch::EncodedPairs streamed =
+        launch::encode_files(shared.src_codec, shared.tgt_codec, src, tgt, 24, &world(), round);
+    expect_same_examples(streamed.examples, one.examples, what);
+    EXPECT_EQ(streamed.kept_lines, one.kept_lines) << what;
+    EXPECT_EQ(streamed.empty, one.empty) << what;
+    EXPECT_EQ(streamed.too_long, one.too_long) << what;
+  }
+  const launch::EncodedPairs streamed_alone = launch::encode_files(alone.src_codec, alone.tgt_codec, src, tgt, 24);
+  expect_same_examples(streamed_alone.examples, one.examples, "streamed by one process");
   world().barrier();
   if (world().rank() == 0) std::filesystem::remove_all(dir);
 }

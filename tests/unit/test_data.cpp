@@ -183,6 +183,39 @@ TEST(Corpus, ReadParallelMismatchedCounts) {
   const std::string en = dir.file("train.en", "a\nb\nc\n");
   const std::string de = dir.file("train.de", "x\ny\n");
   EXPECT_EQ(error_of([&] { read_parallel(en, de); }), fmt::format("{} has 3 lines but {} has 2", en, de));
+  EXPECT_EQ(error_of([&] { read_parallel(de, en); }), fmt::format("{} has 2 lines but {} has 3", de, en));
+}
+
+// Streamed in chunks: the same pairs as read whole; a line count that differs is found when the
+// shorter file ends, and named with both full counts (not the lines read so far).
+TEST(Corpus, ParallelReaderChunks) {
+  const std::string en = kCorpusDir + "/multi30k_300.en", de = kCorpusDir + "/multi30k_300.de";
+  const ParallelText whole = read_parallel(en, de);
+  for (const std::int64_t size : {1, 7, 299, 300, 1000}) {
+    ParallelReader reader(en, de);
+    ParallelText chunk, joined;
+    std::int64_t chunks = 0;
+    while (reader.next(chunk, size)) {
+      EXPECT_LE(static_cast<std::int64_t>(chunk.src.size()), size);
+      EXPECT_EQ(chunk.src.size(), chunk.tgt.size());
+      joined.src.insert(joined.src.end(), chunk.src.begin(), chunk.src.end());
+      joined.tgt.insert(joined.tgt.end(), chunk.tgt.begin(), chunk.tgt.end());
+      ++chunks;
+    }
+    EXPECT_EQ(chunks, (300 + size - 1) / size) << size;
+    EXPECT_TRUE(chunk.src.empty());
+    EXPECT_EQ(joined.src, whole.src) << size;
+    EXPECT_EQ(joined.tgt, whole.tgt) << size;
+  }
+  TempDir dir;
+  const std::string five = dir.file("five.en", "1\n2\n3\n4\n5\n");
+  const std::string two = dir.file("two.de", "x\ny\n");
+  ParallelReader reader(five, two);
+  ParallelText chunk;
+  EXPECT_TRUE(reader.next(chunk, 1));
+  EXPECT_EQ(error_of([&] { reader.next(chunk, 1000); }), fmt::format("{} has 5 lines but {} has 2", five, two));
+  EXPECT_EQ(error_of([&] { ParallelReader(two, dir.path("none.en")); }),
+            fmt::format("cannot read '{}': No such file or directory", dir.path("none.en")));
 }
 
 // ---------------------------------------------------------------- vocab
