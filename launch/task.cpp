@@ -107,7 +107,8 @@ void check_checkpoint_vocabularies(const std::map<std::string, std::string>& sto
     if (data::Vocab::from_serialized(bytes, label).serialized() == current.at(name)) continue;
     throw EveryRankError(fmt::format(
         "cannot resume from '{}': vocabulary '{}' is not the one it was trained with (stored in it as /vocab/{}); "
-        "the run would go on with other token ids. Put the run's own vocabulary back or train into a new output.dir",
+        "the run would go on with other token ids. Put the run's own back (tessera vocab --from-checkpoint writes it) "
+        "or train into a new output.dir",
         path, name == "tgt" ? files.tgt : files.src, name));
   }
 }

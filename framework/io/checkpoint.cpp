@@ -533,6 +533,14 @@ std::int64_t checkpoint_step(const std::string& path) {
   return c.step;
 }
 
+std::map<std::string, std::string> load_vocabularies(const std::string& path) {
+  H5Handle file{open_for_reading(path), H5Fclose};
+  const Reader r(path, file.id());
+  Checkpoint c;
+  read_header(r, file.id(), c.step, c.config_yaml, c.state);
+  return r.byte_strings("/vocab");
+}
+
 Checkpoint load_checkpoint(const std::string& path, bool weights_only) {
   H5Handle file{open_for_reading(path), H5Fclose};
   const Reader r(path, file.id());

@@ -89,6 +89,8 @@ ShardedCheckpoint load_checkpoint_sharded(const std::string& path, const std::ma
 Checkpoint load_checkpoint(const std::string& path, bool weights_only = false);
 // The step a checkpoint was written at (its header only; throws naming the file like load_checkpoint).
 std::int64_t checkpoint_step(const std::string& path);
+// The vocabularies a checkpoint holds (see Checkpoint::vocabularies), without reading its tensors.
+std::map<std::string, std::string> load_vocabularies(const std::string& path);
 
 // The element-wise mean of the checkpoints' weights (accumulated in float64), as a weights-only
 // checkpoint with the first file's config and vocabularies and the last file's step. All must

@@ -2,7 +2,8 @@
 # A corpus run with one SentencePiece vocabulary per language: the source one trained on first use
 # from the source side only, the target one given; embeddings of their own sizes; translate and
 # score through both, also after the run folder moved and without the files (the checkpoint holds
-# them); a resume after a vocabulary file was replaced and a --vocab that is not the run's are refused.
+# them; `vocab --from-checkpoint` writes them out); a resume after a vocabulary file was replaced and
+# a --vocab that is not the run's are refused.
 # Usage: per_language_vocab.sh TESSERA CORPUS_DIR WORKDIR
 set -eu
 tessera=$1 corpus=$2 work=$3
@@ -61,6 +62,11 @@ mkdir -p "$work/run"
 "$tessera" translate --checkpoint "$work/moved/model.h5" -i "$work/valid.en" > "$work/hyp2.de" ||
   fail "translate without the vocabulary files"
 cmp "$work/hyp.de" "$work/hyp2.de" || fail "other translations without the vocabulary files"
+# `tessera vocab --from-checkpoint` writes them out, the same bytes as the run's files.
+"$tessera" vocab --from-checkpoint "$work/moved/model.h5" --model-prefix "$work/out/v" > /dev/null ||
+  fail "vocab --from-checkpoint"
+cmp "$work/out/v.src.model" "$work/aside/vocab.src.model" && cmp "$work/out/v.tgt.model" "$work/aside/de250.model" ||
+  fail "vocab --from-checkpoint wrote other vocabularies than the run's"
 # A vocabulary named on the command line must be the checkpoint's own.
 status=0
 "$tessera" translate --checkpoint "$work/moved/model.h5" --vocab "$work/run/vocab.src.model" -i "$work/valid.en" \

@@ -145,9 +145,11 @@ TEST_F(CheckpointTest, VocabulariesAreReadWithTheWeightsAndMayBeAbsent) {
   io::Checkpoint c = sample_checkpoint();
   io::save_checkpoint(path("c.h5"), c);
   EXPECT_EQ(io::load_checkpoint(path("c.h5"), /*weights_only=*/true).vocabularies, c.vocabularies);
+  EXPECT_EQ(io::load_vocabularies(path("c.h5")), c.vocabularies);
   c.vocabularies.clear();
   io::save_checkpoint(path("none.h5"), c);
   EXPECT_TRUE(io::load_checkpoint(path("none.h5")).vocabularies.empty());
+  EXPECT_TRUE(io::load_vocabularies(path("none.h5")).empty());
   const hid_t f = H5Fopen(path("none.h5").c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
   EXPECT_EQ(H5Lexists(f, "vocab", H5P_DEFAULT), 0);
   H5Fclose(f);

@@ -113,8 +113,8 @@ TEST_F(CheckpointVocabularies, ResumeRefusesReplacedVocabularyFiles) {
                                                     "c.h5", files);
             }),
             fmt::format("cannot resume from 'c.h5': vocabulary '{}' is not the one it was trained with (stored in it "
-                        "as /vocab/tgt); the run would go on with other token ids. Put the run's own vocabulary back "
-                        "or train into a new output.dir",
+                        "as /vocab/tgt); the run would go on with other token ids. Put the run's own back (tessera "
+                        "vocab --from-checkpoint writes it) or train into a new output.dir",
                         files.tgt));
   EXPECT_EQ(error_of([&] {
               launch::check_checkpoint_vocabularies(stored, {{"joint", en.serialized()}}, "c.h5", files);
