@@ -29,9 +29,11 @@ Command add_translate_command(CLI::App& parent) {
   cmd->add_option("--input,-i", opt->input, "Source sentences, one per line (default: stdin)");
   cmd->add_option("--output,-o", opt->output, "Where to write translations (default: stdout)");
   cmd->add_option("--vocab", opt->vocab,
-                  "SentencePiece model, the source side's if not joint (default: the one the checkpoint's run used)");
+                  "SentencePiece model, the source side's if not joint (default: the one the checkpoint holds, which "
+                  "one given must equal)");
   cmd->add_option("--vocab-tgt", opt->vocab_tgt,
-                  "Target-side SentencePiece model of a run with one vocabulary per language (default: the run's)");
+                  "Target-side SentencePiece model of a run with one vocabulary per language (default: the one the "
+                  "checkpoint holds, which one given must equal)");
   cmd->add_option("--beam", opt->beam, "Beam size (default: decode.beam of the checkpoint's config)")
       ->check(CLI::Range(1, 1000));
   cmd->add_option("--length-penalty", opt->length_penalty, "Length penalty alpha (default: from the config)")

@@ -2,8 +2,6 @@
 // or writes out the ones a checkpoint holds.
 #include <fmt/core.h>
 
-#include <filesystem>
-#include <fstream>
 #include <memory>
 
 #include "common/error.h"
@@ -14,29 +12,16 @@
 namespace tessera::launch {
 namespace {
 
-// PREFIX.model (a joint vocabulary), or PREFIX.src.model and PREFIX.tgt.model, from the checkpoint;
-// each written to a temporary file first, then renamed.
+// PREFIX.model (a joint vocabulary), or PREFIX.src.model and PREFIX.tgt.model, from the checkpoint.
 void write_checkpoint_vocabularies(const std::string& checkpoint, const std::string& prefix) {
   const std::map<std::string, std::string> stored = io::load_vocabularies(checkpoint);
   if (stored.empty())
     fail("checkpoint '{}' holds no vocabulary (a synthetic task's, or written before checkpoints held them)",
          checkpoint);
-  const std::filesystem::path folder = std::filesystem::path(prefix).parent_path();
-  if (!folder.empty()) std::filesystem::create_directories(folder);
   for (const auto& [name, bytes] : stored) {
     const data::Vocab vocab = data::Vocab::from_serialized(bytes, checkpoint + ":/vocab/" + name);
-    const std::string path = prefix + (name == "joint" ? "" : "." + name) + ".model", tmp = path + ".tmp";
-    {
-      std::ofstream out(tmp, std::ios::binary);
-      out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
-      out.close();
-      if (!out) {
-        std::error_code ec;
-        std::filesystem::remove(tmp, ec);
-        fail("cannot write vocabulary '{}' (is the folder writable? disk full?)", path);
-      }
-    }
-    std::filesystem::rename(tmp, path);
+    const std::string path = prefix + (name == "joint" ? "" : "." + name) + ".model";
+    data::Vocab::write_model_file(path, bytes);
     fmt::print("wrote {} (vocabulary size {}) from {}:/vocab/{}\n", path, vocab.size(), checkpoint, name);
   }
 }
@@ -48,15 +33,20 @@ Command add_vocab_command(CLI::App& parent) {
   CLI::App* cmd =
       parent.add_subcommand("vocab", "Train a SentencePiece subword vocabulary (ids 0-3: pad, unk, bos, eos)");
   auto checkpoint = std::make_shared<std::string>();
-  CLI::Option* input = cmd->add_option("--input", opt->inputs,
-                                       "Text file, one sentence a line (.gz allowed); repeat for a joint vocabulary")
-                           ->check(CLI::ExistingFile);
-  cmd->add_option("--from-checkpoint", *checkpoint,
-                  "Instead of training: write the vocabularies a checkpoint holds, as PREFIX.model (joint) or "
-                  "PREFIX.src.model and PREFIX.tgt.model")
-      ->check(CLI::ExistingFile)
-      ->excludes(input);
-  cmd->add_option("--model-prefix", opt->model_prefix, "Writes PREFIX.model and PREFIX.vocab")->required();
+  CLI::Option_group* source = cmd->add_option_group("source", "Train on text, or take a checkpoint's (one of them)");
+  source
+      ->add_option("--input", opt->inputs,
+                   "Text file, one sentence a line (.gz allowed); repeat for a joint vocabulary")
+      ->check(CLI::ExistingFile);
+  source
+      ->add_option("--from-checkpoint", *checkpoint,
+                   "Instead of training: write the vocabularies a checkpoint holds, as PREFIX.model (joint) or "
+                   "PREFIX.src.model and PREFIX.tgt.model")
+      ->check(CLI::ExistingFile);
+  source->require_option(1);
+  cmd->add_option("--model-prefix", opt->model_prefix,
+                  "Writes PREFIX.model and PREFIX.vocab (with --from-checkpoint: the .model files)")
+      ->required();
   cmd->add_option("--vocab-size", opt->vocab_size, "Number of pieces, the four special ones included")
       ->check(CLI::Range(std::int64_t{5}, std::int64_t{1} << 24))
       ->capture_default_str();
@@ -78,7 +68,6 @@ Command add_vocab_command(CLI::App& parent) {
               write_checkpoint_vocabularies(*checkpoint, opt->model_prefix);
               return 0;
             }
-            if (opt->inputs.empty()) throw CLI::RequiredError("--input (or --from-checkpoint)");
             const data::Vocab vocab = data::Vocab::train(*opt);
             fmt::print("wrote {}.model and {}.vocab (vocabulary size {}, model type {})\n", opt->model_prefix,
                        opt->model_prefix, vocab.size(), opt->model_type);

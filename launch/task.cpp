@@ -85,7 +85,7 @@ VocabPaths vocab_paths(const io::Config& cfg) {
 std::map<std::string, std::string> checkpoint_vocabularies(const io::Config& cfg, const TextCodec& src,
                                                            const TextCodec& tgt) {
   if (cfg.string("data.task") != "translation") return {};
-  if (vocab_paths(cfg).joint()) return {{"joint", src.serialized()}};
+  if (cfg.boolean("data.joint_vocab")) return {{"joint", src.serialized()}};
   return {{"src", src.serialized()}, {"tgt", tgt.serialized()}};
 }
 
@@ -322,7 +322,27 @@ TextCodec load_or_train_vocab(const io::Config& cfg, const std::string& path, co
 
 }  // namespace
 
-TaskData load_task_data(const io::Config& cfg, dist::Communicator* world) {
+namespace {
+
+// A resumed run's vocabularies are those its checkpoint holds (`stored`): one the run trained into
+// output.dir that is gone since (a run folder copied without it) is written back from there rather
+// than trained anew. Only where the config's kind (joint or not) is the stored one: otherwise the
+// check after loading refuses the resume.
+void restore_vocabularies(const io::Config& cfg, const VocabPaths& paths,
+                          const std::map<std::string, std::string>& stored, const std::string& checkpoint) {
+  if (stored.empty() || (stored.count("joint") != 0) != cfg.boolean("data.joint_vocab")) return;
+  for (const auto& [name, bytes] : stored) {
+    const bool tgt = name == "tgt";
+    const std::string& path = tgt ? paths.tgt : paths.src;
+    if (!cfg.string(tgt ? "data.vocab_tgt" : "data.vocab").empty() || std::filesystem::exists(path)) continue;
+    data::Vocab::write_model_file(path, bytes);
+    fmt::print("data: restored vocabulary {} from {}:/vocab/{}\n", path, checkpoint, name);
+  }
+}
+
+}  // namespace
+
+TaskData load_task_data(const io::Config& cfg, dist::Communicator* world, const std::string& resume_checkpoint) {
   TaskData t;
   const std::string task = cfg.string("data.task");
   const auto seed = static_cast<std::uint64_t>(cfg.integer("train.seed"));
@@ -346,26 +366,26 @@ TaskData load_task_data(const io::Config& cfg, dist::Communicator* world) {
   check_fits_positions(cfg, "data.max_len");
   const VocabPaths paths = vocab_paths(cfg);
   const std::string train_src = cfg.string("data.train_src"), train_tgt = cfg.string("data.train_tgt");
-  // Rank 0 first: a bad file is reported once (by it), and a vocabulary it trains is there for the
-  // others to load. The training text is not held: every rank streams it below, in rounds. So that
-  // a bad line or a line count that differs is reported once too, rank 0 reads it through first
-  // when there are other ranks (they wait for it anyway; it replaces their own full read).
+  // Rank 0 first: a bad file is reported once (by it), and a vocabulary it trains or restores is
+  // there for the others to load. The training text is not held: every rank streams it below, in
+  // rounds. Rank 0 reads it through first, so that a bad line or a line count that differs is
+  // reported once, before a vocabulary is trained on it and before minutes of encoding.
   const bool root = world == nullptr || world->rank() == 0;
   data::ParallelText valid;
   root_first(world, [&] {
-    if (root && world != nullptr && world->size() > 1) {
-      data::ParallelReader check(train_src, train_tgt);
-      data::ParallelText chunk;
-      while (check.next(chunk, 1 << 16)) {
-      }
-    }
+    if (root) data::ParallelReader(train_src, train_tgt).skip_rest();
     valid = data::read_parallel(cfg.string("data.valid_src"), cfg.string("data.valid_tgt"));
+    const std::map<std::string, std::string> stored =
+        resume_checkpoint.empty() ? std::map<std::string, std::string>() : io::load_vocabularies(resume_checkpoint);
+    if (root) restore_vocabularies(cfg, paths, stored, resume_checkpoint);
     if (paths.joint()) {
       t.src_codec = t.tgt_codec = load_or_train_vocab(cfg, paths.src, "data.vocab", {train_src, train_tgt}, "joint");
     } else {
       t.src_codec = load_or_train_vocab(cfg, paths.src, "data.vocab", {train_src}, "source");
       t.tgt_codec = load_or_train_vocab(cfg, paths.tgt, "data.vocab_tgt", {train_tgt}, "target");
     }
+    check_checkpoint_vocabularies(stored, checkpoint_vocabularies(cfg, t.src_codec, t.tgt_codec), resume_checkpoint,
+                                  paths);
   });
   const std::int64_t max_len = cfg.integer("data.max_len");
   t.train = report(encode_files(t.src_codec, t.tgt_codec, train_src, train_tgt, max_len, world), "training", max_len);
@@ -450,25 +470,31 @@ Translator::Translator(const std::string& checkpoint, const std::string& vocab, 
 void Translator::load_stored_vocabularies(const std::string& checkpoint,
                                           const std::map<std::string, std::string>& stored, const std::string& vocab,
                                           const std::string& vocab_tgt) {
-  const bool joint = vocab_paths(cfg_).joint();
+  const auto stored_vocab = [&](const char* name) {
+    auto it = stored.find(name);
+    if (it == stored.end())
+      fail("checkpoint '{}' holds /vocab/{} but no /vocab/{}", checkpoint, stored.begin()->first, name);
+    return data::Vocab::from_serialized(it->second, checkpoint + ":/vocab/" + name);
+  };
   // A vocabulary named here must be the stored one, the same model file: any other may map text to
   // other ids. (Two trainings of the same vocabulary into different files differ too, in the
   // training options they record; the message says to leave the option out.)
-  const auto load = [&](const char* name, const std::string& given, const char* flag) {
-    auto it = stored.find(name);
-    if (it == stored.end())
-      fail("checkpoint '{}' has no /vocab/{}, which its config (data.joint_vocab: {}) needs", checkpoint, name, joint);
-    data::Vocab v = data::Vocab::from_serialized(it->second, checkpoint + ":/vocab/" + name);
+  const auto check_given = [&](const data::Vocab& v, const std::string& given, const char* flag) {
     if (!given.empty() && data::Vocab::load(given).serialized() != v.serialized())
       fail("{} '{}' is not the vocabulary checkpoint '{}' holds (the one it was trained with); leave {} out", flag,
            given, checkpoint, flag);
-    return TextCodec::sentencepiece(std::move(v));
   };
-  if (joint) {
-    src_codec_ = tgt_codec_ = load("joint", vocab, "--vocab");
+  if (stored.count("joint") != 0) {  // one vocabulary for both sides: whichever option names it
+    data::Vocab v = stored_vocab("joint");
+    check_given(v, vocab, "--vocab");
+    check_given(v, vocab_tgt, "--vocab-tgt");
+    src_codec_ = tgt_codec_ = TextCodec::sentencepiece(std::move(v));
   } else {
-    src_codec_ = load("src", vocab, "--vocab");
-    tgt_codec_ = load("tgt", vocab_tgt, "--vocab-tgt");
+    data::Vocab src = stored_vocab("src"), tgt = stored_vocab("tgt");
+    check_given(src, vocab, "--vocab");
+    check_given(tgt, vocab_tgt, "--vocab-tgt");
+    src_codec_ = TextCodec::sentencepiece(std::move(src));
+    tgt_codec_ = TextCodec::sentencepiece(std::move(tgt));
   }
 }
 

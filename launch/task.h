@@ -56,6 +56,7 @@ std::map<std::string, std::string> checkpoint_vocabularies(const io::Config& cfg
 // Throws naming the vocabulary file and the checkpoint when `current` (checkpoint_vocabularies of
 // the run being resumed) is not what the checkpoint at `path` stores: training on would feed the
 // model other token ids. A checkpoint without vocabularies (written by an earlier build) passes.
+// An EveryRankError: every rank meets it alike.
 void check_checkpoint_vocabularies(const std::map<std::string, std::string>& stored,
                                    const std::map<std::string, std::string>& current, const std::string& path,
                                    const VocabPaths& files);
@@ -82,7 +83,11 @@ EncodedPairs encode_files(const TextCodec& src_codec, const TextCodec& tgt_codec
 // whole. With `world`, every rank calls it: rank 0 checks the text and loads or trains the
 // vocabularies first (so a bad file is reported once), then the ranks encode a share of the pairs
 // each and exchange them.
-TaskData load_task_data(const io::Config& cfg, dist::Communicator* world = nullptr);
+// With `resume_checkpoint` (a run resumed from it), the vocabularies are those it holds: a file the
+// run trained into output.dir and that is gone is written back from it, and files that differ
+// from it are refused (check_checkpoint_vocabularies) before the corpus is encoded.
+TaskData load_task_data(const io::Config& cfg, dist::Communicator* world = nullptr,
+                        const std::string& resume_checkpoint = "");
 
 // Asked by translate_ids before each round of batches (one per replica): when `requested` says yes
 // on any rank of `everyone` (every rank that calls translate_ids), all of them stop, so that a stop

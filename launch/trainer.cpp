@@ -135,12 +135,13 @@ LossSums run_batch(const models::Transformer& model, const data::Batch& b, doubl
 
 class Run {
  public:
-  Run(const io::Config& cfg, ProcessGrid& grid)
+  // resume_path: the checkpoint the run will resume from (its vocabularies are the run's), or empty.
+  Run(const io::Config& cfg, ProcessGrid& grid, const std::string& resume_path)
       : cfg_(cfg),
         grid_(grid),
         seed_(static_cast<std::uint64_t>(cfg.integer("train.seed"))),
         dir_(cfg.string("output.dir")),
-        task_(load_task_data(cfg, grid.world.get())),
+        task_(load_task_data(cfg, grid.world.get(), resume_path)),
         vocabularies_(checkpoint_vocabularies(cfg, task_.src_codec, task_.tgt_codec)),
         model_(training_model_config(cfg, task_.src_codec.size(), task_.tgt_codec.size()),
                static_cast<std::uint64_t>(cfg.integer("train.seed")), grid.tensor.get()),
@@ -192,7 +193,6 @@ class Run {
     else
       read();
     warn_config_changes(c.config_yaml, path);
-    check_checkpoint_vocabularies(c.vocabularies, vocabularies_, path, vocab_paths(cfg_));
     std::vector<ag::Var> params = model_.parameters();
     io::assign_weights(c, path, params);
     adam_.set_state(static_cast<long>(c.state->optimizer_step),
@@ -501,7 +501,6 @@ class Run {
     c.exp_avg = std::move(s.exp_avg);
     c.exp_avg_sq = std::move(s.exp_avg_sq);
     c.state = s.state;
-    c.vocabularies = std::move(s.vocabularies);
     return c;
   }
 
@@ -862,7 +861,7 @@ TrainResult run_training(const io::Config& cfg, const TrainOptions& options) {
   StopSignals signals;
   // Every rank at once: the data loading is collective (rank 0 reads and trains the vocabulary
   // first, then all encode a share of the corpus).
-  auto run = std::make_unique<Run>(cfg, grid);
+  auto run = std::make_unique<Run>(cfg, grid, resume_path);
   if (!resume_path.empty()) run->resume(resume_path);
   // Only now, with the data and any checkpoint accepted: a run refused on the way leaves the
   // folder's config.yaml (that of the run it holds) as it was.

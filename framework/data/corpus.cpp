@@ -182,6 +182,18 @@ bool ParallelReader::next(ParallelText& chunk, std::int64_t max_pairs) {
   return !chunk.src.empty();
 }
 
+std::int64_t ParallelReader::skip_rest() {
+  std::int64_t pairs = 0;
+  std::string s, t;
+  for (;;) {
+    const bool got_src = src_.next(s);
+    const bool got_tgt = tgt_.next(t);
+    if (got_src != got_tgt) fail_counts(got_src ? src_ : tgt_, got_src);
+    if (!got_src) return pairs;
+    ++pairs;
+  }
+}
+
 void ParallelReader::fail_counts(LineReader& longer, bool src_is_longer) {
   const std::int64_t shorter_lines = longer.line_number() - 1;
   std::string line;

@@ -58,6 +58,8 @@ class ParallelReader {
   // The next `max_pairs` pairs (fewer at the end) into `chunk`, replacing what it held; false when
   // none are left.
   bool next(ParallelText& chunk, std::int64_t max_pairs);
+  // Reads the rest through, keeping nothing (the checks above only); returns how many pairs.
+  std::int64_t skip_rest();
 
  private:
   [[noreturn]] void fail_counts(LineReader& longer, bool src_is_longer);

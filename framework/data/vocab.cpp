@@ -4,6 +4,7 @@
 #include <sentencepiece_trainer.h>
 
 #include <filesystem>
+#include <fstream>
 #include <limits>
 #include <random>
 #include <string>
@@ -129,6 +130,21 @@ Vocab Vocab::from_serialized(const std::string& bytes, const std::string& label)
 }
 
 std::string Vocab::serialized() const { return sp_->serialized_model_proto(); }
+
+void Vocab::write_model_file(const std::string& path, const std::string& bytes) {
+  const std::filesystem::path folder = std::filesystem::path(path).parent_path();
+  std::error_code ec;
+  if (!folder.empty()) std::filesystem::create_directories(folder, ec);
+  const std::string tmp = path + ".tmp";
+  std::ofstream out(tmp, std::ios::binary);
+  out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+  out.close();
+  if (out) std::filesystem::rename(tmp, path, ec);
+  if (!out || ec) {
+    std::filesystem::remove(tmp, ec);
+    fail("cannot write vocabulary '{}' (is the folder writable? disk full?)", path);
+  }
+}
 
 void Vocab::check_special_ids() const {
   TESSERA_CHECK(

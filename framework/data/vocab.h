@@ -40,6 +40,9 @@ class Vocab {
   static Vocab from_serialized(const std::string& bytes, const std::string& label);
   // The model as bytes (the contents of a .model file).
   std::string serialized() const;
+  // Writes such bytes as a .model file at `path`, through a temporary file renamed into place;
+  // throws naming the file when it cannot.
+  static void write_model_file(const std::string& path, const std::string& bytes);
 
   std::vector<std::int32_t> encode(const std::string& text) const;  // no bos/eos added
   std::string decode(const std::vector<std::int32_t>& ids) const;   // stops at nothing; skips pad/bos/eos

@@ -562,6 +562,7 @@ Checkpoint average_checkpoints(const std::vector<std::string>& paths) {
   std::map<std::string, std::vector<double>> sums;
   for (const auto& [name, t] : first.model) sums[name] = t.to_doubles();
   std::int64_t step = first.step;
+  std::string vocab_from = paths[0];  // the first file with vocabularies
   for (std::size_t i = 1; i < paths.size(); ++i) {
     const Checkpoint c = load_checkpoint(paths[i], /*weights_only=*/true);
     for (const auto& [name, t] : c.model) {
@@ -579,8 +580,11 @@ Checkpoint average_checkpoints(const std::vector<std::string>& paths) {
       fail("average: '{}' holds {} weights but '{}' holds {}", paths[i], c.model.size(), paths[0], first.model.size());
     // Files written before checkpoints held vocabularies have none; any two that do must agree.
     if (!c.vocabularies.empty() && !first.vocabularies.empty() && c.vocabularies != first.vocabularies)
-      fail("average: '{}' was trained with other vocabularies (/vocab) than '{}'", paths[i], paths[0]);
-    if (first.vocabularies.empty()) first.vocabularies = c.vocabularies;
+      fail("average: '{}' was trained with other vocabularies (/vocab) than '{}'", paths[i], vocab_from);
+    if (first.vocabularies.empty() && !c.vocabularies.empty()) {
+      first.vocabularies = c.vocabularies;
+      vocab_from = paths[i];
+    }
     step = c.step;
   }
   Checkpoint out;
@@ -831,7 +835,6 @@ ShardedCheckpoint load_checkpoint_sharded(const std::string& path, const std::ma
     c.exp_avg = read_group("/optimizer/exp_avg");
     c.exp_avg_sq = read_group("/optimizer/exp_avg_sq");
   }
-  c.vocabularies = r.byte_strings("/vocab");
   r.check(file.close(), "closing the file failed");
   return c;
 }

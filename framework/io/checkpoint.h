@@ -70,7 +70,9 @@ struct ShardedCheckpoint {
   TensorMap model, exp_avg, exp_avg_sq;          // this rank's blocks (whole tensors where replicated)
   std::map<std::string, dist::ShardDim> shards;  // how each name splits over the group (absent: replicated)
   std::optional<TrainingState> state;
-  std::map<std::string, std::string> vocabularies;  // the same on every rank; group rank 0 writes them
+  // The same on every rank; group rank 0 writes them. Not read by load_checkpoint_sharded
+  // (load_vocabularies reads them).
+  std::map<std::string, std::string> vocabularies;
 };
 
 // Every rank of `group` (one tensor-parallel group) writes only its own blocks, as hyperslabs of

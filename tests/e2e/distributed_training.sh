@@ -123,6 +123,13 @@ h5diff "$work/text1/checkpoint_00000006.h5" "$work/text_tp2/checkpoint_00000006.
 mpi 2 "$tessera" train $common $text --set data.vocab="$work/text1/vocab.model" --set parallel.tensor=2 \
   --set train.max_steps=7 --set output.dir="$work/text_tp2" --resume > "$work/text_tp2_resume.log" 2>&1 \
   || { cat "$work/text_tp2_resume.log"; fail "tp=2 resume on a corpus failed"; }
+# ... and refused, once, with another vocabulary than the one stored.
+"$tessera" vocab --input "$corpus.de" --model-prefix "$work/other" --vocab-size 300 > /dev/null
+status=0
+mpi 2 "$tessera" train $common $text --set data.vocab="$work/other.model" --set parallel.tensor=2 \
+  --set train.max_steps=8 --set output.dir="$work/text_tp2" --resume > "$work/text_tp2_other.log" 2>&1 || status=$?
+[ $status -ne 0 ] && [ "$(grep -c "vocabulary '$work/other.model' is not the one it was trained with" "$work/text_tp2_other.log")" -eq 1 ] \
+  || { cat "$work/text_tp2_other.log"; fail "a tp=2 resume with another vocabulary was not refused exactly once"; }
 # The replicas split the validation (loss batches, decoding batches). On the same weights (resumed
 # at the last step: validation only) the loss is one process's bit for bit (per-batch sums added
 # in batch order), and so is BLEU.

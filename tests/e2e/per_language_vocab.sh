@@ -46,7 +46,14 @@ status=0
 "$tessera" train --config "$work/run/config.yaml" --set train.max_steps=8 --resume > "$work/err.txt" 2>&1 || status=$?
 [ $status -eq 1 ] && grep -q "vocabulary '$work/run/vocab.src.model' is not the one it was trained with (stored in it as /vocab/src)" "$work/err.txt" ||
   { cat "$work/err.txt"; fail "a replaced vocabulary was not refused on resume (status $status)"; }
-cp "$work/vocab.src.saved" "$work/run/vocab.src.model"
+grep -q "training pairs kept" "$work/err.txt" && fail "the corpus was encoded before the resume was refused"
+# Gone instead (a run folder copied without it): written back from the checkpoint, not trained anew.
+rm "$work/run/vocab.src.model"
+"$tessera" train --config "$work/run/config.yaml" --set train.max_steps=8 --resume > "$work/resume.log" 2>&1 ||
+  { cat "$work/resume.log"; fail "resume without the vocabulary file"; }
+grep -q "data: restored vocabulary $work/run/vocab.src.model from $work/run/checkpoint_00000006.h5:/vocab/src" \
+  "$work/resume.log" || { cat "$work/resume.log"; fail "the vocabulary was not restored from the checkpoint"; }
+cmp "$work/run/vocab.src.model" "$work/vocab.src.saved" || fail "another vocabulary was restored"
 
 # Move the run folder and translate.
 mv "$work/run" "$work/moved"

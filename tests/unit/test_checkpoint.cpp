@@ -188,6 +188,12 @@ TEST_F(CheckpointTest, AverageKeepsTheVocabulariesAndRefusesOthers) {
         io::average_checkpoints({path("a.h5"), path("old.h5"), path("b.h5")});
       }),
       fmt::format("average: '{}' was trained with other vocabularies (/vocab) than '{}'", path("b.h5"), path("a.h5")));
+  // Named: the file the vocabularies came from, not a first file without any.
+  EXPECT_EQ(
+      error_of([&] {
+        io::average_checkpoints({path("old.h5"), path("a.h5"), path("b.h5")});
+      }),
+      fmt::format("average: '{}' was trained with other vocabularies (/vocab) than '{}'", path("b.h5"), path("a.h5")));
 }
 
 TEST_F(CheckpointTest, LargeTensorsRoundTrip) {

@@ -214,6 +214,11 @@ TEST(Corpus, ParallelReaderChunks) {
   ParallelText chunk;
   EXPECT_TRUE(reader.next(chunk, 1));
   EXPECT_EQ(error_of([&] { reader.next(chunk, 1000); }), fmt::format("{} has 5 lines but {} has 2", five, two));
+  EXPECT_EQ(error_of([&] { ParallelReader(two, five).skip_rest(); }),
+            fmt::format("{} has 2 lines but {} has 5", two, five));
+  ParallelReader partly(en, de);
+  EXPECT_TRUE(partly.next(chunk, 100));
+  EXPECT_EQ(partly.skip_rest(), 200);
   EXPECT_EQ(error_of([&] { ParallelReader(two, dir.path("none.en")); }),
             fmt::format("cannot read '{}': No such file or directory", dir.path("none.en")));
 }

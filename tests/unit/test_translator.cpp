@@ -84,6 +84,12 @@ TEST_F(CheckpointVocabularies, TheCheckpointTranslatesWithoutTheVocabularyFiles)
                         "leave --vocab out",
                         path("run/vocab.model"), ckpt));
   EXPECT_EQ(translate(launch::Translator(ckpt, path("copy.model"), "")), with_files);
+  // A joint vocabulary is both sides': --vocab-tgt names it too.
+  EXPECT_EQ(error_of([&] { launch::Translator(ckpt, "", path("run/vocab.model")); }),
+            fmt::format("--vocab-tgt '{}' is not the vocabulary checkpoint '{}' holds (the one it was trained with); "
+                        "leave --vocab-tgt out",
+                        path("run/vocab.model"), ckpt));
+  EXPECT_EQ(translate(launch::Translator(ckpt, path("copy.model"), path("copy.model"))), with_files);
 }
 
 // Checkpoints written before they held vocabularies: the files, as before.
