@@ -32,9 +32,13 @@ class VectorSentenceIterator : public sentencepiece::SentenceIterator {
   std::size_t i_ = 0;
 };
 
+// SentencePiece's trainer drops longer sentences (its max_sentence_length, set to this below).
+constexpr std::size_t kMaxSentenceBytes = 4192;
+
 // Reservoir sample of at most `cap` non-empty lines over all inputs (all lines when they fit),
-// deterministic for a seed; sentences keep their corpus order when nothing is dropped.
-std::vector<std::string> sample_sentences(const VocabTrainOptions& opt, std::int64_t* total) {
+// deterministic for a seed; sentences keep their corpus order when nothing is dropped. Lines the
+// trainer would drop are not sampled (counted in `too_long`): they would take a sample's place.
+std::vector<std::string> sample_sentences(const VocabTrainOptions& opt, std::int64_t* total, std::int64_t* too_long) {
   std::vector<std::string> kept;
   std::mt19937_64 rng(opt.seed);
   const auto cap = static_cast<std::uint64_t>(opt.input_sentence_size);
@@ -44,6 +48,10 @@ std::vector<std::string> sample_sentences(const VocabTrainOptions& opt, std::int
     LineReader reader(path);
     while (reader.next(line)) {
       if (line.empty()) continue;
+      if (line.size() > kMaxSentenceBytes) {
+        ++*too_long;
+        continue;
+      }
       ++seen;
       if (kept.size() < cap) {
         kept.push_back(line);
@@ -76,8 +84,12 @@ Vocab Vocab::train(const VocabTrainOptions& opt) {
   TESSERA_CHECK(opt.input_sentence_size > 0, "vocab: input_sentence_size {} must be positive", opt.input_sentence_size);
 
   std::int64_t total = 0;
-  const std::vector<std::string> sentences = sample_sentences(opt, &total);
-  TESSERA_CHECK(!sentences.empty(), "vocab: the input files hold no sentences");
+  std::int64_t too_long = 0;
+  const std::vector<std::string> sentences = sample_sentences(opt, &total, &too_long);
+  TESSERA_CHECK(!sentences.empty(), "vocab: the input files hold no sentences{}",
+                too_long > 0 ? fmt::format(" of at most {} bytes (SentencePiece's limit; {} longer lines)",
+                                           kMaxSentenceBytes, too_long)
+                             : std::string());
 
   const std::filesystem::path prefix(opt.model_prefix);
   if (prefix.has_parent_path()) {
@@ -97,6 +109,7 @@ Vocab Vocab::train(const VocabTrainOptions& opt) {
       {"eos_id", std::to_string(kEosId)},
       // The sample above is already at most input_sentence_size sentences, drawn with our seed.
       {"input_sentence_size", "0"},
+      {"max_sentence_length", std::to_string(kMaxSentenceBytes)},
       {"shuffle_input_sentence", "false"},
       {"num_threads", "2"},
       {"minloglevel", "2"},

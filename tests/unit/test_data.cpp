@@ -345,6 +345,21 @@ TEST(Vocab, UnigramModel) {
   EXPECT_EQ(v.decode(v.encode(s)), s);
 }
 
+// SentencePiece drops sentences over 4192 bytes: those lines are left out of the sample (an input
+// of nothing else is a clear error, not the trainer's internal check).
+TEST(Vocab, LinesOverSentencePiecesLimitAreLeftOut) {
+  TempDir dir;
+  VocabTrainOptions opt;
+  opt.inputs = {dir.file("long.txt", std::string(5000, 'a') + "\n")};
+  opt.model_prefix = dir.path("m");
+  opt.vocab_size = 20;
+  EXPECT_EQ(error_of([&] { Vocab::train(opt); }),
+            "vocab: the input files hold no sentences of at most 4192 bytes (SentencePiece's limit; 1 longer lines)");
+  opt.inputs.push_back(kCorpusDir + "/multi30k_300.en");
+  opt.vocab_size = 100;
+  EXPECT_EQ(Vocab::train(opt).size(), 100);
+}
+
 TEST(Vocab, MissingModelFileNamesIt) {
   EXPECT_EQ(error_of([] { Vocab::load("/nonexistent/spm.model"); }),
             "cannot read vocabulary '/nonexistent/spm.model': No such file or directory");
