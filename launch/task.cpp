@@ -305,6 +305,12 @@ TextCodec load_or_train_vocab(const io::Config& cfg, const std::string& path, co
   if (std::filesystem::exists(path)) {
     TextCodec codec = TextCodec::sentencepiece(data::Vocab::load(path));
     fmt::print("data: {} vocabulary {} ({} entries)\n", side, path, codec.size());
+    // One trained on first use is kept: a changed data.vocab_size (on resume, say) does not retrain it.
+    if (cfg.string(key).empty() && codec.size() != cfg.integer("data.vocab_size"))
+      fmt::print(
+          "data: note: {} was trained with {} entries and is kept, although data.vocab_size is now {} (a new "
+          "size needs a new output.dir)\n",
+          path, codec.size(), cfg.integer("data.vocab_size"));
     return codec;
   }
   TESSERA_CHECK(cfg.string(key).empty(), "config: {} = '{}' does not exist", key, path);

@@ -49,8 +49,11 @@ status=0
 grep -q "training pairs kept" "$work/err.txt" && fail "the corpus was encoded before the resume was refused"
 # Gone instead (a run folder copied without it): written back from the checkpoint, not trained anew.
 rm "$work/run/vocab.src.model"
-"$tessera" train --config "$work/run/config.yaml" --set train.max_steps=8 --resume > "$work/resume.log" 2>&1 ||
-  { cat "$work/resume.log"; fail "resume without the vocabulary file"; }
+"$tessera" train --config "$work/run/config.yaml" --set train.max_steps=8 --set data.vocab_size=310 --resume \
+  > "$work/resume.log" 2>&1 || { cat "$work/resume.log"; fail "resume without the vocabulary file"; }
+# A changed data.vocab_size does not retrain the run's vocabulary; the log says so.
+grep -q "data: note: $work/run/vocab.src.model was trained with 300 entries and is kept, although data.vocab_size is now 310" \
+  "$work/resume.log" || { cat "$work/resume.log"; fail "no note that the vocabulary keeps its size"; }
 grep -q "data: restored vocabulary $work/run/vocab.src.model from $work/run/checkpoint_00000006.h5:/vocab/src" \
   "$work/resume.log" || { cat "$work/resume.log"; fail "the vocabulary was not restored from the checkpoint"; }
 cmp "$work/run/vocab.src.model" "$work/vocab.src.saved" || fail "another vocabulary was restored"
