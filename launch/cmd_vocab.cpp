@@ -38,30 +38,35 @@ Command add_vocab_command(CLI::App& parent) {
       ->add_option("--input", opt->inputs,
                    "Text file, one sentence a line (.gz allowed); repeat for a joint vocabulary")
       ->check(CLI::ExistingFile);
-  source
-      ->add_option("--from-checkpoint", *checkpoint,
-                   "Instead of training: write the vocabularies a checkpoint holds, as PREFIX.model (joint) or "
-                   "PREFIX.src.model and PREFIX.tgt.model")
-      ->check(CLI::ExistingFile);
+  CLI::Option* from =
+      source
+          ->add_option("--from-checkpoint", *checkpoint,
+                       "Instead of training: write the vocabularies a checkpoint holds, as PREFIX.model (joint) or "
+                       "PREFIX.src.model and PREFIX.tgt.model")
+          ->check(CLI::ExistingFile);
   source->require_option(1);
   cmd->add_option("--model-prefix", opt->model_prefix,
                   "Writes PREFIX.model and PREFIX.vocab (with --from-checkpoint: the .model files)")
       ->required();
   cmd->add_option("--vocab-size", opt->vocab_size, "Number of pieces, the four special ones included")
       ->check(CLI::Range(std::int64_t{5}, std::int64_t{1} << 24))
-      ->capture_default_str();
+      ->capture_default_str()
+      ->excludes(from);
   cmd->add_option("--model-type", opt->model_type, "Segmentation algorithm")
       ->check(CLI::IsMember({"bpe", "unigram"}))
-      ->capture_default_str();
+      ->capture_default_str()
+      ->excludes(from);
   cmd->add_option("--character-coverage", opt->character_coverage,
                   "Share of characters covered by the vocabulary (rarer ones map to <unk>)")
       ->check(finite_range(0.0, 1.0))
-      ->capture_default_str();
+      ->capture_default_str()
+      ->excludes(from);
   cmd->add_option("--input-sentence-size", opt->input_sentence_size,
                   "Train on at most this many sentences, sampled with --seed")
       ->check(CLI::PositiveNumber)
-      ->capture_default_str();
-  cmd->add_option("--seed", opt->seed, "Seed of the sentence sample")->capture_default_str();
+      ->capture_default_str()
+      ->excludes(from);
+  cmd->add_option("--seed", opt->seed, "Seed of the sentence sample")->capture_default_str()->excludes(from);
   return {cmd,
           [opt, checkpoint]() {
             if (!checkpoint->empty()) {

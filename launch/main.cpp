@@ -17,6 +17,9 @@
 
 int main(int argc, char** argv) {
   using namespace tessera::launch;
+  // Line by line even into a file (a cluster job's log): what a run printed before it was killed,
+  // during minutes of data preparation say, is there.
+  std::setvbuf(stdout, nullptr, _IOLBF, BUFSIZ);
   CLI::App app{"Tessera: distributed training of the Transformer (Vaswani et al. 2017) on GPUs and CPUs"};
   app.set_version_flag("--version", std::string("tessera ") + TESSERA_VERSION +
                                         (tessera::cuda_available() ? " (CUDA: GPU found)" : " (CPU)"));

@@ -89,18 +89,22 @@ std::map<std::string, std::string> checkpoint_vocabularies(const io::Config& cfg
   return {{"src", src.serialized()}, {"tgt", tgt.serialized()}};
 }
 
+namespace {
+// Every rank holds the same vocabularies and checkpoint: each meets an error alike, one prints it.
+void check_vocabulary_kind(const std::map<std::string, std::string>& stored, bool joint, const std::string& path) {
+  if (stored.empty() || (stored.count("joint") != 0) == joint) return;
+  const auto kind = [](bool j) { return j ? "one joint vocabulary" : "one vocabulary per language"; };
+  throw EveryRankError(
+      fmt::format("cannot resume from '{}': it was trained with {}, the config now gives {} (data.joint_vocab)", path,
+                  kind(!joint), kind(joint)));
+}
+}  // namespace
+
 void check_checkpoint_vocabularies(const std::map<std::string, std::string>& stored,
                                    const std::map<std::string, std::string>& current, const std::string& path,
                                    const VocabPaths& files) {
   if (stored.empty()) return;
-  const auto kind = [](const std::map<std::string, std::string>& v) {
-    return v.count("joint") != 0 ? "one joint vocabulary" : "one vocabulary per language";
-  };
-  // Every rank holds the same vocabularies and checkpoint: each meets an error alike, one prints it.
-  if (stored.size() != current.size() || stored.count("joint") != current.count("joint"))
-    throw EveryRankError(
-        fmt::format("cannot resume from '{}': it was trained with {}, the config now gives {} (data.joint_vocab)", path,
-                    kind(stored), kind(current)));
+  check_vocabulary_kind(stored, current.count("joint") != 0, path);
   for (const auto& [name, bytes] : stored) {
     // Compared as the library serializes them both, not as the bytes of two files.
     const std::string label = path + ":/vocab/" + name;
@@ -330,13 +334,11 @@ TextCodec load_or_train_vocab(const io::Config& cfg, const std::string& path, co
 
 namespace {
 
-// A resumed run's vocabularies are those its checkpoint holds (`stored`): one the run trained into
-// output.dir that is gone since (a run folder copied without it) is written back from there rather
-// than trained anew. Only where the config's kind (joint or not) is the stored one: otherwise the
-// check after loading refuses the resume.
+// A resumed run's vocabularies are those its checkpoint holds (`stored`, of the config's kind: joint
+// or not): one the run trained into output.dir that is gone since (a run folder copied without it)
+// is written back from there rather than trained anew.
 void restore_vocabularies(const io::Config& cfg, const VocabPaths& paths,
                           const std::map<std::string, std::string>& stored, const std::string& checkpoint) {
-  if (stored.empty() || (stored.count("joint") != 0) != cfg.boolean("data.joint_vocab")) return;
   for (const auto& [name, bytes] : stored) {
     const bool tgt = name == "tgt";
     const std::string& path = tgt ? paths.tgt : paths.src;
@@ -383,6 +385,7 @@ TaskData load_task_data(const io::Config& cfg, dist::Communicator* world, const 
     valid = data::read_parallel(cfg.string("data.valid_src"), cfg.string("data.valid_tgt"));
     const std::map<std::string, std::string> stored =
         resume_checkpoint.empty() ? std::map<std::string, std::string>() : io::load_vocabularies(resume_checkpoint);
+    check_vocabulary_kind(stored, cfg.boolean("data.joint_vocab"), resume_checkpoint);  // before training any
     if (root) restore_vocabularies(cfg, paths, stored, resume_checkpoint);
     if (paths.joint()) {
       t.src_codec = t.tgt_codec = load_or_train_vocab(cfg, paths.src, "data.vocab", {train_src, train_tgt}, "joint");
@@ -460,6 +463,9 @@ Translator::Translator(const std::string& checkpoint, const std::string& vocab, 
   if (!vocab_tgt.empty()) overrides.push_back("data.vocab_tgt=" + vocab_tgt);
   cfg_ = io::Config::parse(tessera_schema(), w.config_yaml, checkpoint, overrides);
   if (cfg_.string("data.task") != "translation") {
+    if (!vocab.empty() || !vocab_tgt.empty())
+      fail("checkpoint '{}' is a synthetic '{}' task's: it reads symbol numbers, no vocabulary (leave --vocab out)",
+           checkpoint, cfg_.string("data.task"));
     src_codec_ = tgt_codec_ = TextCodec::symbols(cfg_.integer("data.synthetic_vocab"));
   } else if (!w.vocabularies.empty()) {
     load_stored_vocabularies(checkpoint, w.vocabularies, vocab, vocab_tgt);

@@ -157,6 +157,9 @@ class Run {
       metrics_.open(dir_ / "metrics.jsonl", std::ios::app);
       TESSERA_CHECK(metrics_.good(), "cannot write metrics file '{}'", (dir_ / "metrics.jsonl").string());
     }
+    // The failure tests' "step 0": the data preparation (a hang or a SIGTERM during it).
+    maybe_inject_hang(0);
+    if (fault_at("TESSERA_FAULT_SIGNAL", 0)) std::raise(SIGTERM);
     if (grid_.data->size() > 1)
       reducer_ = std::make_unique<dist::GradientReducer>(
           model_.parameters(), *grid_.data, static_cast<std::size_t>(cfg.real("parallel.bucket_mb") * 1024 * 1024));
@@ -234,6 +237,17 @@ class Run {
     const std::int64_t first_step = step_;
     std::int64_t window_step = step_;
     std::int64_t& step = step_;
+    // A stop signal during the data preparation (minutes on a large corpus): this session has
+    // trained nothing, so there is nothing to save; every rank agrees and returns at once.
+    Tensor early_stop = Tensor::from(std::vector<std::int32_t>{g_stop_signal != 0}, {1});
+    if (grid_.size > 1) grid_.world->all_reduce(early_stop, dist::ReduceOp::sum);
+    if (early_stop.data<std::int32_t>()[0] > 0) {
+      result.stop_signal = signal_that_interrupted();
+      result.steps = step;
+      fmt::print("train: {} received before the first step of this session: nothing to save; exiting with status {}\n",
+                 result.stop_signal == SIGINT ? "SIGINT" : "SIGTERM", 128 + result.stop_signal);
+      return result;
+    }
     bool out_of_data = false;
     while (step < max_steps && !out_of_data) {
       // Gather the update's batches first: the loss is normalized by all their target tokens.

@@ -47,6 +47,13 @@ status=0
 [ $status -eq 1 ] && grep -q "vocabulary '$work/run/vocab.src.model' is not the one it was trained with (stored in it as /vocab/src)" "$work/err.txt" ||
   { cat "$work/err.txt"; fail "a replaced vocabulary was not refused on resume (status $status)"; }
 grep -q "training pairs kept" "$work/err.txt" && fail "the corpus was encoded before the resume was refused"
+# Resuming as a joint-vocabulary run is refused before any vocabulary is trained into the folder.
+status=0
+"$tessera" train --config "$work/run/config.yaml" --set data.joint_vocab=true --set model.share_embeddings=true \
+  --set data.vocab_tgt= --set train.max_steps=8 --resume > "$work/err.txt" 2>&1 || status=$?
+[ $status -eq 1 ] && grep -q "it was trained with one vocabulary per language, the config now gives one joint vocabulary" "$work/err.txt" ||
+  { cat "$work/err.txt"; fail "a resume as a joint-vocabulary run was not refused (status $status)"; }
+[ -e "$work/run/vocab.model" ] && fail "a joint vocabulary was trained before the resume was refused"
 # Gone instead (a run folder copied without it): written back from the checkpoint, not trained anew.
 rm "$work/run/vocab.src.model"
 "$tessera" train --config "$work/run/config.yaml" --set train.max_steps=8 --set data.vocab_size=310 --resume \

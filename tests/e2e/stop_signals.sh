@@ -1,6 +1,7 @@
 #!/bin/sh
 # SIGTERM and SIGINT: training finishes its step, writes a checkpoint, exits with 128 + signal;
-# --resume then carries on from that checkpoint to the end.
+# --resume then carries on from that checkpoint to the end. A SIGTERM before the first step saves
+# nothing and exits at once; the log reaches its file line by line.
 # Usage: stop_signals.sh TESSERA CONFIG WORKDIR
 set -eu
 tessera=$1 config=$2 work=$3
@@ -32,4 +33,25 @@ for pair in TERM:15 INT:2; do
   grep -q "resumed from .* at step $step " "$work/$sig.resumed.log"
   grep -q "saved .*model.h5 after $((step + 3)) steps" "$work/$sig.resumed.log"
 done
+# A SIGTERM during the data preparation (injected at "step 0"): this session trained nothing, so it
+# saves nothing and exits 143 at once instead of training a step first.
+status=0
+TESSERA_FAULT_SIGNAL=0:0 "$tessera" train --config "$config" --set output.dir="$work/early" --set train.max_steps=50 \
+  > "$work/early.log" 2>&1 || status=$?
+[ $status -eq 143 ] && grep -q "SIGTERM received before the first step of this session: nothing to save" "$work/early.log" ||
+  { cat "$work/early.log"; echo "FAIL: a SIGTERM during the data preparation (status $status)"; exit 1; }
+[ "$(ls "$work/early" | grep -c '\.h5$')" -eq 0 ] || { echo "FAIL: a checkpoint was written"; exit 1; }
+# The log is written line by line, also into a file: a run stuck in its data preparation (an
+# injected hang) has already logged its config and data lines, which a kill would otherwise lose.
+TESSERA_FAULT_HANG=0:0 "$tessera" train --config "$config" --set output.dir="$work/hang" > "$work/hang.log" 2>&1 &
+pid=$!
+i=0
+until grep -q '^data: ' "$work/hang.log"; do
+  i=$((i + 1))
+  [ $i -lt 600 ] || { kill -9 $pid; echo "FAIL: nothing logged during the data preparation after 60 s"; exit 1; }
+  sleep 0.1
+done
+kill -9 $pid
+wait $pid || true
+grep -q '^config (effective):' "$work/hang.log" || { echo "FAIL: the config was not logged"; exit 1; }
 echo "PASS"
