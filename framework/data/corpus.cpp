@@ -167,15 +167,18 @@ ParallelText read_parallel(const std::string& src_path, const std::string& tgt_p
 ParallelReader::ParallelReader(const std::string& src_path, const std::string& tgt_path)
     : src_path_(src_path), tgt_path_(tgt_path), src_(src_path), tgt_(tgt_path) {}
 
+bool ParallelReader::next_pair(std::string& s, std::string& t) {
+  const bool got_src = src_.next(s);
+  const bool got_tgt = tgt_.next(t);
+  if (got_src != got_tgt) fail_counts(got_src ? src_ : tgt_, got_src);
+  return got_src;
+}
+
 bool ParallelReader::next(ParallelText& chunk, std::int64_t max_pairs) {
   chunk.src.clear();
   chunk.tgt.clear();
   std::string s, t;
-  while (static_cast<std::int64_t>(chunk.src.size()) < max_pairs) {
-    const bool got_src = src_.next(s);
-    const bool got_tgt = tgt_.next(t);
-    if (got_src != got_tgt) fail_counts(got_src ? src_ : tgt_, got_src);
-    if (!got_src) break;
+  while (static_cast<std::int64_t>(chunk.src.size()) < max_pairs && next_pair(s, t)) {
     chunk.src.push_back(std::move(s));
     chunk.tgt.push_back(std::move(t));
   }
@@ -185,13 +188,8 @@ bool ParallelReader::next(ParallelText& chunk, std::int64_t max_pairs) {
 std::int64_t ParallelReader::skip_rest() {
   std::int64_t pairs = 0;
   std::string s, t;
-  for (;;) {
-    const bool got_src = src_.next(s);
-    const bool got_tgt = tgt_.next(t);
-    if (got_src != got_tgt) fail_counts(got_src ? src_ : tgt_, got_src);
-    if (!got_src) return pairs;
-    ++pairs;
-  }
+  while (next_pair(s, t)) ++pairs;
+  return pairs;
 }
 
 void ParallelReader::fail_counts(LineReader& longer, bool src_is_longer) {

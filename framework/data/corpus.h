@@ -62,6 +62,7 @@ class ParallelReader {
   std::int64_t skip_rest();
 
  private:
+  bool next_pair(std::string& s, std::string& t);  // false at the end of both files
   [[noreturn]] void fail_counts(LineReader& longer, bool src_is_longer);
   std::string src_path_, tgt_path_;
   LineReader src_, tgt_;

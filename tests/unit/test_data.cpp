@@ -25,32 +25,8 @@ namespace {
 
 const std::string kCorpusDir = std::string(TESSERA_TEST_DATA_DIR) + "/corpus";
 
-// A fresh folder under the system temp directory, removed at the end of the test.
-class TempDir {
- public:
-  TempDir() {
-    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-    path_ = fs::temp_directory_path() / (std::string("tessera_data_") + info->test_suite_name() + "_" + info->name() +
-                                         "_" + std::to_string(::getpid()));
-    fs::remove_all(path_);
-    fs::create_directories(path_);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path_, ec);
-  }
-  std::string file(const std::string& name, const std::string& bytes) const {
-    const std::string p = (path_ / name).string();
-    std::ofstream(p, std::ios::binary) << bytes;
-    return p;
-  }
-  std::string path(const std::string& name) const { return (path_ / name).string(); }
-
- private:
-  fs::path path_;
-};
-
 using tessera::testing::error_of;
+using tessera::testing::TempDir;
 
 std::vector<std::int32_t> row(const Tensor& t, std::int64_t r) {
   const std::int64_t cols = t.size(1);

@@ -2,7 +2,6 @@
 // as well must be the same, a resume refuses vocabulary files that were replaced, and checkpoints
 // written before they held vocabularies still find the files.
 #include <gtest/gtest.h>
-#include <unistd.h>
 
 #include <filesystem>
 
@@ -23,14 +22,8 @@ const std::string kCorpus = std::string(TESSERA_TEST_DATA_DIR) + "/corpus/multi3
 
 class CheckpointVocabularies : public ::testing::Test {
  protected:
-  void SetUp() override {
-    dir_ = fs::temp_directory_path() / fmt::format("tessera_vocab_{}_{}", ::getpid(),
-                                                   ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::remove_all(dir_);
-    fs::create_directories(dir_ / "run");
-  }
-  void TearDown() override { fs::remove_all(dir_); }
-  std::string path(const std::string& name) const { return (dir_ / name).string(); }
+  void SetUp() override { fs::create_directories(path("run")); }
+  std::string path(const std::string& name) const { return dir_.path(name); }
 
   // A SentencePiece model of 120 pieces trained on one side of the test corpus into `prefix`.
   data::Vocab train_vocab(const std::string& side, const std::string& prefix) const {
@@ -64,7 +57,7 @@ class CheckpointVocabularies : public ::testing::Test {
     return t.translate(t.encode({"A man is walking.", "Two dogs play in the snow."}, false), opt, 2, nullptr);
   }
 
-  fs::path dir_;
+  testing::TempDir dir_;
 };
 
 TEST_F(CheckpointVocabularies, TheCheckpointTranslatesWithoutTheVocabularyFiles) {
