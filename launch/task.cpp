@@ -206,11 +206,12 @@ EncodedPairs encode_rounds(const TextCodec& src_codec, const TextCodec& tgt_code
       } else if (e.fate == kTooLong) {
         ++out.too_long;
       } else {
-        out.examples.push_back(std::move(e.example));
+        out.examples.add(e.example);
         out.kept_lines.push_back(round + static_cast<std::int64_t>(i));
       }
     }
   }
+  out.examples.shrink_to_fit();
   return out;
 }
 
@@ -269,8 +270,9 @@ void gather_rows(models::TokenRows& rows, const std::vector<std::int64_t>& mine,
     rows[static_cast<std::size_t>(all_indices.data<std::int32_t>()[i])] = std::move(all[i]);
 }
 
-std::vector<data::Example> report(EncodedPairs&& e, const std::string& what, std::int64_t max_len) {
-  fmt::print("data: {} {} pairs kept, {} empty and {} longer than data.max_len={} skipped\n", e.examples.size(), what,
+data::ExampleSet report(EncodedPairs&& e, const std::string& what, std::int64_t max_len) {
+  fmt::print("data: {} {} pairs kept ({:.1f} MB, {}-bit ids), {} empty and {} longer than data.max_len={} skipped\n",
+             e.examples.size(), what, static_cast<double>(e.examples.bytes()) / 1e6, e.examples.wide() ? 32 : 16,
              e.empty, e.too_long, max_len);
   return std::move(e.examples);
 }
@@ -426,8 +428,8 @@ std::optional<models::TokenRows> translate_ids(const models::Transformer& model,
   std::stable_sort(order.begin(), order.end(), [&](std::int64_t a, std::int64_t b) {
     return sources[static_cast<std::size_t>(a)].size() < sources[static_cast<std::size_t>(b)].size();
   });
-  std::vector<data::Example> examples;
-  for (const auto& s : sources) examples.push_back({s, {}});
+  data::ExampleSet examples;
+  for (const auto& s : sources) examples.add(s, {});
   models::TokenRows out(sources.size());
   std::vector<std::int64_t> mine;  // the sentences this rank translated
   std::int64_t batch = 0;

@@ -35,7 +35,7 @@ class TextCodec {
 
 struct TaskData {
   TextCodec src_codec, tgt_codec;  // the same vocabulary twice when it is joint
-  std::vector<data::Example> train, valid;
+  data::ExampleSet train, valid;
   std::vector<std::string> valid_refs;  // raw validation targets (BLEU references); empty for synthetic tasks
   bool synthetic = false;
 };
@@ -66,7 +66,7 @@ void check_checkpoint_vocabularies(const std::map<std::string, std::string>& sto
 // ranks. The exchange goes in rounds of `pairs_per_round` pairs (0: as many as MPI's int counts
 // allow).
 struct EncodedPairs {
-  std::vector<data::Example> examples;
+  data::ExampleSet examples;
   std::vector<std::int64_t> kept_lines;  // the line (0-based) each example came from
   std::int64_t empty = 0, too_long = 0;
 };

@@ -29,8 +29,8 @@ void fisher_yates(std::vector<T>& v, std::mt19937_64& rng) {
 }
 
 // Row lengths with the added eos (source) and bos/eos (target).
-std::int64_t src_len(const Example& e) { return static_cast<std::int64_t>(e.src.size()) + 1; }
-std::int64_t tgt_len(const Example& e) { return static_cast<std::int64_t>(e.tgt.size()) + 1; }
+std::int64_t src_len(const ExampleSet& ex, std::int64_t i) { return ex.src_size(i) + 1; }
+std::int64_t tgt_len(const ExampleSet& ex, std::int64_t i) { return ex.tgt_size(i) + 1; }
 
 }  // namespace
 
@@ -39,14 +39,14 @@ double Batch::padding_fraction() const {
   return 1.0 - static_cast<double>(src_tokens + tgt_tokens) / static_cast<double>(padded_slots);
 }
 
-Batch make_batch(const std::vector<Example>& examples, const std::vector<std::int64_t>& indices) {
+Batch make_batch(const ExampleSet& examples, const std::vector<std::int64_t>& indices) {
   TESSERA_CHECK(!indices.empty(), "make_batch: no examples");
-  const auto n = static_cast<std::int64_t>(examples.size());
+  const std::int64_t n = examples.size();
   std::int64_t ls = 0, lt = 0;
   for (const std::int64_t i : indices) {
     TESSERA_CHECK(i >= 0 && i < n, "make_batch: example index {} is outside [0, {})", i, n);
-    ls = std::max(ls, src_len(examples[i]));
-    lt = std::max(lt, tgt_len(examples[i]));
+    ls = std::max(ls, src_len(examples, i));
+    lt = std::max(lt, tgt_len(examples, i));
   }
   const auto rows = static_cast<std::int64_t>(indices.size());
   Batch b;
@@ -60,18 +60,17 @@ Batch make_batch(const std::vector<Example>& examples, const std::vector<std::in
   std::int32_t* tout = b.tgt_out.data<std::int32_t>();
   static_assert(kPadId == 0, "tensors start zero-filled, i.e. padded");
   for (std::int64_t r = 0; r < rows; ++r) {
-    const Example& e = examples[indices[r]];
-    const auto ns = static_cast<std::int64_t>(e.src.size());
-    const auto nt = static_cast<std::int64_t>(e.tgt.size());
+    const std::int64_t i = indices[r];
+    const std::int64_t ns = examples.src_size(i), nt = examples.tgt_size(i);
     std::int32_t* s = src + r * ls;
-    std::copy(e.src.begin(), e.src.end(), s);
+    examples.copy_src(i, s);
     s[ns] = kEosId;
     std::fill(pad + r * ls + ns + 1, pad + (r + 1) * ls, 1);
     std::int32_t* ti = tin + r * lt;
     ti[0] = kBosId;
-    std::copy(e.tgt.begin(), e.tgt.end(), ti + 1);
+    examples.copy_tgt(i, ti + 1);
     std::int32_t* to = tout + r * lt;
-    std::copy(e.tgt.begin(), e.tgt.end(), to);
+    std::copy(ti + 1, ti + 1 + nt, to);
     to[nt] = kEosId;
     b.src_tokens += ns + 1;
     b.tgt_tokens += nt + 1;
@@ -81,7 +80,7 @@ Batch make_batch(const std::vector<Example>& examples, const std::vector<std::in
   return b;
 }
 
-Batcher::Batcher(const std::vector<Example>* examples, BatcherOptions opt) : examples_(examples), opt_(opt) {
+Batcher::Batcher(const ExampleSet* examples, BatcherOptions opt) : examples_(examples), opt_(opt) {
   TESSERA_CHECK(examples_ != nullptr, "Batcher: no examples");
   TESSERA_CHECK(opt_.batch_tokens > 0, "Batcher: batch_tokens must be positive, got {}", opt_.batch_tokens);
   TESSERA_CHECK(opt_.window > 0, "Batcher: window must be positive, got {}", opt_.window);
@@ -89,8 +88,8 @@ Batcher::Batcher(const std::vector<Example>* examples, BatcherOptions opt) : exa
 }
 
 void Batcher::plan_epoch() {
-  const std::vector<Example>& ex = *examples_;
-  const auto n = static_cast<std::int64_t>(ex.size());
+  const ExampleSet& ex = *examples_;
+  const std::int64_t n = ex.size();
   std::vector<std::int64_t> order(static_cast<std::size_t>(n));
   std::iota(order.begin(), order.end(), std::int64_t{0});
   std::mt19937_64 rng(splitmix64(opt_.seed ^ splitmix64(static_cast<std::uint64_t>(epoch_))));
@@ -103,12 +102,11 @@ void Batcher::plan_epoch() {
     std::vector<std::int64_t> cur;
     std::int64_t width = 0;
     for (auto it = first; it != last; ++it) {
-      const Example& e = ex[*it];
-      const std::int64_t w = std::max({width, src_len(e), tgt_len(e)});
+      const std::int64_t w = std::max({width, src_len(ex, *it), tgt_len(ex, *it)});
       if (!cur.empty() && (static_cast<std::int64_t>(cur.size()) + 1) * w > opt_.batch_tokens) {
         plan_.push_back(std::move(cur));
         cur.clear();
-        width = std::max(src_len(e), tgt_len(e));
+        width = std::max(src_len(ex, *it), tgt_len(ex, *it));
       } else {
         width = w;
       }
@@ -127,18 +125,15 @@ void Batcher::plan_epoch() {
                                          ? std::numeric_limits<std::int64_t>::max()
                                          : opt_.window * opt_.batch_tokens;
   auto by_length = [&](std::int64_t a, std::int64_t b) {
-    const Example& x = ex[a];
-    const Example& y = ex[b];
-    if (x.src.size() != y.src.size()) return x.src.size() < y.src.size();
-    return x.tgt.size() < y.tgt.size();
+    if (ex.src_size(a) != ex.src_size(b)) return ex.src_size(a) < ex.src_size(b);
+    return ex.tgt_size(a) < ex.tgt_size(b);
   };
   std::size_t begin = 0;
   while (begin < order.size()) {
     std::size_t end = begin;
     std::int64_t tokens = 0;
     while (end < order.size() && tokens < window_tokens) {
-      const Example& e = ex[order[end]];
-      tokens += std::max(src_len(e), tgt_len(e));
+      tokens += std::max(src_len(ex, order[end]), tgt_len(ex, order[end]));
       ++end;
     }
     const auto first = order.begin() + static_cast<std::ptrdiff_t>(begin);

@@ -5,14 +5,10 @@
 #include <cstdint>
 #include <vector>
 
+#include "data/examples.h"
 #include "tensor/tensor.h"
 
 namespace tessera::data {
-
-// One training pair as token ids, without bos/eos (the batcher adds them).
-struct Example {
-  std::vector<std::int32_t> src, tgt;
-};
 
 struct Batch {
   Tensor src;                                   // int32 [B, Ls]: source ids + eos, padded with kPadId
@@ -26,7 +22,7 @@ struct Batch {
 };
 
 // Builds one batch from the given examples (in the given order).
-Batch make_batch(const std::vector<Example>& examples, const std::vector<std::int64_t>& indices);
+Batch make_batch(const ExampleSet& examples, const std::vector<std::int64_t>& indices);
 
 struct BatcherOptions {
   std::int64_t batch_tokens = 4096;  // per batch: rows * max(Ls, Lt) <= batch_tokens (at least one row)
@@ -37,7 +33,7 @@ struct BatcherOptions {
 
 class Batcher {
  public:
-  Batcher(const std::vector<Example>* examples, BatcherOptions opt);
+  Batcher(const ExampleSet* examples, BatcherOptions opt);
   // The next batch of the current epoch; false (and the epoch advances) when the epoch ends.
   bool next(Batch& out);
   std::int64_t epoch() const { return epoch_; }        // 0-based, counts completed epochs
@@ -49,7 +45,7 @@ class Batcher {
 
  private:
   void plan_epoch();
-  const std::vector<Example>* examples_;
+  const ExampleSet* examples_;
   BatcherOptions opt_;
   std::vector<std::vector<std::int64_t>> plan_;  // the epoch's batches as example indices
   std::int64_t epoch_ = 0, position_ = 0;

@@ -18,8 +18,8 @@ SyntheticTask parse_synthetic_task(const std::string& name) {
   fail("unknown synthetic task '{}' (valid: copy, reverse, sort)", name);
 }
 
-std::vector<Example> make_synthetic(SyntheticTask task, std::int64_t n, std::int64_t min_len, std::int64_t max_len,
-                                    std::int64_t vocab, std::uint64_t seed) {
+ExampleSet make_synthetic(SyntheticTask task, std::int64_t n, std::int64_t min_len, std::int64_t max_len,
+                          std::int64_t vocab, std::uint64_t seed) {
   TESSERA_CHECK(n >= 0, "make_synthetic: n = {} is negative", n);
   TESSERA_CHECK(min_len >= 1 && min_len <= max_len, "make_synthetic: lengths [{}, {}] need 1 <= min_len <= max_len",
                 min_len, max_len);
@@ -28,9 +28,10 @@ std::vector<Example> make_synthetic(SyntheticTask task, std::int64_t n, std::int
                 "make_synthetic: vocab = {} must be in [1, {}]", vocab,
                 std::numeric_limits<std::int32_t>::max() - kFirstSymbol);
   std::mt19937_64 rng(seed);
-  std::vector<Example> out(static_cast<std::size_t>(n));
+  ExampleSet out;
   const auto span = static_cast<std::uint64_t>(max_len - min_len + 1);
-  for (Example& e : out) {
+  Example e;
+  for (std::int64_t i = 0; i < n; ++i) {
     const auto len = static_cast<std::size_t>(min_len + static_cast<std::int64_t>(uniform_below(rng, span)));
     e.src.resize(len);
     for (auto& t : e.src)
@@ -46,7 +47,9 @@ std::vector<Example> make_synthetic(SyntheticTask task, std::int64_t n, std::int
         std::sort(e.tgt.begin(), e.tgt.end());
         break;
     }
+    out.add(e);
   }
+  out.shrink_to_fit();
   return out;
 }
 

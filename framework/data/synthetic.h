@@ -16,7 +16,7 @@ enum class SyntheticTask { copy, reverse, sort };
 SyntheticTask parse_synthetic_task(const std::string& name);  // throws naming the bad name
 
 // n examples with lengths uniform in [min_len, max_len]; deterministic for a seed.
-std::vector<Example> make_synthetic(SyntheticTask task, std::int64_t n, std::int64_t min_len, std::int64_t max_len,
-                                    std::int64_t vocab, std::uint64_t seed);
+ExampleSet make_synthetic(SyntheticTask task, std::int64_t n, std::int64_t min_len, std::int64_t max_len,
+                          std::int64_t vocab, std::uint64_t seed);
 
 }  // namespace tessera::data

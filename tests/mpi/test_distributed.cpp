@@ -148,7 +148,7 @@ struct Grads {
 };
 
 // Loss (per target token of the global batch) and gradients of `model` on `rows` of `batch_indices`.
-Grads loss_and_grads(const models::Transformer& model, const std::vector<data::Example>& examples,
+Grads loss_and_grads(const models::Transformer& model, const data::ExampleSet& examples,
                      const std::vector<std::int64_t>& indices, std::int64_t global_tokens) {
   Grads out;
   for (const ag::Var& p : model.parameters()) ag::Var(p).zero_grad();
@@ -241,13 +241,13 @@ TEST(TensorDataParallel, HeadsMustDivideOverTensorParallelRanks) {
 }
 
 // ---------------------------------------------------------------- data
-void expect_same_examples(const std::vector<data::Example>& a, const std::vector<data::Example>& b,
-                          const std::string& what) {
+void expect_same_examples(const data::ExampleSet& a, const data::ExampleSet& b, const std::string& what) {
   ASSERT_EQ(a.size(), b.size()) << what;
-  for (std::size_t i = 0; i < a.size(); ++i) {
+  for (std::int64_t i = 0; i < a.size(); ++i) {
     ASSERT_EQ(a[i].src, b[i].src) << what << " pair " << i;
     ASSERT_EQ(a[i].tgt, b[i].tgt) << what << " pair " << i;
   }
+  EXPECT_TRUE(a == b) << what;
 }
 
 // The corpus is encoded in shares over the ranks and exchanged: the same pairs in the same order
@@ -274,8 +274,8 @@ TEST(DistributedData, EncodingSharedOverRanksEqualsOneProcess) {
   const launch::EncodedPairs one = launch::encode_pairs(alone.src_codec, alone.tgt_codec, text, 24);
   EXPECT_EQ(one.empty, 1);
   EXPECT_GT(one.too_long, 10) << one.examples.size();
-  EXPECT_GT(one.examples.size(), 100u);
-  EXPECT_EQ(one.kept_lines.size(), one.examples.size());
+  EXPECT_GT(one.examples.size(), 100);
+  EXPECT_EQ(static_cast<std::int64_t>(one.kept_lines.size()), one.examples.size());
   for (std::int64_t round : {1, 3, 37, 299, 300, 1000, 0}) {
     const launch::EncodedPairs many =
         launch::encode_pairs(shared.src_codec, shared.tgt_codec, text, 24, &world(), round);
@@ -317,7 +317,7 @@ TEST(DistributedData, TranslationSharedOverReplicasEqualsOneReplicaAndStopsToget
   models::TransformerConfig c = tiny_config();
   c.dtype = DType::f32;  // decoding scores in float32
   std::vector<std::vector<std::int32_t>> sources;
-  for (const data::Example& e : data::make_synthetic(data::SyntheticTask::reverse, 13, 1, 9, 20, 7))
+  for (const data::Example& e : data::make_synthetic(data::SyntheticTask::reverse, 13, 1, 9, 20, 7).to_vector())
     sources.push_back(e.src);
   models::DecodeOptions opt;
   opt.beam = 2;

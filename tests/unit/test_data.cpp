@@ -42,10 +42,10 @@ std::vector<std::vector<std::int64_t>> epoch_batches(Batcher& b) {
 }
 
 // Examples with varied lengths (1..60 source, correlated target) for the batcher tests.
-std::vector<Example> varied_examples(std::int64_t n) {
-  std::vector<Example> ex = make_synthetic(SyntheticTask::copy, n, 1, 60, 50, 7);
+ExampleSet varied_examples(std::int64_t n) {
+  std::vector<Example> ex = make_synthetic(SyntheticTask::copy, n, 1, 60, 50, 7).to_vector();
   for (std::size_t i = 0; i < ex.size(); ++i) ex[i].tgt.resize(ex[i].tgt.size() + i % 5, 9);
-  return ex;
+  return ExampleSet(ex);
 }
 
 }  // namespace
@@ -372,10 +372,89 @@ TEST(Vocab, BadOptions) {
   EXPECT_EQ(error_of([&] { Vocab::train(opt); }), "cannot read '/nonexistent/x.txt': No such file or directory");
 }
 
+// ---------------------------------------------------------------- example sets
+
+TEST(ExampleSet, HoldsPairsExactlyInSixteenBitsWhileIdsFit) {
+  const std::vector<Example> pairs = {{{4, 65535, 7}, {9}}, {{}, {}}, {{0}, {1, 2, 3, 65535}}};
+  const ExampleSet set(pairs);
+  EXPECT_FALSE(set.wide());
+  ASSERT_EQ(set.size(), 3);
+  EXPECT_EQ(set.to_vector(), pairs);
+  EXPECT_EQ(set.src_size(0), 3);
+  EXPECT_EQ(set.tgt_size(0), 1);
+  EXPECT_EQ(set.src_size(1), 0);
+  EXPECT_EQ(set.tgt_size(2), 4);
+  std::vector<std::int32_t> tgt(4);
+  set.copy_tgt(2, tgt.data());
+  EXPECT_EQ(tgt, (std::vector<std::int32_t>{1, 2, 3, 65535}));
+  // 9 ids and 6 sequence ends: 2 bytes an id, 8 an end.
+  EXPECT_EQ(set.bytes(), 9 * 2 + 6 * 8);
+  EXPECT_EQ(error_of([&] { (void)set[3]; }), "ExampleSet: pair 3 is outside [0, 3)");
+}
+
+TEST(ExampleSet, WidensToThirtyTwoBitsKeepingEarlierPairs) {
+  std::vector<Example> pairs = {{{4, 5}, {6}}, {{65535}, {7}}};
+  ExampleSet set(pairs);
+  const ExampleSet narrow = set;
+  pairs.push_back({{65536, 8}, {2147483647}});
+  set.add(pairs.back());
+  EXPECT_TRUE(set.wide());
+  EXPECT_EQ(set.to_vector(), pairs);
+  set.add(pairs[0]);  // later small ids stay exact too
+  pairs.push_back(pairs[0]);
+  EXPECT_EQ(set.to_vector(), pairs);
+  // Sets compare by their pairs, whatever their widths.
+  EXPECT_TRUE(set == ExampleSet(set.to_vector()));
+  EXPECT_TRUE(narrow == ExampleSet(narrow.to_vector()));
+  ExampleSet narrow_plus = narrow, wide_plus = narrow;
+  narrow_plus.add({{1}, {1}});
+  wide_plus.add({{65536}, {1}});
+  EXPECT_FALSE(narrow_plus == wide_plus);
+  EXPECT_FALSE(narrow_plus == narrow);
+}
+
+// Over a million ids and sequence ends: pairs straddle the storage's chunks (2^20 elements), and
+// widening converts every chunk.
+TEST(ExampleSet, LargeSetsAcrossChunksAndWidening) {
+  std::vector<Example> pairs;
+  for (std::int32_t i = 0; i < 600000; ++i) {
+    Example e;
+    for (std::int32_t k = 0; k < i % 3; ++k) e.src.push_back((i * 7 + k) % 65536);
+    for (std::int32_t k = 0; k < (i + 1) % 4; ++k) e.tgt.push_back((i * 13 + k) % 65536);
+    pairs.push_back(std::move(e));
+  }
+  ExampleSet set(pairs);
+  ASSERT_FALSE(set.wide());
+  ASSERT_EQ(set.size(), 600000);
+  EXPECT_EQ(set.to_vector(), pairs);
+  const std::int64_t narrow_bytes = set.bytes();
+  set.add({{65536 + 5}, {3}});
+  pairs.push_back({{65536 + 5}, {3}});
+  ASSERT_TRUE(set.wide());
+  EXPECT_EQ(set.to_vector(), pairs);
+  EXPECT_EQ(set, ExampleSet(pairs));
+  EXPECT_GT(set.bytes(), narrow_bytes);
+}
+
+TEST(ExampleSet, RefusesNegativeIdsAndLeavesTheSetAsItWas) {
+  ExampleSet set = {{{4}, {5}}};
+  EXPECT_EQ(error_of([&] { set.add({{6}, {-1}}); }), "ExampleSet: token id -1 is negative (pair 1)");
+  EXPECT_EQ(set.to_vector(), (std::vector<Example>{{{4}, {5}}}));
+}
+
+TEST(Batch, MakeBatchWithThirtyTwoBitIds) {
+  const ExampleSet ex = {{{70000, 11}, {5}}, {{13}, {100000, 22}}};
+  ASSERT_TRUE(ex.wide());
+  const Batch b = make_batch(ex, {0, 1});
+  EXPECT_EQ(row(b.src, 0), (std::vector<std::int32_t>{70000, 11, kEosId}));
+  EXPECT_EQ(row(b.tgt_in, 1), (std::vector<std::int32_t>{kBosId, 100000, 22}));
+  EXPECT_EQ(row(b.tgt_out, 1), (std::vector<std::int32_t>{100000, 22, kEosId}));
+}
+
 // ---------------------------------------------------------------- batching
 
 TEST(Batch, MakeBatchExactTensors) {
-  const std::vector<Example> ex = {{{10, 11, 12}, {20}}, {{13}, {21, 22, 23, 24}}, {{}, {}}};
+  const ExampleSet ex = {{{10, 11, 12}, {20}}, {{13}, {21, 22, 23, 24}}, {{}, {}}};
   const Batch b = make_batch(ex, {1, 0});
   // Ls = 3 + 1 (eos), Lt = 4 + 1 (bos or eos).
   ASSERT_EQ(b.src.shape(), (Shape{2, 4}));
@@ -416,7 +495,7 @@ TEST(Batch, TokenBudgetAndEveryExampleOncePerEpoch) {
     Batcher b(&ex, opt);
     for (int epoch = 0; epoch < 2; ++epoch) {
       const std::int64_t planned = b.batches_per_epoch();
-      std::vector<int> seen(ex.size(), 0);
+      std::vector<int> seen(static_cast<std::size_t>(ex.size()), 0);
       Batch batch;
       std::int64_t count = 0;
       while (b.next(batch)) {
@@ -436,8 +515,9 @@ TEST(Batch, TokenBudgetAndEveryExampleOncePerEpoch) {
 }
 
 TEST(Batch, OverlongExampleGetsItsOwnBatch) {
-  std::vector<Example> ex = make_synthetic(SyntheticTask::copy, 20, 2, 4, 10, 1);
-  ex[7].src.assign(100, 5);
+  std::vector<Example> pairs = make_synthetic(SyntheticTask::copy, 20, 2, 4, 10, 1).to_vector();
+  pairs[7].src.assign(100, 5);
+  const ExampleSet ex(pairs);
   BatcherOptions opt;
   opt.batch_tokens = 30;
   Batcher b(&ex, opt);
@@ -483,7 +563,7 @@ TEST(Batch, UnshuffledKeepsCorpusOrder) {
   const auto first = epoch_batches(b);
   std::vector<std::int64_t> order;
   for (const auto& batch : first) order.insert(order.end(), batch.begin(), batch.end());
-  std::vector<std::int64_t> want(ex.size());
+  std::vector<std::int64_t> want(static_cast<std::size_t>(ex.size()));
   for (std::size_t i = 0; i < want.size(); ++i) want[i] = static_cast<std::int64_t>(i);
   EXPECT_EQ(order, want);
   EXPECT_EQ(epoch_batches(b), first);  // the same batches every epoch
@@ -508,7 +588,7 @@ TEST(Batch, DeterministicForSeedAndVariesAcrossEpochsAndSeeds) {
   Batcher one_window(&ex, opt);
   std::vector<std::size_t> first_len;
   for (const auto& batch : epoch_batches(one_window))
-    first_len.push_back(ex[static_cast<std::size_t>(batch[0])].src.size());
+    first_len.push_back(static_cast<std::size_t>(ex.src_size(batch[0])));
   EXPECT_GT(first_len.size(), 50u);
   EXPECT_FALSE(std::is_sorted(first_len.begin(), first_len.end()));
 }
@@ -560,7 +640,7 @@ TEST(Batch, SeekResumesExactly) {
 }
 
 TEST(Batch, EmptyCorpus) {
-  const std::vector<Example> ex;
+  const ExampleSet ex;
   Batcher b(&ex, BatcherOptions{});
   Batch batch;
   EXPECT_EQ(b.batches_per_epoch(), 0);
@@ -572,7 +652,7 @@ TEST(Batch, EmptyCorpus) {
 
 TEST(Synthetic, TargetsPerTask) {
   for (const auto task : {SyntheticTask::copy, SyntheticTask::reverse, SyntheticTask::sort}) {
-    const auto ex = make_synthetic(task, 200, 3, 12, 20, 42);
+    const auto ex = make_synthetic(task, 200, 3, 12, 20, 42).to_vector();
     ASSERT_EQ(ex.size(), 200u);
     for (const auto& e : ex) {
       std::vector<std::int32_t> want = e.src;
@@ -582,14 +662,14 @@ TEST(Synthetic, TargetsPerTask) {
     }
   }
   // Reverse and sort really change the order (for some examples).
-  const auto rev = make_synthetic(SyntheticTask::reverse, 50, 5, 10, 20, 1);
-  const auto srt = make_synthetic(SyntheticTask::sort, 50, 5, 10, 20, 1);
+  const auto rev = make_synthetic(SyntheticTask::reverse, 50, 5, 10, 20, 1).to_vector();
+  const auto srt = make_synthetic(SyntheticTask::sort, 50, 5, 10, 20, 1).to_vector();
   EXPECT_TRUE(std::any_of(rev.begin(), rev.end(), [](const Example& e) { return e.src != e.tgt; }));
   EXPECT_TRUE(std::any_of(srt.begin(), srt.end(), [](const Example& e) { return e.src != e.tgt; }));
 }
 
 TEST(Synthetic, LengthsAndTokensInRange) {
-  const auto ex = make_synthetic(SyntheticTask::copy, 2000, 2, 9, 13, 3);
+  const auto ex = make_synthetic(SyntheticTask::copy, 2000, 2, 9, 13, 3).to_vector();
   std::set<std::size_t> lengths;
   std::set<std::int32_t> tokens;
   for (const auto& e : ex) {
@@ -605,9 +685,9 @@ TEST(Synthetic, LengthsAndTokensInRange) {
 }
 
 TEST(Synthetic, DeterministicForSeed) {
-  auto flat = [](const std::vector<Example>& ex) {
+  auto flat = [](const ExampleSet& ex) {
     std::vector<std::vector<std::int32_t>> out;
-    for (const auto& e : ex) out.push_back(e.src);
+    for (const auto& e : ex.to_vector()) out.push_back(e.src);
     return out;
   };
   const auto a = make_synthetic(SyntheticTask::sort, 100, 1, 20, 30, 9);

@@ -1,0 +1,127 @@
+#include "data/examples.h"
+
+#include <algorithm>
+#include <limits>
+
+#include "common/error.h"
+
+namespace tessera::data {
+
+template <typename T>
+void ExampleSet::Chunked<T>::push_back(T value) {
+  // A chunk grows by doubling up to exactly kChunk (a power of two), so full chunks hold no spare.
+  if ((size_ & (kChunk - 1)) == 0) chunks_.emplace_back();
+  chunks_.back().push_back(value);
+  ++size_;
+}
+
+template <typename T>
+template <typename Out>
+void ExampleSet::Chunked<T>::copy(std::int64_t begin, std::int64_t end, Out* out) const {
+  while (begin < end) {
+    const std::vector<T>& chunk = chunks_[static_cast<std::size_t>(begin >> kChunkBits)];
+    const std::int64_t at = begin & (kChunk - 1), n = std::min(end - begin, kChunk - at);
+    out = std::copy(chunk.begin() + at, chunk.begin() + at + n, out);
+    begin += n;
+  }
+}
+
+template <typename T>
+std::int64_t ExampleSet::Chunked<T>::bytes() const {
+  std::int64_t total = 0;
+  for (const std::vector<T>& c : chunks_) total += static_cast<std::int64_t>(c.capacity() * sizeof(T));
+  return total;
+}
+
+template <typename T>
+void ExampleSet::Chunked<T>::shrink_to_fit() {
+  if (!chunks_.empty()) chunks_.back().shrink_to_fit();
+  chunks_.shrink_to_fit();
+}
+
+ExampleSet::ExampleSet(std::initializer_list<Example> examples) {
+  for (const Example& e : examples) add(e);
+}
+
+ExampleSet::ExampleSet(const std::vector<Example>& examples) {
+  for (const Example& e : examples) add(e);
+  shrink_to_fit();
+}
+
+void ExampleSet::add(std::span<const std::int32_t> src, std::span<const std::int32_t> tgt) {
+  bool fits_narrow = true;
+  for (const auto side : {src, tgt}) {
+    for (const std::int32_t id : side) {
+      TESSERA_CHECK(id >= 0, "ExampleSet: token id {} is negative (pair {})", id, size());
+      fits_narrow = fits_narrow && id <= std::numeric_limits<std::uint16_t>::max();
+    }
+  }
+  if (!fits_narrow && !wide_ids_) widen();
+  for (const auto side : {src, tgt}) {
+    for (const std::int32_t id : side) {
+      if (wide_ids_) {
+        wide_.push_back(id);
+      } else {
+        narrow_.push_back(static_cast<std::uint16_t>(id));
+      }
+    }
+    ends_.push_back(ids() + static_cast<std::int64_t>(side.size()));
+  }
+}
+
+// Chunk by chunk, each narrow one freed once copied: the peak is one chunk more than the result.
+void ExampleSet::widen() {
+  for (std::vector<std::uint16_t>& chunk : narrow_.chunks_) {
+    for (const std::uint16_t id : chunk) wide_.push_back(id);
+    chunk = {};
+  }
+  narrow_ = {};
+  wide_ids_ = true;
+}
+
+void ExampleSet::copy_ids(std::int64_t begin, std::int64_t end, std::int32_t* out) const {
+  if (wide_ids_) {
+    wide_.copy(begin, end, out);
+  } else {
+    narrow_.copy(begin, end, out);
+  }
+}
+
+Example ExampleSet::operator[](std::int64_t i) const {
+  TESSERA_CHECK(i >= 0 && i < size(), "ExampleSet: pair {} is outside [0, {})", i, size());
+  Example e;
+  e.src.resize(static_cast<std::size_t>(src_size(i)));
+  e.tgt.resize(static_cast<std::size_t>(tgt_size(i)));
+  copy_src(i, e.src.data());
+  copy_tgt(i, e.tgt.data());
+  return e;
+}
+
+std::vector<Example> ExampleSet::to_vector() const {
+  std::vector<Example> out;
+  out.reserve(static_cast<std::size_t>(size()));
+  for (std::int64_t i = 0; i < size(); ++i) out.push_back((*this)[i]);
+  return out;
+}
+
+void ExampleSet::shrink_to_fit() {
+  ends_.shrink_to_fit();
+  narrow_.shrink_to_fit();
+  wide_.shrink_to_fit();
+}
+
+std::int64_t ExampleSet::bytes() const { return ends_.bytes() + narrow_.bytes() + wide_.bytes(); }
+
+bool ExampleSet::operator==(const ExampleSet& other) const {
+  if (ends_.size() != other.ends_.size()) return false;
+  for (std::int64_t k = 0; k < ends_.size(); ++k)
+    if (ends_[k] != other.ends_[k]) return false;
+  const auto id = [](const ExampleSet& s, std::int64_t k) -> std::int32_t {
+    return s.wide_ids_ ? s.wide_[k] : s.narrow_[k];
+  };
+  for (std::int64_t k = 0; k < ids(); ++k)
+    if (id(*this, k) != id(other, k)) return false;
+  return true;
+}
+
+}  // namespace tessera::data
