@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "kernels/cpu/elementwise.h"
 #include "kernels/cpu/gemm.h"
 #include "kernels/cpu/layout.h"
 #include "kernels/cpu/reduce.h"
@@ -46,8 +47,12 @@ bool on_cpu(const Tensor& t) { return !t.defined() || t.device() == Device::cpu;
 Tensor binary(BinaryOp op, const Tensor& a, const Tensor& b) {
   if (on_cpu(a)) return cpu::binary(op, a, b);
   ON_GPU({
-    if (a.shape() == b.shape() || is_suffix(b.shape(), a.shape()))
-      return cuda::binary(op, a, b.reshape(without_leading_ones(b.shape())));
+    if (a.shape() == b.shape() || is_suffix(b.shape(), a.shape())) {
+      // The CPU's shape: b's extra leading ones (b [1, n] with a [n]) come first, as NumPy has it.
+      const Shape shape = cpu::broadcast_shapes("binary", a.shape(), b.shape());
+      const Tensor out = cuda::binary(op, a, b.reshape(without_leading_ones(b.shape())));
+      return shape == a.shape() ? out : out.reshape(shape);
+    }
     // a broadcast over b: expand a first (the model never does this; tests may).
     if (is_suffix(a.shape(), b.shape())) return cuda::binary(op, broadcast_to(a, b.shape()), b);
     fail("binary: broadcasting {} with {} on the GPU (only the same shape or a trailing suffix)", a.describe(),

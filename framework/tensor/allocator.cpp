@@ -277,16 +277,19 @@ void synchronize_device() {
 #endif
 }
 
-bool cuda_available() {
+bool cuda_available() { return cuda_unavailable_reason().empty(); }
+
+std::string cuda_unavailable_reason() {
 #ifdef TESSERA_WITH_CUDA
   int count = 0;
-  if (cudaGetDeviceCount(&count) != cudaSuccess) {
+  const cudaError_t err = cudaGetDeviceCount(&count);
+  if (err != cudaSuccess) {
     cudaGetLastError();  // clear the sticky "insufficient driver" error
-    return false;
+    return fmt::format("the CUDA runtime says: {} ({})", cudaGetErrorString(err), static_cast<int>(err));
   }
-  return count > 0;
+  return count > 0 ? "" : "the CUDA runtime sees no GPU";
 #else
-  return false;
+  return "this build has no CUDA (TESSERA_CUDA is off)";
 #endif
 }
 

@@ -44,6 +44,9 @@ void zero_bytes(void* dst, Device device, std::size_t bytes);
 
 // True when this build has CUDA and a GPU answers. Any CUDA error counts as "no GPU".
 bool cuda_available();
+// Why cuda_available() is false (the CUDA runtime's error, e.g. a driver too old for the runtime);
+// empty when it is true.
+std::string cuda_unavailable_reason();
 // Makes GPU local_rank % (GPUs this process sees) current for this process (one GPU per rank).
 // Throws naming the cause without CUDA or a GPU.
 struct CudaDevice {

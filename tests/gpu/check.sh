@@ -16,16 +16,23 @@ work=$(mktemp -d /tmp/tessera_check.XXXXXX)
 logs_tarball="$(dirname "$report")/check_logs.tar.gz"
 # A build folder keeps the executables in tests/ and the top; a bundle keeps them together.
 exe() { if [ -x "$bin/$1" ]; then echo "$bin/$1"; else echo "$bin/tests/$1"; fi; }
-# The whole check fits CHECK_BUDGET_S (default 540 s: under the device tool's 600 s a command):
-# each step's timeout is cut to what is left. `timeout -k`: tessera finishes its step and
-# checkpoints on the first SIGTERM, and a process stuck in the driver ignores it.
-budget=${CHECK_BUDGET_S:-540}
-cap() {
+# The whole check fits CHECK_BUDGET_S (default 420 s, leaving the device tool's 600 s a command
+# room for the machine's start and the transfers): each step's timeout is cut to what is left,
+# and a step with under 15 s left is skipped (status 125), so the worst case is the budget plus
+# one kill grace. `timeout -k`: tessera finishes its step and checkpoints on the first SIGTERM,
+# and a process stuck in the driver ignores it.
+budget=${CHECK_BUDGET_S:-420}
+limit() {
   local left=$((budget - SECONDS - 10))
-  ((left < 5)) && left=5
-  echo $(($1 < left ? $1 : left))
+  if ((left < 15)); then
+    echo "skipped: the check's budget of $budget s is spent" >&2
+    return 125
+  fi
+  timeout -k 10 "$(($1 < left ? $1 : left))" "${@:2}"
 }
-limit() { timeout -k 15 "$(cap "$1")" "${@:2}"; }
+# The logs so far, beside the report: written after each section, so that a check cut short
+# still leaves them.
+save_logs() { (cd "$work" && find . -name '*.log' -o -name '*.csv' -o -name 'metrics.jsonl' | tar -czf "$logs_tarball" -T -); }
 mkdir -p "$(dirname "$report")"
 # CUDA libraries for our executables (not for Python, whose torch brings its own): the bundle's,
 # the toolkit's, else the ones PyTorch's wheels carry.
@@ -33,7 +40,9 @@ libs="$bin/lib:/usr/local/cuda/lib64"
 for d in $(python3 -c 'import nvidia, os; r = nvidia.__path__[0]; print(" ".join(os.path.join(r, x, "lib") for x in os.listdir(r)))' 2>/dev/null); do
   libs="$libs:$d"
 done
-ours=(env "LD_LIBRARY_PATH=$libs:${LD_LIBRARY_PATH:-}")
+# TESSERA_REQUIRE_GPU=1: a GPU test that finds no GPU fails, naming the CUDA runtime's reason
+# (e.g. a driver too old for CUDA 13), instead of skipping.
+ours=(env "LD_LIBRARY_PATH=$libs:${LD_LIBRARY_PATH:-}" TESSERA_REQUIRE_GPU=1)
 # The one-rank NCCL test initializes MPI without mpirun: a singleton that starts no orted, with
 # the bundle's Open MPI and PMIx plugins where it carries them.
 mpi=(OMPI_MCA_ess_singleton_isolated=1 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1)
@@ -45,20 +54,40 @@ mpi=(OMPI_MCA_ess_singleton_isolated=1 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_A
   echo
   echo '```'
   nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>&1 | head -3
+  nvidia-smi 2>&1 | grep -o 'CUDA Version: [0-9.]*' | head -1
+  # Which CUDA libraries our executables load (a "not found" here explains every failure below).
+  "${ours[@]}" ldd "$(exe tessera_gpu_tests)" 2>&1 | grep -E 'libcu|libnccl|not found' | sed 's/ (0x.*//'
   echo '```'
   echo
   echo "## 1. CUDA kernels and the GPU training path against their CPU twins"
   echo
   echo '```'
-  # Into a log first (a pipe into head could stop the tests); the NCCL test on its own, after
-  # the others, so that an MPI start-up failure loses nothing else.
-  limit 200 "${ours[@]}" "$(exe tessera_gpu_tests)" --gtest_filter='-Nccl.*' > "$work/gpu_tests.log" 2>&1
-  echo "exit status: $?"
-  limit 40 "${ours[@]}" "${mpi[@]}" "$(exe tessera_gpu_tests)" --gtest_filter='Nccl.*' > "$work/gpu_tests_nccl.log" 2>&1
-  echo "NCCL test exit status: $?"
-  cat "$work/gpu_tests.log" "$work/gpu_tests_nccl.log" |
-    grep -E '^\[ *(OK|FAILED|PASSED|SKIPPED) *\]|Failure|worst at|error' | head -120
+  # One process a test suite, each into its own log (a pipe into head could stop the tests): a
+  # CUDA fault is sticky for the rest of its process and a crash ends it, so each suite starts
+  # clean, and a crash is reported with the test it happened in. The NCCL suite last, with MPI's
+  # singleton settings, so that an MPI start-up failure loses nothing else.
+  suites=$("${ours[@]}" "$(exe tessera_gpu_tests)" --gtest_list_tests 2>&1 | grep -E '^[A-Za-z0-9_/]+\.$' | sed 's/\.$//' |
+           grep -v '^Nccl$')
+  [ -n "$suites" ] || echo "could not list the tests: $("${ours[@]}" "$(exe tessera_gpu_tests)" --gtest_list_tests 2>&1 | head -3)"
+  for suite in $suites Nccl; do
+    log="$work/gpu_tests_$suite.log"
+    if [ "$suite" = Nccl ]; then
+      limit 40 "${ours[@]}" "${mpi[@]}" "$(exe tessera_gpu_tests)" --gtest_filter="$suite.*" > "$log" 2>&1
+    else
+      limit 100 "${ours[@]}" "$(exe tessera_gpu_tests)" --gtest_filter="$suite.*" > "$log" 2>&1
+    fi
+    status=$?
+    echo "$suite: exit status $status"
+    # Each test's verdict once (not gtest's closing list of failures), and why it failed.
+    grep -E '^\[ *(OK|SKIPPED) *\]|^\[ *FAILED *\] .*\([0-9]+ ms\)|Failure|worst at|error|no GPU answers|skipped:' \
+      "$log" | head -40
+    if ((status != 0 && status != 1 && status != 125)); then
+      echo "  ended abnormally in: $(grep -E '^\[ RUN *\]' "$log" | tail -1)"
+      tail -3 "$log" | sed 's/^/  | /'
+    fi
+  done
   echo '```'
+  save_logs
   echo
   echo "## 2. 50 training steps on the GPU against the CPU run"
   echo
@@ -100,6 +129,7 @@ for name, tol in (("small_cuda_fp32", 1e-3), ("small_cuda_bf16", 5e-2)):
           f"(cpu {cpu[worst]:.5f}, gpu {gpu[worst]:.5f}); final loss cpu {cpu[steps[-1]]:.5f} gpu {gpu[steps[-1]]:.5f}; "
           f"tolerance {tol:g}: {verdict}")
 PY
+  save_logs
   echo
   echo "## 3. Flash attention, bf16, FlashAttention's FLOP convention (fwd+bwd = 3.5 x fwd)"
   echo
@@ -127,6 +157,7 @@ for key, r in ours.items():
     print(f"| {key[0]} | {key[1]} | {key[2]} | {r['fwd_tflops']} | {r['fwd_bwd_tflops']} | "
           f"{t['fwd_tflops'] if t else '-'} | {t['fwd_bwd_tflops'] if t else '-'} | {ratio} |")
 PY
+  save_logs
   echo
   echo "## 4. Training throughput, bfloat16, one GPU"
   echo
@@ -161,6 +192,6 @@ PY
   done
 } 2>&1 | tee "$report"
 # The logs (not the checkpoints) travel beside the report.
-(cd "$work" && find . -name '*.log' -o -name '*.csv' -o -name 'metrics.jsonl' | tar -czf "$logs_tarball" -T -)
+save_logs
 rm -rf "$work"
 echo "report: $report; logs: $logs_tarball"

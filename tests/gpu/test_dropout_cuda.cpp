@@ -1,6 +1,7 @@
 // CUDA dropout against its CPU twin: identical masks for the same (seed, offset).
 #include <gtest/gtest.h>
 
+#include "gpu_test_util.h"
 #include "kernels/cpu/nn_kernels.h"
 #include "kernels/cuda/dropout.h"
 
@@ -8,7 +9,7 @@ namespace tessera {
 namespace {
 
 TEST(CudaDropout, MatchesCpuTwinBitForBit) {
-  if (!cuda_available()) GTEST_SKIP() << "no GPU on this machine: CUDA dropout not run";
+  SKIP_WITHOUT_GPU();
   for (std::int64_t n : {1, 3, 4, 5, 1000, 1 << 20}) {
     std::vector<float> v(static_cast<std::size_t>(n));
     for (std::int64_t i = 0; i < n; ++i) v[static_cast<std::size_t>(i)] = 0.5f + static_cast<float>(i % 7);

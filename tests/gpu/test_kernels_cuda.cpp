@@ -24,6 +24,7 @@
 #include "kernels/cuda/gemm.h"
 #include "kernels/cuda/nn_kernels.h"
 #include "kernels/cuda/reduce.h"
+#include "kernels/dispatch.h"
 
 namespace tessera {
 namespace {
@@ -53,6 +54,11 @@ TEST(CudaKernels, ElementwiseMatchCpu) {
                  l + " relu_backward");
     expect_close(cuda::sum_to_last_dim(to_gpu(a, dt)), cpu::sum_to_shape(a, {65}), tol_of(dt) * 10, l + " bias grad");
   }
+  // Through the dispatcher, shapes as on the CPU: b with more leading ones than a gives them to the result.
+  const Tensor row = random({65}, 6), row2 = random({1, 1, 65}, 7);
+  const Tensor sum = kernels::binary(cpu::BinaryOp::add, row.to(Device::cuda), row2.to(Device::cuda));
+  EXPECT_EQ(sum.shape(), (Shape{1, 1, 65}));
+  expect_close(sum, cpu::binary(cpu::BinaryOp::add, row, row2), kF32Tol, "broadcast shape");
   const Tensor x = random({1000}, 4), y = random({1000}, 5);
   Tensor gx = x.to(Device::cuda), cx = x.clone();
   cuda::add_inplace(gx, y.to(Device::cuda), 0.25);

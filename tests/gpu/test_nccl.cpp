@@ -3,12 +3,13 @@
 #include <gtest/gtest.h>
 
 #include "dist/nccl_communicator.h"
+#include "gpu_test_util.h"
 
 namespace tessera {
 namespace {
 
 TEST(Nccl, SingleRankCollectives) {
-  if (!cuda_available()) GTEST_SKIP() << "no GPU on this machine: NCCL backend not run";
+  SKIP_WITHOUT_GPU();
   auto world = dist::MpiCommunicator::world();
   dist::NcclCommunicator nccl(*world);
   ASSERT_EQ(nccl.size(), 1);
