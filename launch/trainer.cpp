@@ -2,6 +2,7 @@
 
 #include <fmt/core.h>
 #include <fmt/os.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <chrono>
@@ -29,6 +30,13 @@
 
 namespace tessera::launch {
 namespace {
+
+std::string weights_only_message(const std::string& path) {
+  return fmt::format(
+      "cannot resume from '{}': it holds weights only, no optimizer or training state (it is a final model or an "
+      "average; resume from a checkpoint_<step>.h5)",
+      path);
+}
 
 using Clock = std::chrono::steady_clock;
 namespace fs = std::filesystem;
@@ -183,11 +191,7 @@ class Run {
     io::Checkpoint c;
     const auto read = [&] {
       c = read_checkpoint(path);
-      if (!c.state || c.exp_avg.empty())
-        fail(
-            "cannot resume from '{}': it holds weights only, no optimizer or training state (it is a final model or "
-            "an average; resume from a checkpoint_<step>.h5)",
-            path);
+      if (!c.state || c.exp_avg.empty()) fail("{}", weights_only_message(path));
     };
     // Without tensor parallelism each rank reads the whole file alone, rank 0 first, so that a
     // missing or damaged checkpoint is reported once; sharded reading is collective.
@@ -807,6 +811,28 @@ void check_no_earlier_run(const fs::path& dir) {
       dir.string(), found.front(), found.size() > 1 ? fmt::format(" and {} more", found.size() - 1) : ""));
 }
 
+// A resume that cannot work is refused from the checkpoint's header, before minutes of data
+// preparation: a weights-only file, or a model whose parameters would not fit this config's. (The
+// vocabularies are checked with the data; Run::resume checks every tensor.)
+void check_resumable(const io::Config& cfg, const std::string& path) {
+  const io::CheckpointHeader header = io::read_checkpoint_header(path);
+  if (!header.full) fail("{}", weights_only_message(path));
+  const io::Config saved = io::Config::parse(tessera_schema(), header.config_yaml, path);
+  std::vector<std::string> keys = {"model.layers",           "model.d_model",    "model.d_ff", "model.norm",
+                                   "model.share_embeddings", "model.tie_output", "data.task"};
+  if (cfg.string("data.task") != "translation") keys.push_back("data.synthetic_vocab");
+  std::vector<std::string> differ;
+  for (const std::string& key : keys) {
+    const std::string was = saved.values().at(key), now = cfg.values().at(key);
+    if (was != now) differ.push_back(fmt::format("{} = {} there, {} in this config", key, was, now));
+  }
+  if (!differ.empty())
+    fail(
+        "cannot resume from '{}': its model does not have this config's shape ({}); its weights would not fit. "
+        "Resume with the run's own settings (its config.yaml) or train into a new output.dir",
+        path, fmt::join(differ, "; "));
+}
+
 // config.yaml: the effective config with each key's description, written through a temporary so
 // that a full disk cannot leave half of it.
 void write_effective_config(const io::Config& cfg, const fs::path& dir) {
@@ -872,6 +898,7 @@ TrainResult run_training(const io::Config& cfg, const TrainOptions& options) {
       fmt::print("train: --resume: no checkpoint_<step>.h5 in {}; starting from scratch\n", dir.string());
     }
   }
+  if (!resume_path.empty()) root_first(grid.world.get(), [&] { check_resumable(cfg, resume_path); });
   StopSignals signals;
   // Every rank at once: the data loading is collective (rank 0 reads and trains the vocabulary
   // first, then all encode a share of the corpus).

@@ -525,13 +525,17 @@ void save_checkpoint(const std::string& path, const Checkpoint& ckpt) {
   sync_folder(final_path.has_parent_path() ? final_path.parent_path().string() : ".");
 }
 
-std::int64_t checkpoint_step(const std::string& path) {
+CheckpointHeader read_checkpoint_header(const std::string& path) {
   H5Handle file{open_for_reading(path), H5Fclose};
   const Reader r(path, file.id());
-  Checkpoint c;
-  read_header(r, file.id(), c.step, c.config_yaml, c.state);
-  return c.step;
+  CheckpointHeader h;
+  std::optional<TrainingState> state;
+  read_header(r, file.id(), h.step, h.config_yaml, state);
+  h.full = state.has_value() && r.has(file.id(), "optimizer");
+  return h;
 }
+
+std::int64_t checkpoint_step(const std::string& path) { return read_checkpoint_header(path).step; }
 
 std::map<std::string, std::string> load_vocabularies(const std::string& path) {
   H5Handle file{open_for_reading(path), H5Fclose};

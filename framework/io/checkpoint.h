@@ -89,7 +89,15 @@ ShardedCheckpoint load_checkpoint_sharded(const std::string& path, const std::ma
 // Reads and verifies a checkpoint; with weights_only, the optimizer moments are not read.
 // Throws naming the file and what is wrong (missing, not HDF5, truncated, checksum, ...).
 Checkpoint load_checkpoint(const std::string& path, bool weights_only = false);
-// The step a checkpoint was written at (its header only; throws naming the file like load_checkpoint).
+// What a checkpoint's header says, without reading its tensors.
+struct CheckpointHeader {
+  std::int64_t step = 0;
+  std::string config_yaml;
+  bool full = false;  // holds the optimizer moments and the training state (not weights only)
+};
+// Throws naming the file like load_checkpoint.
+CheckpointHeader read_checkpoint_header(const std::string& path);
+// The step a checkpoint was written at (its header only).
 std::int64_t checkpoint_step(const std::string& path);
 // The vocabularies a checkpoint holds (see Checkpoint::vocabularies), without reading its tensors.
 std::map<std::string, std::string> load_vocabularies(const std::string& path);

@@ -55,14 +55,20 @@ expect_error() {  # expect_error PATTERN COMMAND...: fails with status 1 and pri
   [ $status -eq 1 ] || { cat "$work/err.txt"; fail "exit status $status for: $*"; }
   grep -q -e "$pattern" "$work/err.txt" || { cat "$work/err.txt"; fail "no '$pattern' in the error of: $*"; }
 }
+# A resume that cannot work is refused from the checkpoint's header, before the data is prepared,
+# and writes nothing into a new output.dir.
 expect_error "cannot resume from '[^']*model\.h5': it holds weights only" \
-  "$tessera" train $common --set output.dir="$dir" --set train.max_steps=60 --resume "$dir/model.h5"
-expect_error "'/model/embed_tokens\.weight' has shape \[24, 64\], the configured model needs \[24, 32\]" \
-  "$tessera" train $common --set output.dir="$work/other" --set model.d_model=32 --resume "$dir/checkpoint_00000050.h5"
+  "$tessera" train $common --set output.dir="$work/other" --set train.max_steps=60 --resume "$dir/model.h5"
+grep -q '^data: ' "$work/err.txt" && fail "the data was prepared before a weights-only resume was refused"
+[ -z "$(ls -A "$work/other" 2>/dev/null)" ] || fail "a refused resume wrote into the new output.dir: $(ls "$work/other")"
+expect_error "cannot resume from '[^']*checkpoint_00000050\.h5': its model does not have this config's shape (model\.layers = 2 there, 1 in this config; model\.d_model = 64 there, 32 in this config)" \
+  "$tessera" train $common --set output.dir="$work/other" --set model.d_model=32 --set model.layers=1 \
+  --resume "$dir/checkpoint_00000050.h5"
+grep -q '^data: ' "$work/err.txt" && fail "the data was prepared before a resume of another shape was refused"
 # A run refused on the way (here: the checkpoint does not fit the configured model) leaves the
 # folder's config.yaml, that of the run it holds, as it was.
 before=$(md5sum < "$dir/config.yaml")
-expect_error "'/model/embed_tokens\.weight' has shape \[24, 64\], the configured model needs \[24, 32\]" \
+expect_error "cannot resume from '[^']*checkpoint_00000050\.h5': its model does not have this config's shape (model\.d_model = 64 there, 32 in this config)" \
   "$tessera" train $common --set output.dir="$dir" --set model.d_model=32 --resume
 [ "$(md5sum < "$dir/config.yaml")" = "$before" ] || fail "a refused resume rewrote config.yaml"
 # A fresh run (no --resume) into a folder that holds a run is refused before any work.
