@@ -9,10 +9,23 @@ namespace tessera::data {
 
 template <typename T>
 void ExampleSet::Chunked<T>::push_back(T value) {
-  // A chunk grows by doubling up to exactly kChunk (a power of two), so full chunks hold no spare.
   if ((size_ & (kChunk - 1)) == 0) chunks_.emplace_back();
-  chunks_.back().push_back(value);
+  std::vector<T>& chunk = chunks_.back();
+  // A chunk grows by doubling up to exactly kChunk (a power of two), so full chunks hold no spare,
+  // also after shrink_to_fit left one at an odd size.
+  if (chunk.size() == chunk.capacity())
+    chunk.reserve(static_cast<std::size_t>(
+        std::min<std::int64_t>(kChunk, std::max<std::int64_t>(16, 2 * static_cast<std::int64_t>(chunk.capacity())))));
+  chunk.push_back(value);
   ++size_;
+}
+
+template <typename T>
+void ExampleSet::Chunked<T>::truncate(std::int64_t n) {
+  if (n >= size_) return;
+  chunks_.resize(static_cast<std::size_t>((n + kChunk - 1) >> kChunkBits));
+  if (!chunks_.empty()) chunks_.back().resize(static_cast<std::size_t>(n - ((n - 1) & ~(kChunk - 1))));
+  size_ = n;
 }
 
 template <typename T>
@@ -57,24 +70,34 @@ void ExampleSet::add(std::span<const std::int32_t> src, std::span<const std::int
     }
   }
   if (!fits_narrow && !wide_ids_) widen();
-  for (const auto side : {src, tgt}) {
-    for (const std::int32_t id : side) {
-      if (wide_ids_) {
-        wide_.push_back(id);
-      } else {
-        narrow_.push_back(static_cast<std::uint16_t>(id));
+  // Out of memory half-way: back to the pairs there were, so the set stays consistent.
+  const std::int64_t ends = ends_.size(), ids_before = ids();
+  try {
+    for (const auto side : {src, tgt}) {
+      for (const std::int32_t id : side) {
+        if (wide_ids_) {
+          wide_.push_back(id);
+        } else {
+          narrow_.push_back(static_cast<std::uint16_t>(id));
+        }
       }
+      ends_.push_back(ids() + static_cast<std::int64_t>(side.size()));
     }
-    ends_.push_back(ids() + static_cast<std::int64_t>(side.size()));
+  } catch (...) {
+    ends_.truncate(ends);
+    wide_.truncate(wide_ids_ ? ids_before : 0);
+    narrow_.truncate(wide_ids_ ? 0 : ids_before);
+    throw;
   }
 }
 
-// Chunk by chunk, each narrow one freed once copied: the peak is one chunk more than the result.
+// The wide copy is built whole before the narrow ids go (both are held once, for a moment): out
+// of memory half-way leaves the set as it was.
 void ExampleSet::widen() {
-  for (std::vector<std::uint16_t>& chunk : narrow_.chunks_) {
-    for (const std::uint16_t id : chunk) wide_.push_back(id);
-    chunk = {};
-  }
+  Chunked<std::int32_t> wide;
+  for (const std::vector<std::uint16_t>& chunk : narrow_.chunks_)
+    for (const std::uint16_t id : chunk) wide.push_back(id);
+  wide_ = std::move(wide);
   narrow_ = {};
   wide_ids_ = true;
 }

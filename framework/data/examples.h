@@ -53,6 +53,7 @@ class ExampleSet {
     static constexpr int kChunkBits = 20;
     static constexpr std::int64_t kChunk = std::int64_t{1} << kChunkBits;
     void push_back(T value);
+    void truncate(std::int64_t n);  // keeps the first n elements (n <= size())
     T operator[](std::int64_t k) const { return chunks_[k >> kChunkBits][k & (kChunk - 1)]; }
     template <typename Out>
     void copy(std::int64_t begin, std::int64_t end, Out* out) const;

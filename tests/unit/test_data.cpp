@@ -436,6 +436,16 @@ TEST(ExampleSet, LargeSetsAcrossChunksAndWidening) {
   EXPECT_GT(set.bytes(), narrow_bytes);
 }
 
+TEST(ExampleSet, EmptySets) {
+  const ExampleSet empty, also_empty(std::vector<Example>{});
+  EXPECT_TRUE(empty.empty());
+  EXPECT_EQ(empty.size(), 0);
+  EXPECT_EQ(empty.bytes(), 0);
+  EXPECT_EQ(empty, also_empty);
+  EXPECT_FALSE(empty == ExampleSet({{{}, {}}}));  // one empty pair is not no pair
+  EXPECT_TRUE(empty.to_vector().empty());
+}
+
 TEST(ExampleSet, RefusesNegativeIdsAndLeavesTheSetAsItWas) {
   ExampleSet set = {{{4}, {5}}};
   EXPECT_EQ(error_of([&] { set.add({{6}, {-1}}); }), "ExampleSet: token id -1 is negative (pair 1)");
