@@ -89,7 +89,6 @@ std::map<std::string, std::string> checkpoint_vocabularies(const io::Config& cfg
   return {{"src", src.serialized()}, {"tgt", tgt.serialized()}};
 }
 
-namespace {
 // Every rank holds the same vocabularies and checkpoint: each meets an error alike, one prints it.
 void check_vocabulary_kind(const std::map<std::string, std::string>& stored, bool joint, const std::string& path) {
   if (stored.empty() || (stored.count("joint") != 0) == joint) return;
@@ -98,7 +97,6 @@ void check_vocabulary_kind(const std::map<std::string, std::string>& stored, boo
       fmt::format("cannot resume from '{}': it was trained with {}, the config now gives {} (data.joint_vocab)", path,
                   kind(!joint), kind(joint)));
 }
-}  // namespace
 
 void check_checkpoint_vocabularies(const std::map<std::string, std::string>& stored,
                                    const std::map<std::string, std::string>& current, const std::string& path,

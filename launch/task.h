@@ -53,6 +53,9 @@ VocabPaths vocab_paths(const io::Config& cfg);
 // io::Checkpoint::vocabularies): none for synthetic tasks.
 std::map<std::string, std::string> checkpoint_vocabularies(const io::Config& cfg, const TextCodec& src,
                                                            const TextCodec& tgt);
+// Throws when the checkpoint at `path` holds vocabularies (`stored`) of the other kind than
+// `joint` says (one joint vocabulary, or one per language). An EveryRankError.
+void check_vocabulary_kind(const std::map<std::string, std::string>& stored, bool joint, const std::string& path);
 // Throws naming the vocabulary file and the checkpoint when `current` (checkpoint_vocabularies of
 // the run being resumed) is not what the checkpoint at `path` stores: training on would feed the
 // model other token ids. A checkpoint without vocabularies (written by an earlier build) passes.

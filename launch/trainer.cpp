@@ -817,14 +817,22 @@ void check_no_earlier_run(const fs::path& dir) {
 void check_resumable(const io::Config& cfg, const std::string& path) {
   const io::CheckpointHeader header = io::read_checkpoint_header(path);
   if (!header.full) fail("{}", weights_only_message(path));
+  // The vocabularies' kind first: changing it changes model.share_embeddings too, and this says why.
+  check_vocabulary_kind(io::load_vocabularies(path), cfg.boolean("data.joint_vocab"), path);
   const io::Config saved = io::Config::parse(tessera_schema(), header.config_yaml, path);
-  std::vector<std::string> keys = {"model.layers",           "model.d_model",    "model.d_ff", "model.norm",
-                                   "model.share_embeddings", "model.tie_output", "data.task"};
-  if (cfg.string("data.task") != "translation") keys.push_back("data.synthetic_vocab");
   std::vector<std::string> differ;
-  for (const std::string& key : keys) {
-    const std::string was = saved.values().at(key), now = cfg.values().at(key);
+  const auto compare = [&](const std::string& was, const std::string& now, const std::string& key) {
     if (was != now) differ.push_back(fmt::format("{} = {} there, {} in this config", key, was, now));
+  };
+  for (const char* key :
+       {"model.layers", "model.d_model", "model.d_ff", "model.norm", "model.share_embeddings", "model.tie_output"})
+    compare(saved.values().at(key), cfg.values().at(key), key);
+  // The synthetic tasks (copy, reverse, sort) share one model shape, set by data.synthetic_vocab.
+  const auto synthetic = [](const io::Config& c) { return c.string("data.task") != "translation"; };
+  if (synthetic(saved) != synthetic(cfg)) {
+    compare(saved.string("data.task"), cfg.string("data.task"), "data.task");
+  } else if (synthetic(cfg)) {
+    compare(saved.values().at("data.synthetic_vocab"), cfg.values().at("data.synthetic_vocab"), "data.synthetic_vocab");
   }
   if (!differ.empty())
     fail(
@@ -870,15 +878,6 @@ TrainResult run_training(const io::Config& cfg, const TrainOptions& options) {
   const std::filesystem::path dir(cfg.string("output.dir"));
   if (dir.empty()) throw io::ConfigError("config: output.dir is empty: name the folder for the run's files");
   if (!options.resume) check_no_earlier_run(dir);
-  if (grid.root()) {
-    std::error_code ec;
-    std::filesystem::create_directories(dir, ec);
-    if (ec) fail("cannot create output.dir '{}': {}", dir.string(), ec.message());
-    fmt::print("config (effective):\n{}", cfg.to_yaml(false));
-    // A crash mid-save leaves "<name>.tmp" behind: never a valid checkpoint, so it goes.
-    for (const auto& entry : fs::directory_iterator(dir, ec))
-      if (entry.path().extension() == ".tmp" && entry.path().stem().extension() == ".h5") fs::remove(entry.path(), ec);
-  }
   std::string resume_path = options.resume_path;
   if (options.resume && resume_path.empty()) {
     const auto saved = step_checkpoints(dir);
@@ -898,7 +897,17 @@ TrainResult run_training(const io::Config& cfg, const TrainOptions& options) {
       fmt::print("train: --resume: no checkpoint_<step>.h5 in {}; starting from scratch\n", dir.string());
     }
   }
+  // Before the folder is created or the config printed: a refused resume leaves no trace.
   if (!resume_path.empty()) root_first(grid.world.get(), [&] { check_resumable(cfg, resume_path); });
+  if (grid.root()) {
+    std::error_code ec;
+    std::filesystem::create_directories(dir, ec);
+    if (ec) fail("cannot create output.dir '{}': {}", dir.string(), ec.message());
+    fmt::print("config (effective):\n{}", cfg.to_yaml(false));
+    // A crash mid-save leaves "<name>.tmp" behind: never a valid checkpoint, so it goes.
+    for (const auto& entry : fs::directory_iterator(dir, ec))
+      if (entry.path().extension() == ".tmp" && entry.path().stem().extension() == ".h5") fs::remove(entry.path(), ec);
+  }
   StopSignals signals;
   // Every rank at once: the data loading is collective (rank 0 reads and trains the vocabulary
   // first, then all encode a share of the corpus).

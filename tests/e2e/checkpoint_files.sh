@@ -60,11 +60,19 @@ expect_error() {  # expect_error PATTERN COMMAND...: fails with status 1 and pri
 expect_error "cannot resume from '[^']*model\.h5': it holds weights only" \
   "$tessera" train $common --set output.dir="$work/other" --set train.max_steps=60 --resume "$dir/model.h5"
 grep -q '^data: ' "$work/err.txt" && fail "the data was prepared before a weights-only resume was refused"
-[ -z "$(ls -A "$work/other" 2>/dev/null)" ] || fail "a refused resume wrote into the new output.dir: $(ls "$work/other")"
+[ -e "$work/other" ] && fail "a refused resume created the new output.dir: $(ls -A "$work/other")"
 expect_error "cannot resume from '[^']*checkpoint_00000050\.h5': its model does not have this config's shape (model\.layers = 2 there, 1 in this config; model\.d_model = 64 there, 32 in this config)" \
   "$tessera" train $common --set output.dir="$work/other" --set model.d_model=32 --set model.layers=1 \
   --resume "$dir/checkpoint_00000050.h5"
 grep -q '^data: ' "$work/err.txt" && fail "the data was prepared before a resume of another shape was refused"
+[ -e "$work/other" ] && fail "a refused resume created the new output.dir"
+# Keys that leave the parameters' shapes alone may change: another synthetic task of the same
+# vocabulary, another head count (each change is printed).
+cp -r "$dir" "$work/changed"
+"$tessera" train $common --set output.dir="$work/changed" --set data.task=copy --set model.heads=2 \
+  --set train.max_steps=52 --resume > "$work/changed.log" 2>&1 || { cat "$work/changed.log"; fail "a resume with another task and head count was refused"; }
+grep -q "resume: data.task = copy (the checkpoint was written with reverse)" "$work/changed.log" || fail "the task change was not printed"
+grep -q "train: resumed from .*checkpoint_00000050.h5 at step 50" "$work/changed.log" || fail "not resumed at step 50"
 # A run refused on the way (here: the checkpoint does not fit the configured model) leaves the
 # folder's config.yaml, that of the run it holds, as it was.
 before=$(md5sum < "$dir/config.yaml")
