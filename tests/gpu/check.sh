@@ -105,7 +105,7 @@ mpi=(OMPI_MCA_ess_singleton_isolated=1 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_A
     limit 150 "${ours[@]}" "$(exe tessera)" train "${small[@]}" --set train.device=$1 --set train.precision=${2:-fp32} \
       --set output.dir="$dir" > "$dir.log" 2>&1
     echo "$run: exit status $?, $(python3 -c "print(f'{$(date +%s.%N) - $start:.1f}')") s"
-    grep -E "^device:|error" "$dir.log" | head -3
+    grep -E "^device:|error|skipped:" "$dir.log" | head -3
   done
   echo '```'
   python3 - "$work" <<'PY'
@@ -180,7 +180,7 @@ import re, sys
 log, model, status = sys.argv[1:]
 steps = [l for l in open(log) if l.startswith("step ")]
 if not steps:
-    err = [l.strip() for l in open(log) if "error" in l][:1]
+    err = [l.strip() for l in open(log) if "error" in l or l.startswith("skipped:")][:1]
     print(f"| {model} | - | - | - | - | {status} {err[0] if err else ''} |")
 else:
     l = steps[-1]

@@ -5,9 +5,11 @@
 // compared by relative norms (documented at each check).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <functional>
 #include <random>
+#include <utility>
 
 #include "autograd/ops.h"
 #include "data/vocab.h"
@@ -24,15 +26,15 @@ namespace {
 
 using Leaves = std::vector<ag::Var>;
 
-// ||gpu - cpu|| / ||cpu|| over all elements (float64 on the host).
-double relative_error(const Tensor& gpu, const Tensor& cpu_ref) {
+// ||gpu - cpu|| and ||cpu|| over all elements (float64 on the host).
+std::pair<double, double> difference_and_norm(const Tensor& gpu, const Tensor& cpu_ref) {
   const std::vector<double> g = gpu.to(Device::cpu).to_doubles(), c = cpu_ref.to(Device::cpu).to_doubles();
   double diff = 0, norm = 0;
   for (std::size_t i = 0; i < c.size(); ++i) {
     diff += (g[i] - c[i]) * (g[i] - c[i]);
     norm += c[i] * c[i];
   }
-  return std::sqrt(diff) / std::max(std::sqrt(norm), 1e-30);
+  return {std::sqrt(diff), std::sqrt(norm)};
 }
 
 // Runs `f` on CPU leaves and on GPU copies of them, then the backward of sum(y * w) for fixed
@@ -184,10 +186,16 @@ Tensor updated_where_signs_agree(const Tensor& gpu_weight, const Tensor& cpu_wei
                                  const Tensor& cpu_grad) {
   Tensor out = from_gpu(gpu_weight);
   const Tensor gg = from_gpu(gpu_grad), gc = cpu_grad.to(DType::f32), wc = cpu_weight.to(DType::f32);
+  std::int64_t unclear = 0;
   for (std::int64_t k = 0; k < out.numel(); ++k) {
     const double diff = std::abs(static_cast<double>(gg.data<float>()[k]) - gc.data<float>()[k]);
-    if (std::abs(static_cast<double>(gc.data<float>()[k])) <= 10.0 * diff) out.data<float>()[k] = wc.data<float>()[k];
+    if (std::abs(static_cast<double>(gc.data<float>()[k])) < 10.0 * diff) {
+      out.data<float>()[k] = wc.data<float>()[k];
+      ++unclear;
+    }
   }
+  // The float32 kernels agree to ~1e-6: only gradients at rounding level are unclear, a few.
+  EXPECT_LE(unclear, out.numel() / 10) << unclear << " of " << out.numel() << " gradient signs unclear";
   return out;
 }
 
@@ -257,11 +265,17 @@ TEST_F(CudaTransformer, Bf16MixedPrecisionStaysCloseToFloat32) {
   const Step g = train_step(gpu_model, src, src_pad, tgt_in, tgt_out);
   // bfloat16 has 8 mantissa bits: the loss within 1%, each gradient within 10% in norm.
   EXPECT_NEAR(g.loss, c.loss, 1e-2 * std::abs(c.loss));
+  // Relative to each gradient's norm, with a floor at 1% of the largest one: a gradient tiny next
+  // to the others carries bfloat16's rounding of the larger quantities it is computed from.
+  double largest = 0;
+  for (std::size_t i = 0; i < c.grads.size(); ++i)
+    largest = std::max(largest, difference_and_norm(c.grads[i], c.grads[i]).second);
   for (std::size_t i = 0; i < c.grads.size(); ++i) {
     const std::string& name = cpu_model.parameters()[i].name();
     EXPECT_EQ(g.grads[i].dtype(), DType::f32) << name;
     if (has_no_true_gradient(name)) continue;  // both sides are rounding noise
-    EXPECT_LE(relative_error(g.grads[i], c.grads[i]), 0.1) << "gradient of " << name;
+    const auto [diff, norm] = difference_and_norm(g.grads[i], c.grads[i]);
+    EXPECT_LE(diff, 0.1 * std::max(norm, 0.01 * largest)) << "gradient of " << name << ": norm " << norm;
   }
 }
 
