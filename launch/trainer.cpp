@@ -372,6 +372,9 @@ class Run {
         window_start = Clock::now();
       }
       bool no_progress = false;
+      // Validation and checkpoint time is not training time: the log window's tok/s and TFLOP/s
+      // leave it out (its start moves on by as much).
+      const auto pause_start = Clock::now();
       if (valid_every > 0 && step % valid_every == 0 && step != max_steps && !out_of_time && stop_signal == 0) {
         // Interrupted on every rank alike (its decoding agrees on it): stop as after a signal here.
         if (!validate(step, result)) stop_signal = signal_that_interrupted();
@@ -379,6 +382,7 @@ class Run {
         no_progress = patience > 0 && validations_since_best_ >= patience;
       }
       if (checkpoint_every > 0 && step % checkpoint_every == 0 && step != max_steps) save_step_checkpoint();
+      window_start += Clock::now() - pause_start;
       if (stop_signal != 0) {
         const int sig = stop_signal;
         const std::string path = last_saved_step_ == step ? step_checkpoint_path(step) : save_step_checkpoint();
