@@ -418,7 +418,9 @@ class Loader {
   std::map<std::string, int> leaf_lines_;  // dotted key -> 0-based line where the file set it
 };
 
-// "a.b=v": v is parsed as one YAML scalar.
+// "a.b=v": v is parsed as one YAML scalar, except for string keys, whose value is v itself
+// (trimmed; a quoted v is unquoted as YAML does): a path with " #" in it, or a value YAML reads as
+// null ("~", "null"), is not silently changed.
 void apply_override(const Schema& schema, const std::string& override_text,
                     std::map<std::string, std::string>& values) {
   const std::string where = fmt::format("--set {}: ", override_text);
@@ -432,6 +434,12 @@ void apply_override(const Schema& schema, const std::string& override_text,
       throw ConfigError(fmt::format("{}'{}' is a section, not a key", where, key));
     }
     throw ConfigError(fmt::format("{}unknown key '{}'{}", where, key, did_you_mean(schema.nearest(key))));
+  }
+  const std::string raw(trim(std::string_view(override_text).substr(eq + 1)));
+  const bool quoted = raw.size() >= 2 && (raw.front() == '"' || raw.front() == '\'') && raw.back() == raw.front();
+  if (spec->type == ValueType::string && !quoted) {
+    values[key] = normalize(*spec, raw, where);
+    return;
   }
   YAML::Node value;
   try {

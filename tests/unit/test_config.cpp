@@ -253,14 +253,27 @@ TEST(ConfigTest, OverrideBeatsFileBeatsDefault) {
 TEST(ConfigTest, OverridesApplyInOrder) { EXPECT_EQ(parse("steps: 1\n", {"steps=5", "steps=7"}).integer("steps"), 7); }
 
 TEST(ConfigTest, OverrideValueIsAYamlScalar) {
-  const Config config = parse("", {"train.name='hello world'", "model.dropout=1e-1", "optim.amsgrad=true",
-                                   " steps = 3 ", "model.norm=post  # comment"});
+  const Config config = parse(
+      "", {"train.name='hello world'", "model.dropout=1e-1", "optim.amsgrad=true", " steps = 3 ", "model.norm= post "});
   EXPECT_EQ(config.string("train.name"), "hello world");
   EXPECT_EQ(config.real("model.dropout"), 0.1);
   EXPECT_TRUE(config.boolean("optim.amsgrad"));
   EXPECT_EQ(config.integer("steps"), 3);
   EXPECT_EQ(config.string("model.norm"), "post");
   EXPECT_EQ(parse("", {"train.name=a=b"}).string("train.name"), "a=b");  // split at the first '='
+}
+
+// A string key's value is the text as written (trimmed; quotes removed): YAML would drop a " #..."
+// and read "~" or "null" as empty, changing a path silently.
+TEST(ConfigTest, StringOverrideIsTakenLiterally) {
+  EXPECT_EQ(parse("", {"train.name=/runs/r #2"}).string("train.name"), "/runs/r #2");
+  EXPECT_EQ(parse("", {"train.name=~"}).string("train.name"), "~");
+  EXPECT_EQ(parse("", {"train.name=null"}).string("train.name"), "null");
+  EXPECT_EQ(parse("", {"train.name=%x"}).string("train.name"), "%x");
+  EXPECT_EQ(parse("", {"train.name=!x"}).string("train.name"), "!x");
+  EXPECT_EQ(parse("", {"train.name=\"a b\""}).string("train.name"), "a b");
+  EXPECT_EQ(override_error("model.norm=post  # comment"),
+            "--set model.norm=post  # comment: 'model.norm' = 'post  # comment' is not one of: post, pre");
 }
 
 TEST(ConfigTest, EmptyValueIsAnEmptyString) {
