@@ -1,9 +1,31 @@
 #include <fmt/core.h>
 
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "common/error.h"
 #include "io/checkpoint.h"
 #include "launch/commands.h"
 
 namespace tessera::launch {
+namespace {
+
+// The same file twice would weigh double, silently; writing over an input (a full checkpoint,
+// say) would replace it with weights only. Both are refused before anything is read.
+void check_average_paths(const std::vector<std::string>& inputs, const std::string& output) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  for (std::size_t i = 0; i < inputs.size(); ++i) {
+    for (std::size_t j = 0; j < i; ++j)
+      if (fs::equivalent(inputs[i], inputs[j], ec))
+        fail("average: '{}' and '{}' are the same file: each checkpoint counts once", inputs[j], inputs[i]);
+    if (fs::exists(output, ec) && fs::equivalent(inputs[i], output, ec))
+      fail("average: the output '{}' is the input '{}': write the average to another file", output, inputs[i]);
+  }
+}
+
+}  // namespace
 
 Command add_average_command(CLI::App& parent) {
   struct Options {
@@ -20,6 +42,7 @@ Command add_average_command(CLI::App& parent) {
       ->required();
   return {cmd,
           [opt] {
+            check_average_paths(opt->inputs, opt->output);
             const io::Checkpoint avg = io::average_checkpoints(opt->inputs);
             io::save_checkpoint(opt->output, avg);
             fmt::print("average: wrote {} ({} tensors, the mean of {} checkpoints)\n", opt->output, avg.model.size(),

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "common/error.h"
+#include "data/corpus.h"
 #include "dist/mpi_communicator.h"
 #include "eval/bleu.h"
 #include "launch/commands.h"
@@ -37,44 +38,12 @@ struct ScoreOptions {
   std::int64_t batch = 0;      // sentences --checkpoint decodes together (0: the config's)
 };
 
-// Byte offset of the first invalid UTF-8 sequence in `s`, or npos.
-std::size_t invalid_utf8_at(const std::string& s) {
-  std::size_t i = 0;
-  while (i < s.size()) {
-    const auto c = static_cast<unsigned char>(s[i]);
-    std::size_t len = 0;
-    unsigned char lo = 0x80, hi = 0xbf;  // allowed range of the second byte
-    if (c < 0x80) {
-      len = 1;
-    } else if (c >= 0xc2 && c <= 0xdf) {
-      len = 2;
-    } else if (c >= 0xe0 && c <= 0xef) {
-      len = 3;
-      if (c == 0xe0) lo = 0xa0;  // overlong
-      if (c == 0xed) hi = 0x9f;  // surrogates
-    } else if (c >= 0xf0 && c <= 0xf4) {
-      len = 4;
-      if (c == 0xf0) lo = 0x90;  // overlong
-      if (c == 0xf4) hi = 0x8f;  // above U+10FFFF
-    } else {
-      return i;
-    }
-    if (i + len > s.size()) return i;
-    for (std::size_t k = 1; k < len; ++k) {
-      const auto b = static_cast<unsigned char>(s[i + k]);
-      if (b < (k == 1 ? lo : 0x80) || b > (k == 1 ? hi : 0xbf)) return i;
-    }
-    i += len;
-  }
-  return std::string::npos;
-}
-
 std::vector<std::string> read_lines(std::istream& in, const std::string& name) {
   std::vector<std::string> lines;
   for (std::string line; std::getline(in, line);) {
-    if (const std::size_t bad = invalid_utf8_at(line); bad != std::string::npos)
+    if (const std::int64_t bad = data::find_invalid_utf8(line); bad >= 0)
       fail("score: {}:{}: not UTF-8 text (byte 0x{:02x} at column {})", name, lines.size() + 1,
-           static_cast<unsigned char>(line[bad]), bad + 1);
+           static_cast<unsigned char>(line[static_cast<std::size_t>(bad)]), bad + 1);
     lines.push_back(std::move(line));
   }
   if (in.bad()) fail("score: reading {} failed after {} lines", name, lines.size());
@@ -84,6 +53,9 @@ std::vector<std::string> read_lines(std::istream& in, const std::string& name) {
 std::vector<std::string> read_file_lines(const std::string& path, const char* what) {
   std::error_code ec;
   if (std::filesystem::is_directory(path, ec)) fail("score: {} file '{}' is a directory", what, path);
+  // Gzipped text through zlib, as sacreBLEU and the other commands read it ("\r" ends dropped:
+  // the lines are right-stripped before tokenization anyway).
+  if (path.size() > 3 && path.compare(path.size() - 3, 3, ".gz") == 0) return data::read_lines(path);
   std::ifstream in(path, std::ios::binary);
   if (!in) fail("score: cannot open {} file '{}': {}", what, path, std::strerror(errno));
   return read_lines(in, path);

@@ -1,5 +1,8 @@
 #include <fmt/core.h>
+#include <unistd.h>
 
+#include <cerrno>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -12,6 +15,34 @@
 #include "launch/task.h"
 
 namespace tessera::launch {
+namespace {
+
+// Checked before the model is loaded: a translation of hours must not end in "cannot write".
+void check_writable_output(const std::string& path) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  if (fs::is_directory(path, ec)) fail("translate: cannot write '{}': it is a directory", path);
+  const fs::path folder = fs::path(path).parent_path().empty() ? fs::path(".") : fs::path(path).parent_path();
+  if (!fs::is_directory(folder, ec))
+    fail("translate: cannot write '{}': folder '{}' does not exist", path, folder.string());
+  // The file itself where it exists (it is replaced), else its folder (it is created there).
+  const std::string target = fs::exists(path, ec) ? path : folder.string();
+  if (::access(target.c_str(), W_OK) != 0) fail("translate: cannot write '{}': {}", path, std::strerror(errno));
+}
+
+// Standard input's lines, checked as read_lines checks a file's ("\r" ends dropped, UTF-8).
+std::vector<std::string> read_stdin_lines() {
+  std::vector<std::string> lines;
+  for (std::string line; std::getline(std::cin, line);) {
+    if (!line.empty() && line.back() == '\r') line.pop_back();
+    if (const std::int64_t bad = data::find_invalid_utf8(line); bad >= 0)
+      fail("<stdin>:{}: invalid UTF-8 at byte {}", lines.size() + 1, bad + 1);
+    lines.push_back(std::move(line));
+  }
+  return lines;
+}
+
+}  // namespace
 
 Command add_translate_command(CLI::App& parent) {
   struct Options {
@@ -53,17 +84,11 @@ Command add_translate_command(CLI::App& parent) {
               throw EveryRankError(
                   "translate under mpirun: give the sentences with -i FILE (mpirun passes standard input to rank 0 "
                   "only)");
+            if (root && !opt->output.empty()) check_writable_output(opt->output);
             const Device device = opt->device == "cuda" ? Device::cuda : Device::cpu;
-            TranslationJob job =
-                load_translation_job(world.get(), opt->checkpoint, opt->vocab, opt->vocab_tgt, device, [&] {
-                  if (!opt->input.empty()) return data::read_lines(opt->input);
-                  std::vector<std::string> lines;
-                  for (std::string line; std::getline(std::cin, line);) {
-                    if (!line.empty() && line.back() == '\r') line.pop_back();
-                    lines.push_back(line);
-                  }
-                  return lines;
-                });
+            TranslationJob job = load_translation_job(
+                world.get(), opt->checkpoint, opt->vocab, opt->vocab_tgt, device,
+                [&] { return opt->input.empty() ? read_stdin_lines() : data::read_lines(opt->input); });
             const Translator& translator = *job.translator;
             const io::Config& cfg = translator.config();
             models::DecodeOptions dec = decode_options(cfg);
@@ -75,7 +100,7 @@ Command add_translate_command(CLI::App& parent) {
             std::ofstream file;
             if (!opt->output.empty()) {
               file.open(opt->output);
-              TESSERA_CHECK(file.good(), "translate: cannot write '{}'", opt->output);
+              TESSERA_CHECK(file.good(), "translate: cannot write '{}': {}", opt->output, std::strerror(errno));
             }
             std::ostream& out = opt->output.empty() ? std::cout : file;
             for (const auto& l : out_lines) out << l << '\n';

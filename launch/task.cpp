@@ -141,7 +141,10 @@ std::vector<EncodedPair> encode_range(const TextCodec& src_codec, const TextCode
         continue;
       }
       e.example = {src_codec.encode(text.src[line]), tgt_codec.encode(text.tgt[line])};
-      if (static_cast<std::int64_t>(std::max(e.example.src.size(), e.example.tgt.size())) > max_len) {
+      if (e.example.src.empty() || e.example.tgt.empty()) {  // a line of spaces alone, say: no tokens
+        e.fate = kEmpty;
+        e.example = {};
+      } else if (static_cast<std::int64_t>(std::max(e.example.src.size(), e.example.tgt.size())) > max_len) {
         e.fate = kTooLong;
         e.example = {};
       }

@@ -41,6 +41,20 @@ h5dump -a /model/embed_tokens.weight/crc32 "$dir/model.h5" | grep -q '(0): [0-9]
 
 # Average two checkpoints; the result translates and scores.
 "$tessera" average "$dir/checkpoint_00000040.h5" "$dir/checkpoint_00000050.h5" -o "$work/avg.h5"
+# The same file twice (it would weigh double) and an output that is an input (a full checkpoint
+# replaced by weights only) are refused, and nothing is written.
+cp "$dir/checkpoint_00000040.h5" "$work/c40.h5"
+before40=$(md5sum < "$work/c40.h5")
+status=0
+"$tessera" average "$work/c40.h5" "$dir/checkpoint_00000050.h5" -o "$work/c40.h5" > "$work/avg_err.txt" 2>&1 || status=$?
+[ $status -eq 1 ] && grep -q "average: the output '[^']*c40.h5' is the input '[^']*c40.h5'" "$work/avg_err.txt" ||
+  { cat "$work/avg_err.txt"; fail "average over one of its inputs was not refused (status $status)"; }
+[ "$(md5sum < "$work/c40.h5")" = "$before40" ] || fail "a refused average changed its input"
+status=0
+"$tessera" average "$work/c40.h5" "$work/../$(basename "$work")/c40.h5" -o "$work/dup.h5" > "$work/avg_err.txt" 2>&1 || status=$?
+[ $status -eq 1 ] && grep -q "are the same file: each checkpoint counts once" "$work/avg_err.txt" ||
+  { cat "$work/avg_err.txt"; fail "the same checkpoint twice was not refused (status $status)"; }
+[ -e "$work/dup.h5" ] && fail "a refused average wrote its output"
 echo "1 2 3 4 5 6 7 8 9 10" > "$work/src.txt"
 echo "10 9 8 7 6 5 4 3 2 1" > "$work/ref.txt"
 for ckpt in "$work/avg.h5" "$dir/checkpoint_best.h5" "$dir/checkpoint_00000040.h5"; do
