@@ -57,7 +57,7 @@ Command add_translate_command(CLI::App& parent) {
   cmd->add_option("--checkpoint", opt->checkpoint,
                   "Any checkpoint: model.h5, checkpoint_<step>.h5, checkpoint_best.h5 or an average")
       ->required();
-  cmd->add_option("--input,-i", opt->input, "Source sentences, one per line (default: stdin)");
+  cmd->add_option("--input,-i", opt->input, "Source sentences, one per line (default, or -: stdin)");
   cmd->add_option("--output,-o", opt->output, "Where to write translations (default: stdout)");
   cmd->add_option("--vocab", opt->vocab,
                   "SentencePiece model, the source side's if not joint (default: the one the checkpoint holds, which "
@@ -80,6 +80,7 @@ Command add_translate_command(CLI::App& parent) {
             std::unique_ptr<dist::MpiCommunicator> world;
             if (launched_by_mpi()) world = dist::MpiCommunicator::world();
             const bool root = world == nullptr || world->rank() == 0;
+            if (opt->input == "-") opt->input.clear();  // standard input, as score's --hyp -
             if (world != nullptr && world->size() > 1 && opt->input.empty())
               throw EveryRankError(
                   "translate under mpirun: give the sentences with -i FILE (mpirun passes standard input to rank 0 "

@@ -425,6 +425,9 @@ class Run {
     result.checkpoint = (dir_ / "model.h5").string();
     write_checkpoint(result.checkpoint, false);
     fmt::print("train: saved {} after {} steps ({})\n", result.checkpoint, step, format_duration(elapsed_seconds()));
+    if (result.stop_signal != 0)
+      fmt::print("train: {} received during the final validation (not scored); exiting with status {}\n",
+                 result.stop_signal == SIGINT ? "SIGINT" : "SIGTERM", 128 + result.stop_signal);
     return result;
   }
 

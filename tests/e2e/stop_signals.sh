@@ -33,6 +33,25 @@ for pair in TERM:15 INT:2; do
   grep -q "resumed from .* at step $step " "$work/$sig.resumed.log"
   grep -q "saved .*model.h5 after $((step + 3)) steps" "$work/$sig.resumed.log"
 done
+# A SIGTERM during the final validation (beam 4 over 2,000 sentences: seconds): the validation is
+# not scored, the run's files are written, and the log says why the exit status is 143.
+"$tessera" train --config "$config" --set output.dir="$work/final" --set train.max_steps=20 --set train.log_every=10 \
+  --set train.valid_every=0 --set decode.beam=4 --set data.synthetic_valid_size=2000 > "$work/final.log" 2>&1 &
+pid=$!
+i=0
+until grep -q '^step 20 ' "$work/final.log"; do
+  i=$((i + 1))
+  [ $i -lt 1200 ] || { echo "FAIL: no step 20 after 120 s"; kill -9 $pid; exit 1; }
+  sleep 0.1
+done
+sleep 1
+kill -s TERM $pid
+status=0
+wait $pid || status=$?
+tail -n 3 "$work/final.log"
+[ $status -eq 143 ] && grep -q "train: SIGTERM received during the final validation (not scored); exiting with status 143" \
+  "$work/final.log" || { echo "FAIL: a SIGTERM during the final validation (status $status)"; exit 1; }
+[ -f "$work/final/model.h5" ] || { echo "FAIL: no model.h5 after a SIGTERM during the final validation"; exit 1; }
 # A SIGTERM during the data preparation (injected at "step 0"): this session trained nothing, so it
 # saves nothing and exits 143 at once instead of training a step first.
 status=0

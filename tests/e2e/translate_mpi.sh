@@ -30,8 +30,9 @@ mpirun -np 2 --oversubscribe "$tessera" translate --checkpoint "$work/no_such.h5
 [ $status -ne 0 ] || fail "a missing checkpoint was accepted"
 [ "$(grep -c "checkpoint '$work/no_such.h5' does not exist" "$work/missing.log")" -eq 1 ] \
   || { cat "$work/missing.log"; fail "missing checkpoint: not one message"; }
-# Errors rank 0 meets while loading end the job (no rank left waiting), printed once: a config
-# error (a vocabulary key that does not parse), a line that is not the model's input, a GPU.
+# Errors rank 0 meets while loading end the job (no rank left waiting), printed once: a vocabulary
+# given for a synthetic task's model, an output that cannot be written, a line that is not the
+# model's input, a GPU.
 once() {  # once NAME PATTERN ARGS...: exits non-zero within 60 s, PATTERN printed once
   name=$1 pattern=$2 && shift 2
   status=0
@@ -40,7 +41,8 @@ once() {  # once NAME PATTERN ARGS...: exits non-zero within 60 s, PATTERN print
   [ $status -ne 0 ] && [ $status -ne 124 ] || { cat "$work/$name.log"; fail "$name: exit status $status"; }
   [ "$(grep -c "$pattern" "$work/$name.log")" -eq 1 ] || { cat "$work/$name.log"; fail "$name: not one message"; }
 }
-once bad_key "unknown key\|expects\|invalid YAML" -i "$work/src.txt" --vocab "[bad"
+once bad_vocab "no vocabulary (leave --vocab out)" -i "$work/src.txt" --vocab "[bad"
+once bad_output "cannot write '$work/no_such_dir/out.txt': folder" -i "$work/src.txt" -o "$work/no_such_dir/out.txt"
 printf '3 x 4\n' > "$work/bad.txt"
 once bad_line "'x' is not a symbol number" -i "$work/bad.txt"
 once gpu "none answers on this machine\|has no CUDA support\|head sizes 32, 64 or 128" -i "$work/src.txt" --device cuda
@@ -64,7 +66,8 @@ timeout 60 mpirun -np 2 --oversubscribe "$tessera" score --ref "$work/short.txt"
 [ "$(grep -c "source file '$work/src.txt' has 41 lines but reference file '$work/short.txt' has 5 lines" \
   "$work/short.log")" -eq 1 ] || { cat "$work/short.log"; fail "short reference: not one message"; }
 # average is not distributed: under mpirun rank 0 alone writes the output (all of them raced on it).
-mpirun -np 3 --oversubscribe "$tessera" average "$checkpoint" "$checkpoint" -o "$work/avg.h5" > "$work/avg.log" 2>&1 ||
+cp "$checkpoint" "$work/copy.h5"
+mpirun -np 3 --oversubscribe "$tessera" average "$checkpoint" "$work/copy.h5" -o "$work/avg.h5" > "$work/avg.log" 2>&1 ||
   { cat "$work/avg.log"; fail "average under mpirun failed"; }
 [ "$(grep -c '^average: wrote' "$work/avg.log")" -eq 1 ] || { cat "$work/avg.log"; fail "average under mpirun: not one output"; }
 "$tessera" translate --checkpoint "$work/avg.h5" -i "$work/src.txt" -o "$work/avg.txt" --batch 4
