@@ -6,6 +6,14 @@
 set -eu
 tessera=$1 config=$2 work=$3
 rm -rf "$work" && mkdir -p "$work"
+wait_for_line() {  # wait_for_line PATTERN LOG PID: until LOG has PATTERN (at most 120 s)
+  i=0
+  until grep -q "$1" "$2"; do
+    i=$((i + 1))
+    [ $i -lt 1200 ] || { echo "FAIL: no '$1' in $2 after 120 s"; kill -9 "$3"; exit 1; }
+    sleep 0.1
+  done
+}
 for pair in TERM:15 INT:2; do
   sig=${pair%:*} number=${pair#*:}
   dir="$work/$sig"
@@ -13,12 +21,7 @@ for pair in TERM:15 INT:2; do
   # setsid: a background job of a non-interactive shell ignores SIGINT; a session of its own does not.
   setsid "$tessera" train $args > "$work/$sig.log" 2>&1 &
   pid=$!
-  i=0
-  until grep -q '^step 3 ' "$work/$sig.log"; do
-    i=$((i + 1))
-    [ $i -lt 1200 ] || { echo "no training progress after 120 s"; kill -9 $pid; exit 1; }
-    sleep 0.1
-  done
+  wait_for_line '^step 3 ' "$work/$sig.log" $pid
   kill -s $sig $pid
   status=0
   wait $pid || status=$?
@@ -38,12 +41,7 @@ done
 "$tessera" train --config "$config" --set output.dir="$work/final" --set train.max_steps=20 --set train.log_every=10 \
   --set train.valid_every=0 --set decode.beam=4 --set data.synthetic_valid_size=2000 > "$work/final.log" 2>&1 &
 pid=$!
-i=0
-until grep -q '^step 20 ' "$work/final.log"; do
-  i=$((i + 1))
-  [ $i -lt 1200 ] || { echo "FAIL: no step 20 after 120 s"; kill -9 $pid; exit 1; }
-  sleep 0.1
-done
+wait_for_line '^step 20 ' "$work/final.log" $pid
 sleep 1
 kill -s TERM $pid
 status=0
