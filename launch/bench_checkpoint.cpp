@@ -44,6 +44,10 @@ bool drop_page_cache() {
 int run_checkpoint_bench(const CheckpointBenchOptions& opt) {
   namespace fs = std::filesystem;
   const io::Config cfg = io::Config::load(tessera_schema(), opt.config, {});
+  // The folder first: a model of the base size takes seconds to build.
+  std::error_code ec;
+  fs::create_directories(opt.dir, ec);
+  if (ec) fail("bench checkpoint: cannot create --dir '{}': {}", opt.dir, ec.message());
   const models::Transformer model(model_config(cfg, opt.vocab, opt.vocab), 1);
   io::Checkpoint c;
   c.step = 1000;
@@ -57,7 +61,6 @@ int run_checkpoint_bench(const CheckpointBenchOptions& opt) {
   c.state = io::TrainingState{.step = 1000};
   double bytes = 0;
   for (const auto& [name, t] : c.model) bytes += 3.0 * static_cast<double>(t.numel()) * sizeof(float);
-  fs::create_directories(opt.dir);
   const std::string path = (fs::path(opt.dir) / "bench_checkpoint.h5").string();
   const std::string dd_file = (fs::path(opt.dir) / "bench_dd.bin").string();
   const auto mib = static_cast<long>(bytes / (1 << 20)) + 1;

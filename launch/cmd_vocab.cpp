@@ -47,7 +47,15 @@ Command add_vocab_command(CLI::App& parent) {
   source->require_option(1);
   cmd->add_option("--model-prefix", opt->model_prefix,
                   "Writes PREFIX.model and PREFIX.vocab (with --from-checkpoint: the .model files)")
-      ->required();
+      ->required()
+      ->check(
+          [](const std::string& prefix) -> std::string {
+            // "dir/" would write the hidden files dir/.model and dir/.vocab.
+            if (prefix.empty() || prefix.back() == '/')
+              return "'" + prefix + "' names no file: give a folder and a name, e.g. " + prefix + "sp";
+            return "";
+          },
+          "PREFIX");
   cmd->add_option("--vocab-size", opt->vocab_size, "Number of pieces, the four special ones included")
       ->check(CLI::Range(std::int64_t{5}, std::int64_t{1} << 24))
       ->capture_default_str()
