@@ -48,10 +48,11 @@ Tensor binary(BinaryOp op, const Tensor& a, const Tensor& b) {
   if (on_cpu(a)) return cpu::binary(op, a, b);
   ON_GPU({
     if (a.shape() == b.shape() || is_suffix(b.shape(), a.shape())) {
-      // The CPU's shape: b's extra leading ones (b [1, n] with a [n]) come first, as NumPy has it.
-      const Shape shape = cpu::broadcast_shapes("binary", a.shape(), b.shape());
       const Tensor out = cuda::binary(op, a, b.reshape(without_leading_ones(b.shape())));
-      return shape == a.shape() ? out : out.reshape(shape);
+      // b's extra leading ones (b [1, n] with a [n]) lead the result, as on the CPU (NumPy's rule);
+      // the usual case (b no longer than a) pays nothing for it.
+      if (b.shape().size() <= a.shape().size()) return out;
+      return out.reshape(cpu::broadcast_shapes("binary", a.shape(), b.shape()));
     }
     // a broadcast over b: expand a first (the model never does this; tests may).
     if (is_suffix(a.shape(), b.shape())) return cuda::binary(op, broadcast_to(a, b.shape()), b);
