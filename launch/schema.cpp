@@ -33,6 +33,11 @@ const io::Schema& tessera_schema() {
         .string("data.vocab_type", "bpe", {"bpe", "unigram"}, "SentencePiece model type for a trained vocabulary")
         .integer("data.max_len", 128, 1, 65536,
                  "pairs longer than this (subword tokens) are skipped and counted; below model.max_positions")
+        .boolean("data.cache", true,
+                 "keep the encoded training pairs on disk: a later start (a resume) with the same text, "
+                 "vocabularies and max_len reads them instead of encoding again")
+        .string("data.cache_dir", "", {},
+                "folder for those files (encoded_train_<hash>.bin); empty: output.dir. Runs may share one")
         .integer("data.synthetic_vocab", 20, 2, 100000, "synthetic tasks: number of distinct symbols")
         .integer("data.synthetic_min_len", 10, 1, 10000, "synthetic tasks: shortest sequence")
         .integer("data.synthetic_max_len", 20, 1, 10000, "synthetic tasks: longest sequence; below model.max_positions")

@@ -3,6 +3,7 @@
 #include <fmt/core.h>
 
 #include <algorithm>
+#include <chrono>
 #include <exception>
 #include <filesystem>
 #include <fstream>
@@ -11,7 +12,9 @@
 #include <numeric>
 #include <sstream>
 
+#include "common/hash.h"
 #include "data/corpus.h"
+#include "data/examples.h"
 #include "data/synthetic.h"
 #include "dist/mpi_communicator.h"
 #include "io/checkpoint.h"
@@ -337,6 +340,75 @@ TextCodec load_or_train_vocab(const io::Config& cfg, const std::string& path, co
 
 namespace {
 
+// Part of every cache file's key: raise it when a change here encodes the same text differently.
+constexpr std::uint64_t kEncodedCacheVersion = 1;
+
+// The cache of encoded training pairs (data.cache): one file per text, vocabularies and max_len,
+// named by their hash, so that runs may share a folder. A file that is missing, damaged or not
+// readable on every rank means encoding the text as without a cache; failing to write one is a
+// note, not an error (the run has its pairs).
+data::ExampleSet encode_training_pairs(const io::Config& cfg, const TaskData& t, std::uint64_t text_fingerprint,
+                                       dist::Communicator* world) {
+  const std::string train_src = cfg.string("data.train_src"), train_tgt = cfg.string("data.train_tgt");
+  const std::int64_t max_len = cfg.integer("data.max_len");
+  const auto encode = [&] { return encode_files(t.src_codec, t.tgt_codec, train_src, train_tgt, max_len, world); };
+  if (!cfg.boolean("data.cache")) return report(encode(), "training", max_len);
+
+  const bool root = world == nullptr || world->rank() == 0;
+  // Rank 0 alone read the text through: its key is everyone's.
+  std::uint64_t key = hash_combine(hash_combine(kEncodedCacheVersion, text_fingerprint), max_len);
+  for (const auto& [name, bytes] : checkpoint_vocabularies(cfg, t.src_codec, t.tgt_codec))
+    key = hash_combine(hash_combine(key, name), bytes);
+  if (world != nullptr && world->size() > 1) {
+    Tensor k = Tensor::from(
+        std::vector<std::int32_t>{static_cast<std::int32_t>(key >> 32), static_cast<std::int32_t>(key & 0xffffffffU)},
+        {2});
+    world->broadcast(k, 0);
+    key = (static_cast<std::uint64_t>(static_cast<std::uint32_t>(k.data<std::int32_t>()[0])) << 32) |
+          static_cast<std::uint32_t>(k.data<std::int32_t>()[1]);
+  }
+  const std::string dir =
+      cfg.string("data.cache_dir").empty() ? cfg.string("output.dir") : cfg.string("data.cache_dir");
+  const std::string path = (std::filesystem::path(dir) / fmt::format("encoded_train_{:016x}.bin", key)).string();
+
+  const auto t0 = std::chrono::steady_clock::now();
+  data::ExampleFileInfo info;
+  std::string why;
+  std::optional<data::ExampleSet> cached = data::read_example_file(path, key, info, why);
+  Tensor missing = Tensor::from(std::vector<std::int32_t>{cached ? 0 : 1}, {1});
+  if (world != nullptr && world->size() > 1) world->all_reduce(missing, dist::ReduceOp::sum);
+  if (missing.data<std::int32_t>()[0] == 0) {
+    fmt::print("data: read the encoded training pairs from {} ({:.1f}s; the same text, vocabularies and max_len)\n",
+               path, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    EncodedPairs read;  // kept_lines stays empty: only validation pairs need them
+    read.examples = std::move(*cached);
+    read.empty = info.empty;
+    read.too_long = info.too_long;
+    return report(std::move(read), "training", max_len);
+  }
+  const bool have_it = cached.has_value();
+  cached.reset();  // not held while encoding
+  if (have_it) {   // this rank's is fine (rank 0's in a folder the others do not see, say): it is kept
+    fmt::print("data: {} is not readable on every rank ({} of {} miss it): encoding the text\n", path,
+               missing.data<std::int32_t>()[0], world->size());
+  } else if (std::filesystem::exists(path)) {
+    fmt::print("data: not using {}: {}; encoding the text again\n", path, why);
+  }
+  EncodedPairs encoded = encode();
+  if (root && !have_it) {
+    try {
+      std::error_code ec;
+      std::filesystem::create_directories(dir, ec);
+      if (ec) fail("cannot create folder '{}': {}", dir, ec.message());
+      write_example_file(path, encoded.examples, {.key = key, .empty = encoded.empty, .too_long = encoded.too_long});
+      fmt::print("data: kept the encoded training pairs in {} for later starts\n", path);
+    } catch (const std::exception& e) {
+      fmt::print("data: note: the encoded training pairs are not kept for later starts: {}\n", e.what());
+    }
+  }
+  return report(std::move(encoded), "training", max_len);
+}
+
 // A resumed run's vocabularies are those its checkpoint holds (`stored`, of the config's kind: joint
 // or not): one the run trained into output.dir that is gone since (a run folder copied without it)
 // is written back from there rather than trained anew.
@@ -383,8 +455,13 @@ TaskData load_task_data(const io::Config& cfg, dist::Communicator* world, const 
   // reported once, before a vocabulary is trained on it and before minutes of encoding.
   const bool root = world == nullptr || world->rank() == 0;
   data::ParallelText valid;
+  std::uint64_t text_fingerprint = 0;  // rank 0's
   root_first(world, [&] {
-    if (root) data::ParallelReader(train_src, train_tgt).skip_rest();
+    if (root) {
+      data::ParallelReader reader(train_src, train_tgt);
+      reader.skip_rest();
+      text_fingerprint = reader.fingerprint();
+    }
     valid = data::read_parallel(cfg.string("data.valid_src"), cfg.string("data.valid_tgt"));
     const std::map<std::string, std::string> stored =
         resume_checkpoint.empty() ? std::map<std::string, std::string>() : io::load_vocabularies(resume_checkpoint);
@@ -400,7 +477,7 @@ TaskData load_task_data(const io::Config& cfg, dist::Communicator* world, const 
                                   paths);
   });
   const std::int64_t max_len = cfg.integer("data.max_len");
-  t.train = report(encode_files(t.src_codec, t.tgt_codec, train_src, train_tgt, max_len, world), "training", max_len);
+  t.train = encode_training_pairs(cfg, t, text_fingerprint, world);
   EncodedPairs v = encode_pairs(t.src_codec, t.tgt_codec, valid, max_len, world);
   for (std::int64_t line : v.kept_lines) t.valid_refs.push_back(valid.tgt[static_cast<std::size_t>(line)]);
   t.valid = report(std::move(v), "validation", max_len);

@@ -640,10 +640,11 @@ class Run {
   // Notes, once, each config key whose value differs from the one the checkpoint was written with.
   void warn_config_changes(const std::string& saved_yaml, const std::string& path) const {
     const io::Config saved = io::Config::parse(tessera_schema(), saved_yaml, path);
+    const auto shown = [](const std::string& v) { return v.empty() ? std::string("\"\"") : v; };
     for (const auto& [key, value] : cfg_.values()) {
       auto it = saved.values().find(key);
       if (it != saved.values().end() && it->second != value)
-        fmt::print("resume: {} = {} (the checkpoint was written with {})\n", key, value, it->second);
+        fmt::print("resume: {} = {} (the checkpoint was written with {})\n", key, shown(value), shown(it->second));
     }
   }
 

@@ -11,6 +11,7 @@
 #include <string>
 
 #include "common/error.h"
+#include "common/hash.h"
 
 namespace tessera::data {
 
@@ -171,6 +172,7 @@ bool ParallelReader::next_pair(std::string& s, std::string& t) {
   const bool got_src = src_.next(s);
   const bool got_tgt = tgt_.next(t);
   if (got_src != got_tgt) fail_counts(got_src ? src_ : tgt_, got_src);
+  if (got_src) fingerprint_ = hash_combine(hash_combine(fingerprint_, s), t);
   return got_src;
 }
 

@@ -60,12 +60,16 @@ class ParallelReader {
   bool next(ParallelText& chunk, std::int64_t max_pairs);
   // Reads the rest through, keeping nothing (the checks above only); returns how many pairs.
   std::int64_t skip_rest();
+  // A 64-bit hash of every pair read so far, in order (lines as returned: without "\n" or "\r"):
+  // what an encoded copy of the text is checked against (a changed line changes it).
+  std::uint64_t fingerprint() const { return fingerprint_; }
 
  private:
   bool next_pair(std::string& s, std::string& t);  // false at the end of both files
   [[noreturn]] void fail_counts(LineReader& longer, bool src_is_longer);
   std::string src_path_, tgt_path_;
   LineReader src_, tgt_;
+  std::uint64_t fingerprint_ = 0;
 };
 
 }  // namespace tessera::data

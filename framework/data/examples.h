@@ -5,10 +5,33 @@
 
 #include <cstdint>
 #include <initializer_list>
+#include <optional>
 #include <span>
+#include <string>
 #include <vector>
 
 namespace tessera::data {
+
+class ExampleSet;
+
+// An encoded corpus kept on disk, so that a later start need not encode the text again: what it
+// was made from (`key`, a hash of the text, the vocabularies and the length limit) and the pairs
+// encoding dropped.
+struct ExampleFileInfo {
+  std::uint64_t key = 0;
+  std::int64_t empty = 0, too_long = 0;
+};
+
+// Writes `set` to `path` in our binary form (little-endian; a checksum at the end) by way of a
+// temporary file renamed over it: an error or a crash never leaves a half-written `path`, and two
+// writers of one path leave one whole file. Throws naming the file and the reason.
+void write_example_file(const std::string& path, const ExampleSet& set, const ExampleFileInfo& info);
+
+// The pairs in `path` when it is a whole, undamaged file of this form made from `key`; otherwise
+// nullopt, with `why` saying what is wrong with it (missing, another key, truncated, a checksum
+// that does not match, ...). Never throws for the file's content.
+std::optional<ExampleSet> read_example_file(const std::string& path, std::uint64_t key, ExampleFileInfo& info,
+                                            std::string& why);
 
 // One training pair as token ids, without bos/eos (the batcher adds them).
 struct Example {
@@ -45,6 +68,9 @@ class ExampleSet {
   bool operator==(const ExampleSet& other) const;  // the same pairs, whatever the widths
 
  private:
+  friend void write_example_file(const std::string&, const ExampleSet&, const ExampleFileInfo&);
+  friend std::optional<ExampleSet> read_example_file(const std::string&, std::uint64_t, ExampleFileInfo&, std::string&);
+
   // An array grown in chunks of 2^20 elements: appending never moves what is there, so a set of
   // gigabytes grows without the doubled peak (and the copy) of one growing std::vector.
   template <typename T>

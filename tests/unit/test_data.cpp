@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
@@ -13,6 +14,7 @@
 #include "common/error.h"
 #include "data/batching.h"
 #include "data/corpus.h"
+#include "data/examples.h"
 #include "data/synthetic.h"
 #include "data/vocab.h"
 #include "test_util.h"
@@ -197,6 +199,33 @@ TEST(Corpus, ParallelReaderChunks) {
   EXPECT_EQ(partly.skip_rest(), 200);
   EXPECT_EQ(error_of([&] { ParallelReader(two, dir.path("none.en")); }),
             fmt::format("cannot read '{}': No such file or directory", dir.path("none.en")));
+}
+
+// The fingerprint an encoded copy is checked against: the same for the same pairs however read
+// (in chunks or skipped through, CRLF or LF), different for any change to a pair or their order.
+TEST(Corpus, ParallelReaderFingerprint) {
+  TempDir dir;
+  const auto fingerprint = [&](const std::string& en, const std::string& de) {
+    ParallelReader reader(dir.file("f.en", en), dir.file("f.de", de));
+    reader.skip_rest();
+    return reader.fingerprint();
+  };
+  const std::uint64_t base = fingerprint("a b\nc\n", "x\ny z\n");
+  EXPECT_EQ(fingerprint("a b\r\nc\r\n", "x\r\ny z"), base);
+  EXPECT_NE(fingerprint("a b\nd\n", "x\ny z\n"), base);      // one letter
+  EXPECT_NE(fingerprint("c\na b\n", "y z\nx\n"), base);      // the pairs' order
+  EXPECT_NE(fingerprint("a\nb c\n", "x\ny z\n"), base);      // a word moved to the next line
+  EXPECT_NE(fingerprint("x\ny z\n", "a b\nc\n"), base);      // the sides swapped
+  EXPECT_NE(fingerprint("a b\nc\n\n", "x\ny z\n\n"), base);  // a pair of empty lines more
+  EXPECT_NE(fingerprint("", ""), base);
+
+  const std::string en = kCorpusDir + "/multi30k_300.en", de = kCorpusDir + "/multi30k_300.de";
+  ParallelReader whole(en, de), chunked(en, de);
+  whole.skip_rest();
+  ParallelText chunk;
+  while (chunked.next(chunk, 7)) {
+  }
+  EXPECT_EQ(chunked.fingerprint(), whole.fingerprint());
 }
 
 // ---------------------------------------------------------------- vocab
@@ -450,6 +479,137 @@ TEST(ExampleSet, RefusesNegativeIdsAndLeavesTheSetAsItWas) {
   ExampleSet set = {{{4}, {5}}};
   EXPECT_EQ(error_of([&] { set.add({{6}, {-1}}); }), "ExampleSet: token id -1 is negative (pair 1)");
   EXPECT_EQ(set.to_vector(), (std::vector<Example>{{{4}, {5}}}));
+}
+
+// ---------------------------------------------------------------- the encoded-pairs file (data.cache)
+
+namespace {
+
+std::optional<ExampleSet> read_back(const std::string& path, std::uint64_t key, ExampleFileInfo& info,
+                                    std::string& why) {
+  why.clear();
+  return read_example_file(path, key, info, why);
+}
+
+// Overwrites the bytes at `offset` of `path`.
+void patch(const std::string& path, std::int64_t offset, const std::string& bytes) {
+  std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
+  f.seekp(offset);
+  f.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+}
+
+std::vector<std::string> files_in(const fs::path& dir) {
+  std::vector<std::string> names;
+  for (const auto& entry : fs::directory_iterator(dir)) names.push_back(entry.path().filename().string());
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+}  // namespace
+
+// Every width and size comes back as it was, with the counts of the pairs encoding dropped: a
+// large set's ends and ids straddle the storage's chunks.
+TEST(ExampleFile, RoundTripsEverySet) {
+  TempDir dir;
+  std::vector<Example> large;
+  for (std::int32_t i = 0; i < 600000; ++i) large.push_back({{i % 65536, 7}, {(i * 13) % 65536}});
+  ExampleSet wide = {{{1, 2}, {3}}, {{}, {70000}}};
+  ASSERT_TRUE(wide.wide());
+  const std::vector<ExampleSet> sets = {ExampleSet(), ExampleSet({{{4, 5, 6}, {7}}, {{8}, {}}}), wide,
+                                        ExampleSet(large)};
+  for (std::size_t k = 0; k < sets.size(); ++k) {
+    const std::string path = dir.path("set" + std::to_string(k) + ".bin");
+    write_example_file(path, sets[k], {.key = 42 + k, .empty = 3, .too_long = static_cast<std::int64_t>(k)});
+    ExampleFileInfo info;
+    std::string why;
+    const std::optional<ExampleSet> back = read_back(path, 42 + k, info, why);
+    ASSERT_TRUE(back.has_value()) << k << ": " << why;
+    EXPECT_EQ(*back, sets[k]) << k;
+    EXPECT_EQ(back->wide(), sets[k].wide()) << k;
+    EXPECT_EQ(back->to_vector(), sets[k].to_vector()) << k;
+    EXPECT_EQ(info.key, 42 + k);
+    EXPECT_EQ(info.empty, 3);
+    EXPECT_EQ(info.too_long, static_cast<std::int64_t>(k));
+  }
+  // Sixteen-bit ids take two bytes each: 56 header + 16 a pair + 2 an id + 4 checksum.
+  EXPECT_EQ(fs::file_size(dir.path("set1.bin")), 56u + 16 * 2 + 2 * 5 + 4);
+  EXPECT_EQ(fs::file_size(dir.path("set2.bin")), 56u + 16 * 2 + 4 * 4 + 4);
+}
+
+// A file that is missing, of another key, truncated, damaged or not ours is not used, and `why`
+// says which; none of them throws.
+TEST(ExampleFile, RefusesWhatItCannotTrust) {
+  TempDir dir;
+  const ExampleSet set = {{{4, 5, 6}, {7}}, {{8}, {9, 10}}};
+  const std::string path = dir.path("pairs.bin");
+  const auto fresh = [&] { write_example_file(path, set, {.key = 7}); };
+  ExampleFileInfo info;
+  std::string why;
+  const auto refused = [&](std::uint64_t key) { return !read_back(path, key, info, why).has_value(); };
+
+  EXPECT_TRUE(refused(7));
+  EXPECT_EQ(why, "it does not exist");
+  fresh();
+  EXPECT_FALSE(refused(7)) << why;
+  EXPECT_TRUE(refused(8));
+  EXPECT_EQ(why, "it was made from other text, vocabularies or length limit");
+
+  fs::resize_file(path, fs::file_size(path) - 1);
+  EXPECT_TRUE(refused(7));
+  EXPECT_EQ(why, "it has 105 bytes where its header says 106 (truncated or damaged)");
+
+  fresh();
+  patch(path, 56 + 16 * 2 + 2, std::string(1, '\x55'));  // inside the ids
+  EXPECT_TRUE(refused(7));
+  EXPECT_EQ(why, "its checksum does not match its content (damaged)");
+
+  fresh();
+  patch(path, 56 + 16, std::string(1, '\x02'));  // the third sequence end: 5 -> 2, before the one before it
+  EXPECT_TRUE(refused(7));
+  EXPECT_EQ(why, "its checksum does not match its content (damaged)");
+
+  fresh();
+  patch(path, 24, std::string(1, '\x03'));  // the pair count
+  EXPECT_TRUE(refused(7));
+  EXPECT_EQ(why, "it has 106 bytes where its header says 122 (truncated or damaged)");
+
+  fresh();
+  patch(path, 24, std::string(8, '\xff'));  // a negative pair count
+  EXPECT_TRUE(refused(7));
+  EXPECT_EQ(why, "its header is damaged");
+
+  dir.file("pairs.bin", std::string(200, 'x'));
+  EXPECT_TRUE(refused(7));
+  EXPECT_EQ(why, "it is not a file of encoded pairs (or of another version of this form)");
+  dir.file("pairs.bin", "short");
+  EXPECT_TRUE(refused(7));
+  EXPECT_EQ(why, "it is truncated (5 bytes)");
+  fs::remove(path);
+  fs::create_directory(path);
+  EXPECT_TRUE(refused(7));
+  EXPECT_FALSE(why.empty());
+}
+
+// A write that fails names the file and why, and leaves no file behind; a write over an old file
+// replaces it whole.
+TEST(ExampleFile, WritesWholeFilesOrNone) {
+  TempDir dir;
+  const ExampleSet set = {{{4}, {5}}};
+  const std::string missing = dir.path("no_such_dir/pairs.bin");
+  EXPECT_EQ(error_of([&] { write_example_file(missing, set, {}); }),
+            fmt::format("cannot write encoded pairs to '{}': No such file or directory", missing));
+  const std::string path = dir.path("pairs.bin");
+  write_example_file(path, ExampleSet({{{1, 2, 3}, {4, 5, 6}}}), {.key = 1});
+  write_example_file(path, set, {.key = 2});
+  EXPECT_EQ(files_in(dir.path("")), std::vector<std::string>{"pairs.bin"});  // no temporary file left
+  ExampleFileInfo info;
+  std::string why;
+  EXPECT_EQ(read_back(path, 2, info, why), std::optional<ExampleSet>(set)) << why;
+  if (::geteuid() != 0) {  // root writes into a read-only folder all the same
+    fs::permissions(dir.path(""), fs::perms::owner_read | fs::perms::owner_exec);
+    EXPECT_NE(error_of([&] { write_example_file(path, set, {}); }).find("Permission denied"), std::string::npos);
+    fs::permissions(dir.path(""), fs::perms::owner_all);
+  }
 }
 
 TEST(Batch, MakeBatchWithThirtyTwoBitIds) {
