@@ -327,10 +327,16 @@ class Run {
       // first signal (a second one of its own still ends it at once).
       int stop_signal = own_signal != 0 ? own_signal : stop.data<std::int32_t>()[0] > 0 ? SIGTERM : 0;
       if (fault_at("TESSERA_FAULT_SIGNAL", step)) std::raise(SIGTERM);
-      if (step % log_every == 0 || step == max_steps || out_of_time) {
+      // The update that took the last batch of train.max_epochs ends the run as max_steps would.
+      const bool last_of_data =
+          max_epochs > 0 &&
+          (out_of_data || (batcher_.epoch() == max_epochs - 1 && batcher_.position() == batcher_.batches_per_epoch()));
+      if (step % log_every == 0 || step == max_steps || out_of_time || last_of_data) {
         const double wsecs = std::chrono::duration<double>(Clock::now() - window_start).count();
         const double session = std::chrono::duration<double>(Clock::now() - start_).count();
-        double eta = session / static_cast<double>(step - first_step) * static_cast<double>(max_steps - step);
+        const std::int64_t steps_left =
+            last_of_data ? 0 : std::min(max_steps - step, steps_left_in_epochs(max_epochs, accumulate));
+        double eta = session / static_cast<double>(step - first_step) * static_cast<double>(steps_left);
         if (max_seconds > 0) eta = std::min(eta, max_seconds - elapsed);
         const double loss = window.smoothed / static_cast<double>(window.tokens);
         const double ppl = std::exp(window.nll / static_cast<double>(window.tokens));
@@ -635,6 +641,16 @@ class Run {
                removed.empty() ? std::string() : fmt::format("; removed{}", removed));
     std::fflush(stdout);
     return path;
+  }
+
+  // Updates left before train.max_epochs is reached (each takes `accumulate` batches; the last may
+  // take fewer); no limit when max_epochs is 0.
+  std::int64_t steps_left_in_epochs(std::int64_t max_epochs, std::int64_t accumulate) const {
+    if (max_epochs == 0) return std::numeric_limits<std::int64_t>::max();
+    const std::int64_t per_epoch = batcher_.batches_per_epoch();
+    const std::int64_t batches =
+        std::max<std::int64_t>(0, (max_epochs - batcher_.epoch()) * per_epoch - batcher_.position());
+    return (batches + accumulate - 1) / accumulate;
   }
 
   // Notes, once, each config key whose value differs from the one the checkpoint was written with.

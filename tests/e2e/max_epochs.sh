@@ -1,0 +1,35 @@
+#!/bin/sh
+# train.max_epochs: the run stops after that many passes over the data (exit 0, its final files),
+# logs its last steps although they do not end a train.log_every window, with eta 0 there; its eta
+# counts the epochs left, not train.max_steps; a resume with more epochs trains exactly one epoch
+# of batches more.
+# Usage: max_epochs.sh TESSERA CONFIG WORKDIR
+set -eu
+tessera=$1 config=$2 work=$3
+rm -rf "$work" && mkdir -p "$work"
+fail() { echo "FAIL: $*"; exit 1; }
+dir="$work/run"
+args="--config $config --set output.dir=$dir --set train.max_steps=100000 --set train.valid_every=0 --set checkpoint.every=0 --set data.synthetic_train_size=300 --set data.synthetic_valid_size=20 --set train.batch_tokens=1024"
+"$tessera" train $args --set train.max_epochs=2 --set train.log_every=5 > "$work/two.log" 2>&1 ||
+  { cat "$work/two.log"; fail "the run failed"; }
+grep -E '^(step|train:|model:)' "$work/two.log" | cut -c1-100
+per_epoch=$(sed -n 's/^model: .*; \([0-9]*\) batches per epoch$/\1/p' "$work/two.log")
+[ -n "$per_epoch" ] && [ $((2 * per_epoch % 5)) -ne 0 ] ||
+  fail "$per_epoch batches per epoch: the last step would end a log window anyway, the check below proves nothing"
+last=$((2 * per_epoch))
+grep -qx "train: stopping after 2 epochs (train.max_epochs)" "$work/two.log" || fail "no stop after 2 epochs"
+grep -q "^step $last | epoch 2 | " "$work/two.log" || fail "the last step ($last) was not logged"
+grep -q "^step $((last + 1)) " "$work/two.log" && fail "trained past the last epoch"
+[ -e "$dir/model.h5" ] && [ -e "$dir/checkpoint_$(printf %08d $last).h5" ] || fail "no final files"
+# eta: 0 at the last step; before it, about the time of the steps left (not of 100,000 steps).
+sed -n 's/.*"step": \([0-9]*\),.*"elapsed_s": \([-0-9.e+]*\), "eta_s": \([-0-9.e+]*\)}$/\1 \2 \3/p' "$dir/metrics.jsonl" > "$work/eta.txt"
+cat "$work/eta.txt"
+awk -v last=$last '$1 == last { final = $3 } $1 == 5 { first = $3; el = $2 }
+  END { exit !(final == 0 && first > 0 && first < 100 * (el + 1)) }' "$work/eta.txt" ||
+  fail "eta is not 0 at the last step, or counts train.max_steps instead of the epochs left"
+
+"$tessera" train $args --set train.max_epochs=3 --set train.log_every=1000 --resume > "$work/three.log" 2>&1 ||
+  { cat "$work/three.log"; fail "the resume failed"; }
+grep -q "^step $((last + per_epoch)) | epoch 3 | " "$work/three.log" && grep -qx "train: stopping after 3 epochs (train.max_epochs)" "$work/three.log" ||
+  { cat "$work/three.log"; fail "the resume did not train one more epoch ($per_epoch steps) and stop"; }
+echo PASS
