@@ -37,7 +37,8 @@ const io::Schema& tessera_schema() {
                  "keep the encoded training pairs on disk: a later start (a resume) with the same text, "
                  "vocabularies and max_len reads them instead of encoding again")
         .string("data.cache_dir", "", {},
-                "folder for those files (encoded_train_<hash>.bin); empty: output.dir. Runs may share one")
+                "folder for those files (encoded_train_<hash>.bin); empty: output.dir. Runs with the same data.vocab "
+                "may share one")
         .integer("data.synthetic_vocab", 20, 2, 100000, "synthetic tasks: number of distinct symbols")
         .integer("data.synthetic_min_len", 10, 1, 10000, "synthetic tasks: shortest sequence")
         .integer("data.synthetic_max_len", 20, 1, 10000, "synthetic tasks: longest sequence; below model.max_positions")

@@ -250,9 +250,11 @@ EncodedPairs encode_files(const TextCodec& src_codec, const TextCodec& tgt_codec
                           std::int64_t pairs_per_round) {
   if (pairs_per_round <= 0) pairs_per_round = default_pairs_per_round(max_len);
   data::ParallelReader reader(src_path, tgt_path);
-  return encode_rounds(
+  EncodedPairs out = encode_rounds(
       src_codec, tgt_codec, [&](data::ParallelText& round) { return reader.next(round, pairs_per_round); }, max_len,
       world);
+  out.text_fingerprint = reader.fingerprint();
+  return out;
 }
 
 namespace {
@@ -340,33 +342,75 @@ TextCodec load_or_train_vocab(const io::Config& cfg, const std::string& path, co
 
 namespace {
 
-// Part of every cache file's key: raise it when a change here encodes the same text differently.
+// Part of every cache file's key: raise it when a change here (or in data::Vocab::encode) encodes
+// the same text differently.
 constexpr std::uint64_t kEncodedCacheVersion = 1;
 
-// The cache of encoded training pairs (data.cache): one file per text, vocabularies and max_len,
-// named by their hash, so that runs may share a folder. A file that is missing, damaged or not
-// readable on every rank means encoding the text as without a cache; failing to write one is a
-// note, not an error (the run has its pairs).
+// Rank 0's `value` on every rank.
+std::uint64_t broadcast_u64(std::uint64_t value, dist::Communicator* world) {
+  if (world == nullptr || world->size() == 1) return value;
+  Tensor t = Tensor::from(
+      std::vector<std::int32_t>{static_cast<std::int32_t>(value >> 32), static_cast<std::int32_t>(value & 0xffffffffU)},
+      {2});
+  world->broadcast(t, 0);
+  return (static_cast<std::uint64_t>(static_cast<std::uint32_t>(t.data<std::int32_t>()[0])) << 32) |
+         static_cast<std::uint32_t>(t.data<std::int32_t>()[1]);
+}
+
+// How many ranks of `world` (1 without one) have `flag` set.
+std::int32_t count_ranks(bool flag, dist::Communicator* world) {
+  Tensor t = Tensor::from(std::vector<std::int32_t>{flag ? 1 : 0}, {1});
+  if (world != nullptr && world->size() > 1) world->all_reduce(t, dist::ReduceOp::sum);
+  return t.data<std::int32_t>()[0];
+}
+
+// Why cached pairs do not fit this run (ids past its vocabularies, sides past data.max_len), or "".
+// Behind the checksum this takes only a damaged file the checksum missed, or a bug.
+std::string misfit(const data::ExampleSet& set, const TaskData& t, std::int64_t max_len) {
+  const data::ExampleSet::Extent e = set.extent();
+  if (e.max_src_id >= t.src_codec.size() || e.max_tgt_id >= t.tgt_codec.size())
+    return fmt::format("its ids (up to {} and {}) do not fit the vocabularies ({} and {} entries)", e.max_src_id,
+                       e.max_tgt_id, t.src_codec.size(), t.tgt_codec.size());
+  if (std::max(e.longest_src, e.longest_tgt) > max_len)
+    return fmt::format("it holds a sequence of {} tokens, over data.max_len = {}",
+                       std::max(e.longest_src, e.longest_tgt), max_len);
+  return "";
+}
+
+// The training pairs, encoded, or read from the cache (data.cache): one file per text,
+// vocabularies and max_len, named by their hash, so that runs may share a folder. A file that is
+// missing, damaged or not readable on every rank means encoding the text as without a cache;
+// failing to write one is a note, not an error (the run has its pairs).
 data::ExampleSet encode_training_pairs(const io::Config& cfg, const TaskData& t, std::uint64_t text_fingerprint,
                                        dist::Communicator* world) {
   const std::string train_src = cfg.string("data.train_src"), train_tgt = cfg.string("data.train_tgt");
   const std::int64_t max_len = cfg.integer("data.max_len");
-  const auto encode = [&] { return encode_files(t.src_codec, t.tgt_codec, train_src, train_tgt, max_len, world); };
+  const bool root = world == nullptr || world->rank() == 0;
+  const int ranks = world != nullptr ? world->size() : 1;
+  // Rank 0 alone read the text through at the start: its fingerprint is everyone's. The encoding
+  // reads the files again, on every rank: text that changed meanwhile (a copy still being made),
+  // or that differs between ranks, would give pairs that are not the hashed text's (nor each
+  // other's).
+  const std::uint64_t fingerprint = broadcast_u64(text_fingerprint, world);
+  const auto encode = [&] {
+    EncodedPairs e = encode_files(t.src_codec, t.tgt_codec, train_src, train_tgt, max_len, world);
+    if (const std::int32_t other = count_ranks(e.text_fingerprint != fingerprint, world); other > 0)
+      throw EveryRankError(fmt::format(
+          "data: the training text ('{}', '{}') changed while this start read it{}: start again once the files are "
+          "in place",
+          train_src, train_tgt,
+          ranks > 1 ? fmt::format(", or differs between machines ({} of {} ranks read other text than rank 0 "
+                                  "first did)",
+                                  other, ranks)
+                    : ""));
+    return e;
+  };
   if (!cfg.boolean("data.cache")) return report(encode(), "training", max_len);
 
-  const bool root = world == nullptr || world->rank() == 0;
-  // Rank 0 alone read the text through: its key is everyone's.
-  std::uint64_t key = hash_combine(hash_combine(kEncodedCacheVersion, text_fingerprint), max_len);
+  std::uint64_t key = hash_combine(hash_combine(kEncodedCacheVersion, TESSERA_SENTENCEPIECE_VERSION), fingerprint);
+  key = hash_combine(key, static_cast<std::uint64_t>(max_len));
   for (const auto& [name, bytes] : checkpoint_vocabularies(cfg, t.src_codec, t.tgt_codec))
     key = hash_combine(hash_combine(key, name), bytes);
-  if (world != nullptr && world->size() > 1) {
-    Tensor k = Tensor::from(
-        std::vector<std::int32_t>{static_cast<std::int32_t>(key >> 32), static_cast<std::int32_t>(key & 0xffffffffU)},
-        {2});
-    world->broadcast(k, 0);
-    key = (static_cast<std::uint64_t>(static_cast<std::uint32_t>(k.data<std::int32_t>()[0])) << 32) |
-          static_cast<std::uint32_t>(k.data<std::int32_t>()[1]);
-  }
   const std::string dir =
       cfg.string("data.cache_dir").empty() ? cfg.string("output.dir") : cfg.string("data.cache_dir");
   const std::string path = (std::filesystem::path(dir) / fmt::format("encoded_train_{:016x}.bin", key)).string();
@@ -375,9 +419,11 @@ data::ExampleSet encode_training_pairs(const io::Config& cfg, const TaskData& t,
   data::ExampleFileInfo info;
   std::string why;
   std::optional<data::ExampleSet> cached = data::read_example_file(path, key, info, why);
-  Tensor missing = Tensor::from(std::vector<std::int32_t>{cached ? 0 : 1}, {1});
-  if (world != nullptr && world->size() > 1) world->all_reduce(missing, dist::ReduceOp::sum);
-  if (missing.data<std::int32_t>()[0] == 0) {
+  if (cached) {
+    why = misfit(*cached, t, max_len);
+    if (!why.empty()) cached.reset();
+  }
+  if (const std::int32_t missing = count_ranks(!cached, world); missing == 0) {
     fmt::print("data: read the encoded training pairs from {} ({:.1f}s; the same text, vocabularies and max_len)\n",
                path, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
     EncodedPairs read;  // kept_lines stays empty: only validation pairs need them
@@ -385,17 +431,19 @@ data::ExampleSet encode_training_pairs(const io::Config& cfg, const TaskData& t,
     read.empty = info.empty;
     read.too_long = info.too_long;
     return report(std::move(read), "training", max_len);
+  } else if (cached) {  // this rank's is fine (rank 0's in a folder the others do not see, say): it is kept
+    fmt::print("data: {} is not readable on every rank ({} of {} do not find it whole): encoding the text\n", path,
+               missing, ranks);
+  } else if (std::error_code ec; std::filesystem::exists(path, ec) || ec) {
+    fmt::print("data: not using {}: {}; encoding the text again\n", path, why);
   }
   const bool have_it = cached.has_value();
   cached.reset();  // not held while encoding
-  if (have_it) {   // this rank's is fine (rank 0's in a folder the others do not see, say): it is kept
-    fmt::print("data: {} is not readable on every rank ({} of {} miss it): encoding the text\n", path,
-               missing.data<std::int32_t>()[0], world->size());
-  } else if (std::filesystem::exists(path)) {
-    fmt::print("data: not using {}: {}; encoding the text again\n", path, why);
-  }
   EncodedPairs encoded = encode();
-  if (root && !have_it) {
+  // The others wait for rank 0's write (seconds to minutes on a shared filesystem) without the
+  // collectives' timeout.
+  root_first(world, [&] {
+    if (!root || have_it) return;
     try {
       std::error_code ec;
       std::filesystem::create_directories(dir, ec);
@@ -405,7 +453,7 @@ data::ExampleSet encode_training_pairs(const io::Config& cfg, const TaskData& t,
     } catch (const std::exception& e) {
       fmt::print("data: note: the encoded training pairs are not kept for later starts: {}\n", e.what());
     }
-  }
+  });
   return report(std::move(encoded), "training", max_len);
 }
 

@@ -72,6 +72,7 @@ struct EncodedPairs {
   data::ExampleSet examples;
   std::vector<std::int64_t> kept_lines;  // the line (0-based) each example came from
   std::int64_t empty = 0, too_long = 0;
+  std::uint64_t text_fingerprint = 0;  // encode_files: the text it read (data::ParallelReader::fingerprint)
 };
 EncodedPairs encode_pairs(const TextCodec& src_codec, const TextCodec& tgt_codec, const data::ParallelText& text,
                           std::int64_t max_len, dist::Communicator* world = nullptr, std::int64_t pairs_per_round = 0);

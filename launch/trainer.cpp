@@ -209,6 +209,15 @@ class Run {
     seed_ = s.dropout_seed;
     batcher_seed_ = s.shuffle_seed;
     batcher_ = make_batcher();
+    batcher_.seek(s.epoch, 0);
+    // Other batches than the run's (another data.max_len, train.batch_tokens or text) may not
+    // reach the position: said plainly (a shorter epoch that still does is the user's choice).
+    if (s.position > batcher_.batches_per_epoch())
+      throw EveryRankError(fmt::format(
+          "cannot resume from '{}': it stopped after batch {} of epoch {}, but this config's data gives that epoch "
+          "{} batches (data.max_len, train.batch_tokens or the training text differ from the run's): resume with the "
+          "run's own settings, or train into a new output.dir",
+          path, s.position, s.epoch + 1, batcher_.batches_per_epoch()));
     batcher_.seek(s.epoch, s.position);
     step_ = s.step;
     elapsed_before_ = s.elapsed_seconds;

@@ -144,6 +144,20 @@ void ExampleSet::shrink_to_fit() {
 
 std::int64_t ExampleSet::bytes() const { return ends_.bytes() + narrow_.bytes() + wide_.bytes(); }
 
+ExampleSet::Extent ExampleSet::extent() const {
+  Extent e;
+  for (std::int64_t i = 0; i < size(); ++i) {
+    e.longest_src = std::max(e.longest_src, src_size(i));
+    e.longest_tgt = std::max(e.longest_tgt, tgt_size(i));
+    for (int side = 0; side < 2; ++side) {
+      std::int32_t& max_id = side == 0 ? e.max_src_id : e.max_tgt_id;
+      for (std::int64_t k = end(2 * i - 1 + side); k < end(2 * i + side); ++k)
+        max_id = std::max(max_id, wide_ids_ ? wide_[k] : static_cast<std::int32_t>(narrow_[k]));
+    }
+  }
+  return e;
+}
+
 bool ExampleSet::operator==(const ExampleSet& other) const {
   if (ends_.size() != other.ends_.size()) return false;
   for (std::int64_t k = 0; k < ends_.size(); ++k)
@@ -185,11 +199,29 @@ struct File {
   }
 };
 
+// Removes `path`.*.tmp: what writers killed mid-write left (as large as the file). One that
+// is being written now goes too; its writer then fails to rename and notes it (the file is a
+// cache: nothing is lost).
+void remove_leftovers(const std::string& path) {
+  const std::filesystem::path p(path);
+  const std::string prefix = p.filename().string() + ".";
+  std::error_code ec;
+  for (std::filesystem::directory_iterator it(p.parent_path().empty() ? "." : p.parent_path(), ec), end;
+       !ec && it != end; it.increment(ec)) {
+    const std::string name = it->path().filename().string();
+    if (name.size() > prefix.size() + 4 && name.starts_with(prefix) && name.ends_with(".tmp")) {
+      std::error_code ignored;
+      std::filesystem::remove(it->path(), ignored);
+    }
+  }
+}
+
 }  // namespace
 
 void write_example_file(const std::string& path, const ExampleSet& set, const ExampleFileInfo& info) {
   // Unique among writers of one path (ranks of other jobs, other machines): each renames its own.
-  const std::string tmp = fmt::format("{}.tmp.{}.{:x}", path, ::getpid(), std::random_device{}());
+  const std::string tmp = fmt::format("{}.{}.{:x}.tmp", path, ::getpid(), std::random_device{}());
+  remove_leftovers(path);
   std::string error;  // why writing failed; empty while it goes well
   {
     File out;

@@ -22,14 +22,16 @@ struct ExampleFileInfo {
   std::int64_t empty = 0, too_long = 0;
 };
 
-// Writes `set` to `path` in our binary form (little-endian; a checksum at the end) by way of a
-// temporary file renamed over it: an error or a crash never leaves a half-written `path`, and two
-// writers of one path leave one whole file. Throws naming the file and the reason.
+// Writes `set` to `path` in our binary form (host byte order, recorded; a checksum at the end) by
+// way of a temporary file (`path`.<pid>.<random>.tmp) renamed over it: an error or a crash never
+// leaves a half-written `path`, and two writers of one path leave one whole file. Temporary files
+// of `path` left by a writer that was killed are removed first. Throws naming the file and the
+// reason.
 void write_example_file(const std::string& path, const ExampleSet& set, const ExampleFileInfo& info);
 
 // The pairs in `path` when it is a whole, undamaged file of this form made from `key`; otherwise
 // nullopt, with `why` saying what is wrong with it (missing, another key, truncated, a checksum
-// that does not match, ...). Never throws for the file's content.
+// that does not match, ...). Throws only for want of memory.
 std::optional<ExampleSet> read_example_file(const std::string& path, std::uint64_t key, ExampleFileInfo& info,
                                             std::string& why);
 
@@ -66,6 +68,13 @@ class ExampleSet {
   std::int64_t bytes() const;                      // heap bytes held by the ids and ends (capacity)
   bool wide() const { return wide_ids_; }          // 32-bit ids
   bool operator==(const ExampleSet& other) const;  // the same pairs, whatever the widths
+
+  // The largest id and the longest sequence of each side (all 0 for an empty set).
+  struct Extent {
+    std::int32_t max_src_id = 0, max_tgt_id = 0;
+    std::int64_t longest_src = 0, longest_tgt = 0;
+  };
+  Extent extent() const;
 
  private:
   friend void write_example_file(const std::string&, const ExampleSet&, const ExampleFileInfo&);

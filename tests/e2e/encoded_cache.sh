@@ -1,12 +1,16 @@
 #!/bin/sh
 # data.cache: the first start keeps the encoded training pairs in output.dir; a resume reads them
-# instead of encoding, and trains exactly as one that encodes; another text makes another file; a
-# damaged file is not used (and is written anew); a folder that cannot be written costs a note, not
-# the run; data.cache: false neither reads nor writes one; under mpirun every rank reads it.
+# instead of encoding, and trains exactly as one that encodes; another text, max_len or vocabulary
+# makes another file; runs share a data.cache_dir; a damaged file is not used (and is written anew);
+# a folder that cannot be written or searched costs a note, not the run; text that changes during
+# the start is refused; data.cache: false neither reads nor writes one; under mpirun every rank
+# reads it, or all encode.
 # Usage: encoded_cache.sh TESSERA CORPUS_DIR WORKDIR
 set -eu
 tessera=$1 corpus=$2 work=$3
+case $tessera in /*) ;; *) tessera=$(pwd)/$tessera ;; esac  # the mpirun runs below start in other folders
 rm -rf "$work" && mkdir -p "$work"
+corpus=$(cd "$corpus" && pwd) work=$(cd "$work" && pwd)
 fail() { echo "FAIL: $*"; exit 1; }
 en=$corpus/multi30k_300.en de=$corpus/multi30k_300.de
 head -n 20 "$en" > "$work/valid.en"
@@ -73,13 +77,74 @@ grep -q "^data: note: the encoded training pairs are not kept for later starts: 
   { cat "$work/unwritable.log"; fail "no note for a cache folder that cannot be made"; }
 grep -q "^step 9 " "$work/unwritable.log" || fail "the run did not go on without its cache"
 
+# A cache folder that cannot be searched (a symbolic link to itself): the same.
+ln -s loop "$work/loop"
+train "$work/run" loop --set train.max_steps=10 --set data.cache_dir="$work/loop/x" --resume
+grep -q "^data: not using $work/loop/x/encoded_train_[0-9a-f]*\.bin: Too many levels of symbolic links; encoding the text again$" \
+  "$work/loop.log" && grep -q "^data: note: the encoded training pairs are not kept for later starts: " "$work/loop.log" &&
+  grep -q "^step 10 " "$work/loop.log" || { cat "$work/loop.log"; fail "a cache folder that cannot be searched stopped the run"; }
+
+# One folder shared by runs: a run given the same vocabulary file reads what another kept; another
+# data.max_len, or another vocabulary, makes a file of its own.
+shared=$work/shared
+vocab=$work/run/vocab.model
+train "$work/a" shared_a --set train.max_steps=1 --set data.vocab="$vocab" --set data.cache_dir="$shared"
+train "$work/b" shared_b --set train.max_steps=1 --set data.vocab="$vocab" --set data.cache_dir="$shared"
+grep -q "^data: read the encoded training pairs from $shared/encoded_train_" "$work/shared_b.log" ||
+  { cat "$work/shared_b.log"; fail "a run did not read the pairs another run kept in data.cache_dir"; }
+train "$work/c" shared_c --set train.max_steps=1 --set data.vocab="$vocab" --set data.cache_dir="$shared" \
+  --set data.max_len=20
+"$tessera" vocab --input "$en" --model-prefix "$work/en250" --vocab-size 250 > /dev/null
+train "$work/d" shared_d --set train.max_steps=1 --set data.vocab="$work/en250.model" --set data.cache_dir="$shared"
+for log in shared_c shared_d; do
+  grep -q "^data: kept the encoded training pairs in $shared/encoded_train_" "$work/$log.log" ||
+    { cat "$work/$log.log"; fail "$log: another max_len or vocabulary did not make a file of its own"; }
+done
+[ "$(caches "$shared" | wc -l)" -eq 3 ] || fail "not 3 files in the shared folder: $(caches "$shared")"
+grep -q "longer than data.max_len=20 skipped" "$work/shared_c.log" || fail "data.max_len=20 did not apply"
+
+# Text that changes between rank 0's first read and the encoding (a FIFO that gives the corpus,
+# then a changed copy): refused, nothing cached.
+mkfifo "$work/fifo.en"
+(cat "$en" > "$work/fifo.en"; sleep 2; cat "$work/changed.en" > "$work/fifo.en") > /dev/null 2>&1 &
+writer=$!
+if "$tessera" train --config "$work/a/config.yaml" --set data.train_src="$work/fifo.en" --set output.dir="$work/fifo_run" \
+  --set data.cache_dir= > "$work/fifo.log" 2>&1; then
+  cat "$work/fifo.log"; fail "text that changed during the start was encoded"
+fi
+kill "$writer" 2> /dev/null || true
+grep -q "data: the training text ('$work/fifo.en', '$de') changed while this start read it: start again once the files are in place" \
+  "$work/fifo.log" || { cat "$work/fifo.log"; fail "no clear error for text that changed during the start"; }
+[ -z "$(caches "$work/fifo_run")" ] || fail "pairs of changed text were cached"
+
 # Under mpirun (two data-parallel ranks), every rank reads the file: it says so once.
 if command -v mpirun > /dev/null; then
   OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 mpirun -np 2 --oversubscribe \
-    "$tessera" train --config "$work/run/config.yaml" --set train.max_steps=10 --set parallel.data=2 \
+    "$tessera" train --config "$work/run/config.yaml" --set train.max_steps=11 --set parallel.data=2 \
     --set data.cache_dir= --resume > "$work/mpi.log" 2>&1 || { cat "$work/mpi.log"; fail "mpirun resume failed"; }
   [ "$(grep -c "^data: read the encoded training pairs from $cache (" "$work/mpi.log")" -eq 1 ] ||
     { cat "$work/mpi.log"; fail "under mpirun the ranks did not read the cached pairs (once in the log)"; }
-  grep -q "^step 10 " "$work/mpi.log" || fail "the mpirun resume did not train"
+  grep -q "^step 11 " "$work/mpi.log" || fail "the mpirun resume did not train"
+  # All or none: ranks in two folders, a relative data.cache_dir. Rank 0 keeps the file in its own;
+  # then rank 1 does not find it and both encode; with a copy in rank 1's folder both read it.
+  mkdir -p "$work/w0" "$work/w1"
+  mpmd() {  # run name: output.dir and log
+    name=$1
+    set -- train --config "$work/a/config.yaml" --set output.dir="$work/$name" --set data.cache_dir=rel \
+      --set parallel.data=2 --set train.max_steps=1
+    OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 mpirun --oversubscribe -np 1 -wdir "$work/w0" \
+      "$tessera" "$@" : -np 1 -wdir "$work/w1" "$tessera" "$@" > "$work/$name.log" 2>&1 ||
+      { cat "$work/$name.log"; fail "mpirun $name failed"; }
+  }
+  mpmd m1
+  [ "$(caches "$work/w0/rel" | wc -l)" -eq 1 ] && [ ! -e "$work/w1/rel" ] || fail "rank 0 did not keep its file alone"
+  mpmd m2
+  grep -q "^data: rel/encoded_train_[0-9a-f]*\.bin is not readable on every rank (1 of 2 do not find it whole): encoding the text$" \
+    "$work/m2.log" || { cat "$work/m2.log"; fail "a file rank 1 does not have was used"; }
+  grep -q "^step 1 " "$work/m2.log" || fail "m2 did not train"
+  cp -r "$work/w0/rel" "$work/w1/rel"
+  mpmd m3
+  grep -q "^data: read the encoded training pairs from rel/" "$work/m3.log" ||
+    { cat "$work/m3.log"; fail "with the file on both ranks, it was not read"; }
 fi
 echo PASS

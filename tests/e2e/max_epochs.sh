@@ -2,7 +2,7 @@
 # train.max_epochs: the run stops after that many passes over the data (exit 0, its final files),
 # logs its last steps although they do not end a train.log_every window, with eta 0 there; its eta
 # counts the epochs left, not train.max_steps; a resume with more epochs trains exactly one epoch
-# of batches more.
+# of batches more; a resume whose epoch has fewer batches than the position it stopped at is refused.
 # Usage: max_epochs.sh TESSERA CONFIG WORKDIR
 set -eu
 tessera=$1 config=$2 work=$3
@@ -32,4 +32,13 @@ awk -v last=$last '$1 == last { final = $3 } $1 == 5 { first = $3; el = $2 }
   { cat "$work/three.log"; fail "the resume failed"; }
 grep -q "^step $((last + per_epoch)) | epoch 3 | " "$work/three.log" && grep -qx "train: stopping after 3 epochs (train.max_epochs)" "$work/three.log" ||
   { cat "$work/three.log"; fail "the resume did not train one more epoch ($per_epoch steps) and stop"; }
+# A resume whose epoch has fewer batches than the position it stopped at (5 of 6; now 1): refused.
+"$tessera" train $args --set output.dir="$work/mid" --set train.max_steps=5 > "$work/mid.log" 2>&1 ||
+  { cat "$work/mid.log"; fail "the run to step 5 failed"; }
+if "$tessera" train $args --set output.dir="$work/mid" --set train.max_steps=8 --set train.batch_tokens=100000 \
+  --resume > "$work/fewer.log" 2>&1; then
+  cat "$work/fewer.log"; fail "a resume past the end of its epoch's batches trained"
+fi
+grep -q "cannot resume from '$work/mid/checkpoint_00000005.h5': it stopped after batch 5 of epoch 1, but this config's data gives that epoch 1 batches (data.max_len, train.batch_tokens or the training text differ from the run's)" \
+  "$work/fewer.log" || { cat "$work/fewer.log"; fail "no clear error for a position past the epoch's batches"; }
 echo PASS

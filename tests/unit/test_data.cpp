@@ -1,10 +1,12 @@
 // Data module: corpus reading, SentencePiece vocabulary, token-count batching, synthetic tasks.
 #include <gtest/gtest.h>
 #include <unistd.h>
+#include <zlib.h>
 
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <map>
 #include <optional>
 #include <set>
@@ -475,6 +477,19 @@ TEST(ExampleSet, EmptySets) {
   EXPECT_TRUE(empty.to_vector().empty());
 }
 
+TEST(ExampleSet, Extent) {
+  const ExampleSet::Extent none = ExampleSet().extent();
+  EXPECT_EQ(none.max_src_id, 0);
+  EXPECT_EQ(none.longest_tgt, 0);
+  for (const std::int32_t big : {9, 70000}) {  // sixteen and thirty-two bit ids
+    const ExampleSet::Extent e = ExampleSet({{{4, big, 1}, {2}}, {{}, {3, 5, 6, 7}}, {{8}, {}}}).extent();
+    EXPECT_EQ(e.max_src_id, big);
+    EXPECT_EQ(e.max_tgt_id, 7);
+    EXPECT_EQ(e.longest_src, 3);
+    EXPECT_EQ(e.longest_tgt, 4);
+  }
+}
+
 TEST(ExampleSet, RefusesNegativeIdsAndLeavesTheSetAsItWas) {
   ExampleSet set = {{{4}, {5}}};
   EXPECT_EQ(error_of([&] { set.add({{6}, {-1}}); }), "ExampleSet: token id -1 is negative (pair 1)");
@@ -496,6 +511,16 @@ void patch(const std::string& path, std::int64_t offset, const std::string& byte
   std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
   f.seekp(offset);
   f.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+}
+
+// Replaces the file's checksum (its last 4 bytes) by the CRC-32 of the rest.
+void rewrite_checksum(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  bytes.resize(bytes.size() - 4);
+  const auto crc = static_cast<std::uint32_t>(
+      crc32_z(crc32_z(0, nullptr, 0), reinterpret_cast<const Bytef*>(bytes.data()), bytes.size()));
+  patch(path, static_cast<std::int64_t>(bytes.size()), std::string(reinterpret_cast<const char*>(&crc), 4));
 }
 
 std::vector<std::string> files_in(const fs::path& dir) {
@@ -567,6 +592,21 @@ TEST(ExampleFile, RefusesWhatItCannotTrust) {
   patch(path, 56 + 16, std::string(1, '\x02'));  // the third sequence end: 5 -> 2, before the one before it
   EXPECT_TRUE(refused(7));
   EXPECT_EQ(why, "its checksum does not match its content (damaged)");
+  // The same damage behind a checksum that matches it (as a collision would give): the ends' order
+  // is checked too.
+  rewrite_checksum(path);
+  EXPECT_TRUE(refused(7));
+  EXPECT_EQ(why, "its sequence ends are out of order (damaged)");
+  fresh();
+  patch(path, 56 + 24, std::string(1, '\x09'));  // the last end: 7 -> 9, past the 7 ids
+  rewrite_checksum(path);
+  EXPECT_TRUE(refused(7));
+  EXPECT_EQ(why, "its sequence ends are out of order (damaged)");
+  fresh();
+  patch(path, 56 + 24, std::string(1, '\x06'));  // the last end: 7 -> 6, one id left over
+  rewrite_checksum(path);
+  EXPECT_TRUE(refused(7));
+  EXPECT_EQ(why, "its sequence ends do not cover its ids (damaged)");
 
   fresh();
   patch(path, 24, std::string(1, '\x03'));  // the pair count
@@ -600,8 +640,12 @@ TEST(ExampleFile, WritesWholeFilesOrNone) {
             fmt::format("cannot write encoded pairs to '{}': No such file or directory", missing));
   const std::string path = dir.path("pairs.bin");
   write_example_file(path, ExampleSet({{{1, 2, 3}, {4, 5, 6}}}), {.key = 1});
+  // What killed writers of this file left goes; others' files stay.
+  dir.file("pairs.bin.123.abc.tmp", "half");
+  dir.file("other.bin.123.abc.tmp", "half");
+  dir.file("pairs.bin.tmp", "not a leftover's name");
   write_example_file(path, set, {.key = 2});
-  EXPECT_EQ(files_in(dir.path("")), std::vector<std::string>{"pairs.bin"});  // no temporary file left
+  EXPECT_EQ(files_in(dir.path("")), (std::vector<std::string>{"other.bin.123.abc.tmp", "pairs.bin", "pairs.bin.tmp"}));
   ExampleFileInfo info;
   std::string why;
   EXPECT_EQ(read_back(path, 2, info, why), std::optional<ExampleSet>(set)) << why;
