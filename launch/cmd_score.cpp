@@ -1,6 +1,7 @@
-// `tessera score`: corpus BLEU of a hypothesis file (or stdin) against one or more reference
-// files, as sacreBLEU's default score (13a, mixed case, exp smoothing).
-//   tessera score --ref newstest.de [--ref second.de] [--hyp out.de] [--score-only | --json]
+// `tessera score`: corpus BLEU (and, with --metrics, chrF / chrF++) of a hypothesis file (or stdin)
+// against one or more reference files, as sacreBLEU's default scores (BLEU: 13a, mixed case, exp
+// smoothing; chrF: 6 character orders, beta 2, and 2 word orders for chrF++).
+//   tessera score --ref newstest.de [--ref second.de] [--hyp out.de] [-m bleu chrf chrf++] [--score-only | --json]
 //   tessera score --ref newstest.de --checkpoint run/model.h5 --src newstest.en   (translate, then score)
 // Under mpirun, rank 0 scores; with --checkpoint the ranks share the translation first.
 // Files are read as sacreBLEU reads them: UTF-8, lines split on "\n" only; each line is
@@ -20,6 +21,7 @@
 #include "data/corpus.h"
 #include "dist/mpi_communicator.h"
 #include "eval/bleu.h"
+#include "eval/chrf.h"
 #include "launch/commands.h"
 #include "launch/process_grid.h"
 #include "launch/schema.h"
@@ -34,8 +36,9 @@ struct ScoreOptions {
   std::string checkpoint, src;  // translate src with the checkpoint instead of reading hypotheses
   bool score_only = false;
   bool json = false;
-  std::string device = "cpu";  // where --checkpoint translates
-  std::int64_t batch = 0;      // sentences --checkpoint decodes together (0: the config's)
+  std::vector<std::string> metrics = {"bleu"};  // printed in this order, one line each
+  std::string device = "cpu";                   // where --checkpoint translates
+  std::int64_t batch = 0;                       // sentences --checkpoint decodes together (0: the config's)
 };
 
 std::vector<std::string> read_lines(std::istream& in, const std::string& name) {
@@ -82,6 +85,33 @@ void check_line_counts(const std::vector<std::vector<std::string>>& refs, const 
       fail("score: {} has {} lines but reference file '{}' has {} lines", what, lines, ref_paths[i], refs[i].size());
 }
 
+void print_bleu(const eval::BleuScore& s, std::size_t nrefs, const ScoreOptions& opt) {
+  if (opt.score_only) {
+    fmt::print("{:.2f}\n", s.score);
+  } else if (opt.json) {
+    fmt::print(
+        "{{\"name\": \"BLEU\", \"score\": {}, \"precisions\": {}, \"bp\": {}, \"ratio\": {}, \"hyp_len\": {}, "
+        "\"ref_len\": {}, \"counts\": {}, \"totals\": {}, \"nrefs\": {}, \"tok\": \"13a\", \"summary\": \"{}\"}}\n",
+        s.score, json_number_list(s.precisions), s.brevity_penalty, s.ratio, s.hyp_len, s.ref_len,
+        json_int_list(s.matches), json_int_list(s.totals), nrefs, s.summary());
+  } else {
+    fmt::print("{}\n", s.summary());
+  }
+}
+
+void print_chrf(const eval::ChrfScore& s, std::size_t nrefs, const ScoreOptions& opt) {
+  if (opt.score_only) {
+    fmt::print("{:.2f}\n", s.score);
+  } else if (opt.json) {
+    fmt::print(
+        "{{\"name\": \"{}\", \"score\": {}, \"char_order\": {}, \"word_order\": {}, \"beta\": {}, \"nrefs\": {}, "
+        "\"summary\": \"{}\"}}\n",
+        s.name(), s.score, s.char_order, s.word_order, s.beta, nrefs, s.summary());
+  } else {
+    fmt::print("{}\n", s.summary());
+  }
+}
+
 int run_score(const ScoreOptions& opt) {
   std::vector<std::string> hyps;
   std::vector<std::vector<std::string>> refs;
@@ -115,17 +145,12 @@ int run_score(const ScoreOptions& opt) {
   }
   if (hyps.empty()) fail("score: no hypothesis lines in {}", hyp_source);
   check_line_counts(refs, opt.refs, hyps.size(), hyp_source);
-  const eval::BleuScore s = eval::corpus_bleu(hyps, refs);
-  if (opt.score_only) {
-    fmt::print("{:.2f}\n", s.score);
-  } else if (opt.json) {
-    fmt::print(
-        "{{\"name\": \"BLEU\", \"score\": {}, \"precisions\": {}, \"bp\": {}, \"ratio\": {}, \"hyp_len\": {}, "
-        "\"ref_len\": {}, \"counts\": {}, \"totals\": {}, \"nrefs\": {}, \"tok\": \"13a\", \"summary\": \"{}\"}}\n",
-        s.score, json_number_list(s.precisions), s.brevity_penalty, s.ratio, s.hyp_len, s.ref_len,
-        json_int_list(s.matches), json_int_list(s.totals), refs.size(), s.summary());
-  } else {
-    fmt::print("{}\n", s.summary());
+  for (const std::string& metric : opt.metrics) {
+    if (metric == "bleu") {
+      print_bleu(eval::corpus_bleu(hyps, refs), refs.size(), opt);
+    } else {
+      print_chrf(eval::corpus_chrf(hyps, refs, metric == "chrf++" ? 2 : 0), refs.size(), opt);
+    }
   }
   std::fflush(stdout);
   return 0;
@@ -136,7 +161,8 @@ int run_score(const ScoreOptions& opt) {
 Command add_score_command(CLI::App& parent) {
   auto opt = std::make_shared<ScoreOptions>();
   CLI::App* cmd = parent.add_subcommand(
-      "score", "Corpus BLEU of hypotheses against references, identical to sacreBLEU's default score (13a, cased)");
+      "score",
+      "Corpus BLEU (and chrF, chrF++) of hypotheses against references, identical to sacreBLEU's default scores");
   cmd->add_option("--ref,-r", opt->refs,
                   "Reference file(s), one segment per line; several files: several reference sets")
       ->required();
@@ -154,8 +180,13 @@ Command add_score_command(CLI::App& parent) {
       ->check(CLI::Range(1, 100000))
       ->needs(checkpoint);
   checkpoint->needs(cmd->get_option("--src"));
+  cmd->add_option("--metrics,-m", opt->metrics,
+                  "Scores to print, one line each, in this order: bleu, chrf (chrF2), chrf++ (chrF2++)")
+      ->check(CLI::IsMember({"bleu", "chrf", "chrf++"}))
+      ->capture_default_str();
   auto* score_only = cmd->add_flag("--score-only,-b", opt->score_only, "Print only the score, with 2 decimals");
-  cmd->add_flag("--json", opt->json, "Print a JSON object: score, precisions, bp, ratio, hyp_len, ref_len, ...")
+  cmd->add_flag("--json", opt->json,
+                "Print a JSON object per metric: name, score, and its details (BLEU: precisions, bp, ratio, ...)")
       ->excludes(score_only);
   return {cmd, [opt] { return run_score(*opt); }};
 }

@@ -1,5 +1,6 @@
-// BLEU and the 13a tokenizer against sacreBLEU 2.6.0: the fixtures in tests/data/bleu/ and their
-// expected results were written by tests/data/bleu/make_fixtures.py (no Python needed here).
+// BLEU, the 13a tokenizer, chrF and chrF++ against sacreBLEU 2.6.0: the fixtures in tests/data/bleu/
+// and their expected results were written by tests/data/bleu/make_fixtures.py and
+// make_chrf_fixtures.py (no Python needed here).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -14,12 +15,15 @@
 
 #include "common/error.h"
 #include "eval/bleu.h"
+#include "eval/chrf.h"
 
 namespace {
 
 using tessera::eval::bleu_from_stats;
 using tessera::eval::BleuScore;
+using tessera::eval::ChrfScore;
 using tessera::eval::corpus_bleu;
+using tessera::eval::corpus_chrf;
 using tessera::eval::tokenize_13a;
 
 std::string bleu_data(const std::string& name) { return std::string(TESSERA_TEST_DATA_DIR) + "/bleu/" + name; }
@@ -295,6 +299,57 @@ TEST(BleuSummary, SacrebleuFormat) {
   s.hyp_len = 12345;
   s.ref_len = 12637;
   EXPECT_EQ(s.summary(), "BLEU = 34.20 66.2/41.0/27.6/18.9 (BP = 0.977 ratio = 0.977 hyp_len = 12345 ref_len = 12637)");
+}
+
+// ---------------------------------------------------------------- chrF
+
+// Every fixture set, chrF2 and chrF2++, to the last bit of sacreBLEU's double (the same operations
+// in the same order).
+TEST(Chrf, MatchesSacrebleuOnEveryFixture) {
+  int sets = 0;
+  for (const std::string& line : read_lines(bleu_data("expected_chrf.txt"))) {
+    if (line.empty() || line[0] == '#') continue;
+    std::istringstream in(line);
+    std::string name, word;
+    double chrf = -1, chrfpp = -1;
+    in >> name >> chrf >> chrfpp >> word;
+    ASSERT_EQ(word, "hyp") << line;
+    std::string hyp;
+    in >> hyp >> word;
+    ASSERT_EQ(word, "ref") << line;
+    std::vector<std::vector<std::string>> refs;
+    while (in >> word) refs.push_back(read_lines(bleu_data(word)));
+    const std::vector<std::string> hyps = read_lines(bleu_data(hyp));
+    const ChrfScore c = corpus_chrf(hyps, refs, 0), cpp = corpus_chrf(hyps, refs, 2);
+    EXPECT_EQ(c.score, chrf) << name;
+    EXPECT_EQ(cpp.score, chrfpp) << name;
+    EXPECT_EQ(c.hyp_counts.size(), 6u);
+    EXPECT_EQ(cpp.matches.size(), 8u);
+    ++sets;
+  }
+  EXPECT_EQ(sets, 14);
+}
+
+TEST(Chrf, NamesCountsAndErrors) {
+  const ChrfScore s = corpus_chrf({"ab c"}, {{"abd"}}, 2);
+  EXPECT_EQ(s.name(), "chrF2++");
+  EXPECT_EQ(corpus_chrf({"x"}, {{"x"}}).name(), "chrF2");
+  // Characters without spaces "abc" against "abd": 1-grams 3 / 3 / 2 matched, 2-grams 2 / 2 / 1,
+  // 3-grams 1 / 1 / 0; words "ab","c" against "abd": 2 / 1 / 0, 1 / 0 / 0 (no reference bigram: the
+  // hypothesis' count is 0).
+  EXPECT_EQ(s.hyp_counts, (std::vector<std::int64_t>{3, 2, 1, 0, 0, 0, 2, 0}));
+  EXPECT_EQ(s.ref_counts, (std::vector<std::int64_t>{3, 2, 1, 0, 0, 0, 1, 0}));
+  EXPECT_EQ(s.matches, (std::vector<std::int64_t>{2, 1, 0, 0, 0, 0, 0, 0}));
+  // Orders 1..3 and the word unigrams count: precision = recall = (2/3 + 1/2 + 0 + 0) / 4.
+  EXPECT_NEAR(s.score, 100 * (2.0 / 3 + 0.5) / 4, 1e-12);
+  EXPECT_EQ(s.summary(), "chrF2++ = 29.17");
+  EXPECT_EQ(corpus_chrf({"", ""}, {{"", ""}}).score, 0.0);
+  try {
+    corpus_chrf({"a", "b"}, {{"a"}});
+    FAIL() << "no error";
+  } catch (const tessera::Error& e) {
+    EXPECT_STREQ(e.what(), "corpus_chrf: 2 hypotheses but reference set 1 of 1 has 1 lines");
+  }
 }
 
 }  // namespace
