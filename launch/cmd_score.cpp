@@ -5,7 +5,9 @@
 //   tessera score --ref newstest.de --checkpoint run/model.h5 --src newstest.en   (translate, then score)
 // Under mpirun, rank 0 scores; with --checkpoint the ranks share the translation first.
 // Files are read as sacreBLEU reads them: UTF-8, lines split on "\n" only; each line is
-// right-stripped of whitespace (so "\r\n" line ends do not matter) before tokenization.
+// right-stripped of whitespace (so "\r\n" line ends do not matter) before tokenization. Standard
+// input is read the same way (sacreBLEU's own differs there: a lone "\r" ends a line, and a tab
+// separates the lines of several systems).
 #include <fmt/format.h>
 
 #include <cerrno>

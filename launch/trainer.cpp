@@ -265,13 +265,17 @@ class Run {
     while (step < max_steps && !out_of_data) {
       // Gather the update's batches first: the loss is normalized by all their target tokens.
       std::vector<data::Batch> batches;
+      std::int64_t step_epoch = batcher_.epoch();  // the epoch of the update's last batch (logged)
       while (static_cast<std::int64_t>(batches.size()) < accumulate) {
-        data::Batch b;
-        if (batcher_.next(b)) {
-          batches.push_back(std::move(b));
-        } else if (max_epochs > 0 && batcher_.epoch() >= max_epochs) {
+        // Checked before each batch: a run resumed at the end of its last epoch takes none.
+        if (max_epochs > 0 && batcher_.epoch() >= max_epochs) {
           out_of_data = true;
           break;
+        }
+        data::Batch b;
+        if (batcher_.next(b)) {
+          step_epoch = batcher_.epoch();
+          batches.push_back(std::move(b));
         }
       }
       if (batches.empty()) break;
@@ -339,7 +343,7 @@ class Run {
       // The update that took the last batch of train.max_epochs ends the run as max_steps would.
       const bool last_of_data =
           max_epochs > 0 &&
-          (out_of_data || (batcher_.epoch() == max_epochs - 1 && batcher_.position() == batcher_.batches_per_epoch()));
+          (out_of_data || (batcher_.epoch() >= max_epochs - 1 && batcher_.position() == batcher_.batches_per_epoch()));
       if (step % log_every == 0 || step == max_steps || out_of_time || last_of_data) {
         const double wsecs = std::chrono::duration<double>(Clock::now() - window_start).count();
         const double session = std::chrono::duration<double>(Clock::now() - start_).count();
@@ -360,7 +364,7 @@ class Run {
         fmt::print(
             "step {} | epoch {} | loss {:.4f} | ppl {:.2f} | lr {:.3e} | gnorm {:.3f} | {:.0f} tok/s | {}pad {:.1f}% | "
             "{}elapsed {} | eta {}\n",
-            step, batcher_.epoch() + 1, loss, ppl, lr, gnorm, tps,
+            step, step_epoch + 1, loss, ppl, lr, gnorm, tps,
             on_gpu ? fmt::format("{:.1f} model TFLOP/s | gpu peak {:.2f} GiB | ", tflops,
                                  static_cast<double>(mem.peak_in_use) / (1024.0 * 1024.0 * 1024.0))
                    : fmt::format("mem peak {:.2f} GiB | ",
@@ -376,7 +380,7 @@ class Run {
             "\"tokens_per_s\": {}, \"model_tflops\": {}, \"gpu_peak_bytes\": {}, \"host_peak_bytes\": {}, \"padding\": "
             "{}, "
             "\"allreduce_wait_ms\": {}, \"imbalance_wait_ms\": {}, \"elapsed_s\": {}, \"eta_s\": {}}}\n",
-            step, batcher_.epoch() + 1, json_number(loss), json_number(ppl), json_number(lr), json_number(gnorm),
+            step, step_epoch + 1, json_number(loss), json_number(ppl), json_number(lr), json_number(gnorm),
             json_number(tps), json_number(tflops), mem.peak_in_use, host.peak_in_use, json_number(pad),
             json_number(wait_ms), json_number(skew_ms), json_number(elapsed), json_number(eta)));
         comm_wait_ = skew_wait_ = 0;
@@ -427,7 +431,8 @@ class Run {
         break;
       }
     }
-    if (out_of_data) fmt::print("train: stopping after {} epochs (train.max_epochs)\n", max_epochs);
+    if (out_of_data)
+      fmt::print("train: stopping after {} epoch{} (train.max_epochs)\n", max_epochs, max_epochs == 1 ? "" : "s");
     // The run is complete: a stop signal during this last validation skips it, the files below are
     // still written, and the exit status says the run was stopped.
     // Off the train.valid_every schedule (max_minutes, the epochs' end, a max_steps between two), it

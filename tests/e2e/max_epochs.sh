@@ -32,6 +32,23 @@ awk -v last=$last '$1 == last { final = $3 } $1 == 5 { first = $3; el = $2 }
   { cat "$work/three.log"; fail "the resume failed"; }
 grep -q "^step $((last + per_epoch)) | epoch 3 | " "$work/three.log" && grep -qx "train: stopping after 3 epochs (train.max_epochs)" "$work/three.log" ||
   { cat "$work/three.log"; fail "the resume did not train one more epoch ($per_epoch steps) and stop"; }
+# Resumed at the end of its last epoch: no step more (the limit is checked before each batch).
+"$tessera" train $args --set train.max_epochs=3 --set train.log_every=1 --resume > "$work/again.log" 2>&1 ||
+  { cat "$work/again.log"; fail "the resume of the finished run failed"; }
+grep -q '^step ' "$work/again.log" && { cat "$work/again.log"; fail "a run resumed at the end of its last epoch trained on"; }
+grep -qx "train: stopping after 3 epochs (train.max_epochs)" "$work/again.log" || fail "no stop message on the finished run"
+
+# Two batches an update, an odd count an epoch: the last update takes one batch, and is logged
+# with its epoch (1), not the next.
+"$tessera" train $args --set output.dir="$work/acc" --set train.accumulate=2 --set train.max_epochs=1 \
+  --set data.synthetic_train_size=400 --set train.log_every=100 > "$work/acc.log" 2>&1 ||
+  { cat "$work/acc.log"; fail "the accumulate run failed"; }
+acc_batches=$(sed -n 's/^model: .*; \([0-9]*\) batches per epoch$/\1/p' "$work/acc.log")
+[ $((acc_batches % 2)) -eq 1 ] || fail "$acc_batches batches per epoch: even, the check below proves nothing"
+grep -q "^step $(((acc_batches + 1) / 2)) | epoch 1 | " "$work/acc.log" &&
+  grep -qx "train: stopping after 1 epoch (train.max_epochs)" "$work/acc.log" ||
+  { cat "$work/acc.log"; fail "the last update of an odd epoch was not logged as epoch 1"; }
+
 # A resume whose epoch has fewer batches than the position it stopped at (5 of 6; now 1): refused.
 "$tessera" train $args --set output.dir="$work/mid" --set train.max_steps=5 > "$work/mid.log" 2>&1 ||
   { cat "$work/mid.log"; fail "the run to step 5 failed"; }
