@@ -21,6 +21,7 @@
 #include "dist/gradient_reducer.h"
 #include "dist/sharding.h"
 #include "eval/bleu.h"
+#include "eval/chrf.h"
 #include "io/checkpoint.h"
 #include "kernels/dispatch.h"
 #include "launch/process_grid.h"
@@ -763,7 +764,8 @@ class Run {
       for (const auto& h : hyps) out.push_back(task_.tgt_codec.decode(h));
       const eval::BleuScore bleu = eval::corpus_bleu(out, {refs});
       result.valid_bleu = bleu.score;
-      extra = fmt::format("BLEU {:.2f} on {} sentences", bleu.score, n);
+      result.valid_chrf = eval::corpus_chrf(out, {refs}).score;  // reported beside; BLEU picks the best
+      extra = fmt::format("BLEU {:.2f} | chrF2 {:.2f} on {} sentences", bleu.score, result.valid_chrf, n);
     }
     const double secs = std::chrono::duration<double>(Clock::now() - t0).count();
     const double score = task_.synthetic ? result.valid_accuracy : result.valid_bleu;
@@ -779,11 +781,11 @@ class Run {
     fmt::print("valid {} | loss {:.4f} | ppl {:.2f} | {} | beam {} | {:.1f}s\n", step, result.valid_loss,
                result.valid_ppl, extra, cfg_.integer("decode.beam"), secs);
     std::fflush(stdout);
-    metric(fmt::format(
-        "{{\"step\": {}, \"valid_loss\": {}, \"valid_ppl\": {}, \"valid_bleu\": {}, \"valid_accuracy\": {}, "
-        "\"valid_seconds\": {}}}\n",
-        step, json_number(result.valid_loss), json_number(result.valid_ppl), json_number(result.valid_bleu),
-        json_number(result.valid_accuracy), json_number(secs)));
+    metric(
+        fmt::format("{{\"step\": {}, \"valid_loss\": {}, \"valid_ppl\": {}, \"valid_bleu\": {}, \"valid_chrf\": {}, "
+                    "\"valid_accuracy\": {}, \"valid_seconds\": {}}}\n",
+                    step, json_number(result.valid_loss), json_number(result.valid_ppl), json_number(result.valid_bleu),
+                    json_number(result.valid_chrf), json_number(result.valid_accuracy), json_number(secs)));
     if (best && cfg_.boolean("checkpoint.keep_best")) {
       const std::string path = (dir_ / "checkpoint_best.h5").string();
       write_checkpoint(path, true);

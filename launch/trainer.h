@@ -19,6 +19,7 @@ struct TrainResult {
   double valid_loss = std::numeric_limits<double>::quiet_NaN();      // label-smoothed loss per token
   double valid_ppl = std::numeric_limits<double>::quiet_NaN();       // exp(NLL per token)
   double valid_bleu = std::numeric_limits<double>::quiet_NaN();      // translation tasks
+  double valid_chrf = std::numeric_limits<double>::quiet_NaN();      // translation tasks (chrF2)
   double valid_accuracy = std::numeric_limits<double>::quiet_NaN();  // synthetic tasks: exact match
   std::string checkpoint;  // the final model.h5, or the checkpoint written on a stop signal
   int stop_signal = 0;     // SIGTERM or SIGINT when one stopped the run (exit with 128 + it)

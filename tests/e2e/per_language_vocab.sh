@@ -3,7 +3,7 @@
 # from the source side only, the target one given; embeddings of their own sizes; translate and
 # score through both, also after the run folder moved and without the files (the checkpoint holds
 # them; `vocab --from-checkpoint` writes them out); a resume after a vocabulary file was replaced and
-# a --vocab that is not the run's are refused.
+# a --vocab that is not the run's are refused; the validation's BLEU and chrF2 equal `score`'s.
 # Usage: per_language_vocab.sh TESSERA CORPUS_DIR WORKDIR
 set -eu
 tessera=$1 corpus=$2 work=$3
@@ -28,6 +28,19 @@ grep -q "data: target vocabulary $work/de250.model (250 entries)" "$work/train.l
 grep -q "ß" "$work/de250.vocab" || fail "the German vocabulary has no ß: the check below proves nothing"
 grep -q "ß" "$work/run/vocab.src.vocab" && fail "the source vocabulary was trained on German text too"
 
+# The end-of-run validation (the final weights, the same decoding) scores what `score` scores:
+# BLEU and chrF2 to the last digit (a run long enough to translate more than nothing).
+"$tessera" train --config "$work/run/config.yaml" --set output.dir="$work/scored" --set train.max_steps=40 \
+  --set train.warmup=10 --set train.log_every=40 > "$work/scored.log" 2>&1 || { cat "$work/scored.log"; fail "the scored run failed"; }
+"$tessera" score --checkpoint "$work/scored/model.h5" --src "$work/valid.en" --ref "$work/valid.de" -m bleu chrf --json \
+  > "$work/score.json"
+grep -q '"hyp_len": 0,' "$work/score.json" && fail "the scored run translates nothing: the check below proves little"
+for m in bleu chrf; do
+  logged=$(sed -n "s/.*\"valid_$m\": \([-0-9.e+]*\),.*/\1/p" "$work/scored/metrics.jsonl" | tail -n 1)
+  scored=$(grep -i "\"name\": \"$m" "$work/score.json" | sed -n 's/.*"score": \([-0-9.e+]*\),.*/\1/p')
+  [ -n "$logged" ] && [ "$logged" = "$scored" ] ||
+    { cat "$work/score.json"; tail -n 2 "$work/scored/metrics.jsonl"; fail "valid_$m $logged is not score's $scored"; }
+done
 h5ls -r "$work/run/model.h5" > "$work/h5ls.txt"
 grep -q '^/model/encoder\.embed_tokens\.weight  *Dataset {300, 32}$' "$work/h5ls.txt" &&
   grep -q '^/model/decoder\.embed_tokens\.weight  *Dataset {250, 32}$' "$work/h5ls.txt" ||
