@@ -163,8 +163,14 @@ class Run {
     if (task_.train.empty()) throw EveryRankError("data: no training pairs left after filtering");
     if (task_.valid.empty()) throw EveryRankError("data: no validation pairs left after filtering");
     if (grid_.root()) {  // rank 0 alone writes metrics
-      metrics_.open(dir_ / "metrics.jsonl", std::ios::app);
-      TESSERA_CHECK(metrics_.good(), "cannot write metrics file '{}'", (dir_ / "metrics.jsonl").string());
+      const fs::path path = dir_ / "metrics.jsonl";
+      std::error_code ec;
+      const bool earlier_lines = fs::file_size(path, ec) > 0 && !ec;
+      metrics_.open(path, std::ios::app);
+      TESSERA_CHECK(metrics_.good(), "cannot write metrics file '{}'", path.string());
+      // A start from scratch after an attempt that saved no checkpoint (a resume says resumed_from):
+      // the lines below start again at step 1.
+      if (earlier_lines && resume_path.empty()) metric("{\"started_from_scratch\": true, \"step\": 0}\n");
     }
     // The failure tests' "step 0": the data preparation (a hang or a SIGTERM during it).
     maybe_inject_hang(0);
@@ -225,6 +231,13 @@ class Run {
     best_valid_ = s.best_valid;
     best_valid_step_ = s.best_valid_step;
     validations_since_best_ = s.validations_since_best;
+    // The validation a stop signal interrupted is pending wherever the run goes on. The record of
+    // validations that ran belongs to the checkpoint's folder: a run continued in another (a fork,
+    // whose metrics.jsonl has none) validates its last step again at its end.
+    pending_validation_ = s.last_validated_step < s.step;
+    std::error_code ec;
+    if (fs::equivalent(fs::path(path).parent_path().empty() ? fs::path(".") : fs::path(path).parent_path(), dir_, ec))
+      last_validated_step_ = s.last_validated_step;
     fmt::print("train: resumed from {} at step {} (epoch {}, batch {} of the epoch)\n", path, s.step, s.epoch + 1,
                s.position);
     if (grid_.root()) set_aside_later_checkpoints(s.step);
@@ -262,8 +275,30 @@ class Run {
                  result.stop_signal == SIGINT ? "SIGINT" : "SIGTERM", 128 + result.stop_signal);
       return result;
     }
-    bool out_of_data = false;
-    while (step < max_steps && !out_of_data) {
+    bool out_of_data = false, stop_early = false;
+    // A validation a stop signal interrupted (the checkpoint was saved in its place) runs first:
+    // the resumed run validates, counts train.patience and keeps checkpoint_best.h5 where one that
+    // never stopped did. (At max_steps the end-of-run validation below is that one.)
+    if (pending_validation_ && valid_every > 0 && step % valid_every == 0 && step < max_steps) {
+      fmt::print("train: the validation of step {} was interrupted before this resume: it runs now\n", step);
+      if (!validate(step, result)) return stopped_by_signal(signal_that_interrupted(), std::move(result));
+      stop_early = patience > 0 && validations_since_best_ >= patience;
+      if (stop_early) print_early_stop(step);
+    }
+    // A run that stopped early stays stopped (as at max_steps), unless train.patience is raised.
+    if (!stop_early && patience > 0 && validations_since_best_ >= patience) {
+      stop_early = true;
+      fmt::print(
+          "train: train.patience = {} was reached before this resume ({} validations without a better score "
+          "since step {}): no step more\n",
+          patience, validations_since_best_, best_valid_step_);
+    }
+    // train.max_minutes used up by the sessions before: no step more (as at max_steps).
+    const bool out_of_time_before = max_seconds > 0 && elapsed_before_ >= max_seconds;
+    if (out_of_time_before)
+      fmt::print("train: train.max_minutes = {} was reached before this resume ({}): no step more\n",
+                 cfg_.real("train.max_minutes"), format_duration(elapsed_before_));
+    while (step < max_steps && !out_of_data && !stop_early && !out_of_time_before) {
       // Gather the update's batches first: the loss is normalized by all their target tokens.
       std::vector<data::Batch> batches;
       std::int64_t step_epoch = batcher_.epoch();  // the epoch of the update's last batch (logged)
@@ -351,7 +386,7 @@ class Run {
         const std::int64_t steps_left =
             last_of_data ? 0 : std::min(max_steps - step, steps_left_in_epochs(max_epochs, accumulate));
         double eta = session / static_cast<double>(step - first_step) * static_cast<double>(steps_left);
-        if (max_seconds > 0) eta = std::min(eta, max_seconds - elapsed);
+        if (max_seconds > 0) eta = std::max(0.0, std::min(eta, max_seconds - elapsed));
         const double loss = window.smoothed / static_cast<double>(window.tokens);
         const double ppl = std::exp(window.nll / static_cast<double>(window.tokens));
         const double tps = static_cast<double>(window.tokens) / wsecs;
@@ -403,32 +438,14 @@ class Run {
       }
       if (checkpoint_every > 0 && step % checkpoint_every == 0 && step != max_steps) save_step_checkpoint();
       window_start += Clock::now() - pause_start;
-      if (stop_signal != 0) {
-        const int sig = stop_signal;
-        const std::string path = last_saved_step_ == step ? step_checkpoint_path(step) : save_step_checkpoint();
-        fmt::print(
-            "train: {} received: stopped after step {}; {} holds the run (resume with --resume); exiting with "
-            "status {}\n",
-            sig == SIGINT ? "SIGINT" : "SIGTERM", step, path, 128 + sig);
-        std::fflush(stdout);
-        result.steps = step;
-        result.stop_signal = sig;
-        result.checkpoint = path;
-        return result;
-      }
+      if (stop_signal != 0) return stopped_by_signal(stop_signal, std::move(result));
       if (out_of_time) {
         fmt::print("train: stopping at step {}: train.max_minutes = {} reached\n", step,
                    cfg_.real("train.max_minutes"));
         break;
       }
       if (no_progress) {
-        const std::string best = task_.synthetic ? fmt::format("exact match than {:.2f}%", 100 * best_valid_)
-                                                 : fmt::format("BLEU than {:.2f}", best_valid_);
-        fmt::print(
-            "train: stopping early at step {}: {} validations in a row without a better {} (step {}; "
-            "train.patience){}\n",
-            step, validations_since_best_, best, best_valid_step_,
-            cfg_.boolean("checkpoint.keep_best") ? "; checkpoint_best.h5 holds that model" : "");
+        print_early_stop(step);
         break;
       }
     }
@@ -453,6 +470,30 @@ class Run {
   }
 
  private:
+  // A stop signal ends the session after step_: its checkpoint holds the run.
+  TrainResult stopped_by_signal(int sig, TrainResult result) {
+    const std::string path = last_saved_step_ == step_ ? step_checkpoint_path(step_) : save_step_checkpoint();
+    fmt::print(
+        "train: {} received: stopped after step {}; {} holds the run (resume with --resume); exiting with "
+        "status {}\n",
+        sig == SIGINT ? "SIGINT" : "SIGTERM", step_, path, 128 + sig);
+    std::fflush(stdout);
+    result.steps = step_;
+    result.stop_signal = sig;
+    result.checkpoint = path;
+    return result;
+  }
+
+  void print_early_stop(std::int64_t step) const {
+    const std::string best = task_.synthetic ? fmt::format("exact match than {:.2f}%", 100 * best_valid_)
+                                             : fmt::format("BLEU than {:.2f}", best_valid_);
+    fmt::print(
+        "train: stopping early at step {}: {} validations in a row without a better {} (step {}; "
+        "train.patience){}\n",
+        step, validations_since_best_, best, best_valid_step_,
+        cfg_.boolean("checkpoint.keep_best") ? "; checkpoint_best.h5 holds that model" : "");
+  }
+
   // Fault injection for the failure tests: VARIABLE="RANK:STEP[,RANK:STEP...]" names where it hits.
   // TESSERA_FAULT_HANG: that rank stops responding (sleeps), as a stuck process would.
   // TESSERA_FAULT_NAN: that rank's backward starts from NaN, as a diverging run's would.
@@ -605,7 +646,8 @@ class Run {
                                 .elapsed_seconds = elapsed_seconds(),
                                 .best_valid = best_valid_,
                                 .best_valid_step = best_valid_step_,
-                                .validations_since_best = validations_since_best_};
+                                .validations_since_best = validations_since_best_,
+                                .last_validated_step = last_validated_step_};
     return c;
   }
 
@@ -815,6 +857,7 @@ class Run {
   std::int64_t best_valid_step_ = -1;
   std::int64_t validations_since_best_ = 0;  // for train.patience
   std::int64_t last_validated_step_ = -1;
+  bool pending_validation_ = false;  // resumed from a checkpoint whose step's validation was cut short
 };
 
 }  // namespace
@@ -878,6 +921,16 @@ void check_resumable(const io::Config& cfg, const std::string& path) {
     fail(
         "cannot resume from '{}': its model does not have this config's shape ({}); its weights would not fit. "
         "Resume with the run's own settings (its config.yaml) or train into a new output.dir",
+        path, fmt::join(differ, "; "));
+  // The weights fit, but the run could not go on as this config says: another head count splits
+  // the same projections into other heads (another function), and another seed would be ignored
+  // (the data order and dropout go on from the checkpoint's, as a bit-exact resume must).
+  for (const char* key : {"model.heads", "train.seed"}) compare(saved.values().at(key), cfg.values().at(key), key);
+  if (!differ.empty())
+    fail(
+        "cannot resume from '{}' with another {}: model.heads would split its weights into other heads, and "
+        "train.seed would not apply (the data order and dropout go on from the checkpoint's). Resume with the "
+        "run's own settings (its config.yaml) or train into a new output.dir",
         path, fmt::join(differ, "; "));
 }
 

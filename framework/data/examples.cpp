@@ -1,11 +1,14 @@
 #include "data/examples.h"
 
+#include <signal.h>
 #include <unistd.h>
 #include <zlib.h>
 
 #include <algorithm>
 #include <cerrno>
+#include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <limits>
@@ -199,17 +202,32 @@ struct File {
   }
 };
 
-// Removes `path`.*.tmp: what writers killed mid-write left (as large as the file). One that
-// is being written now goes too; its writer then fails to rename and notes it (the file is a
-// cache: nothing is lost).
+std::string host_name() {
+  char name[256] = {};
+  return ::gethostname(name, sizeof name - 1) == 0 ? std::string(name) : std::string("unknown");
+}
+
+// Removes what writers of `path` that were killed left (`path`.<host>.<pid>.<random>.tmp, as large
+// as the file): those of this machine whose process is gone, and any a day old. A live writer's
+// stays (runs may share a cache folder).
 void remove_leftovers(const std::string& path) {
   const std::filesystem::path p(path);
-  const std::string prefix = p.filename().string() + ".";
+  const std::string prefix = p.filename().string() + ".", here = host_name() + ".";
+  const auto day_ago = std::filesystem::file_time_type::clock::now() - std::chrono::hours(24);
   std::error_code ec;
   for (std::filesystem::directory_iterator it(p.parent_path().empty() ? "." : p.parent_path(), ec), end;
        !ec && it != end; it.increment(ec)) {
     const std::string name = it->path().filename().string();
-    if (name.size() > prefix.size() + 4 && name.starts_with(prefix) && name.ends_with(".tmp")) {
+    if (!name.starts_with(prefix) || !name.ends_with(".tmp")) continue;
+    const std::string writer = name.substr(prefix.size());  // <host>.<pid>.<random>.tmp
+    bool gone = false;
+    if (writer.starts_with(here)) {
+      const long pid = std::strtol(writer.c_str() + here.size(), nullptr, 10);
+      gone = pid > 0 && ::kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH;
+    }
+    std::error_code age_ec;
+    const auto written = std::filesystem::last_write_time(it->path(), age_ec);
+    if (gone || (!age_ec && written < day_ago)) {
       std::error_code ignored;
       std::filesystem::remove(it->path(), ignored);
     }
@@ -220,7 +238,7 @@ void remove_leftovers(const std::string& path) {
 
 void write_example_file(const std::string& path, const ExampleSet& set, const ExampleFileInfo& info) {
   // Unique among writers of one path (ranks of other jobs, other machines): each renames its own.
-  const std::string tmp = fmt::format("{}.{}.{:x}.tmp", path, ::getpid(), std::random_device{}());
+  const std::string tmp = fmt::format("{}.{}.{}.{:x}.tmp", path, host_name(), ::getpid(), std::random_device{}());
   remove_leftovers(path);
   std::string error;  // why writing failed; empty while it goes well
   {

@@ -23,10 +23,10 @@ struct ExampleFileInfo {
 };
 
 // Writes `set` to `path` in our binary form (host byte order, recorded; a checksum at the end) by
-// way of a temporary file (`path`.<pid>.<random>.tmp) renamed over it: an error or a crash never
-// leaves a half-written `path`, and two writers of one path leave one whole file. Temporary files
-// of `path` left by a writer that was killed are removed first. Throws naming the file and the
-// reason.
+// way of a temporary file (`path`.<host>.<pid>.<random>.tmp) renamed over it: an error or a crash
+// never leaves a half-written `path`, and two writers of one path leave one whole file. Temporary
+// files of `path` that killed writers left are removed first (of this machine's writers, those
+// whose process is gone; of any, those a day old). Throws naming the file and the reason.
 void write_example_file(const std::string& path, const ExampleSet& set, const ExampleFileInfo& info);
 
 // The pairs in `path` when it is a whole, undamaged file of this form made from `key`; otherwise

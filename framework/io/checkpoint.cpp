@@ -164,6 +164,7 @@ void write_state(Writer& w, hid_t file, const TrainingState& s) {
   w.real_attr(g.id(), "best_valid", s.best_valid);
   w.int_attr(g.id(), "best_valid_step", s.best_valid_step);
   w.int_attr(g.id(), "validations_since_best", s.validations_since_best);
+  w.int_attr(g.id(), "last_validated_step", s.last_validated_step);
 }
 
 void write_tensors(Writer& w, hid_t parent, const char* name, const std::string& group_path, const TensorMap& tensors) {
@@ -489,6 +490,8 @@ void read_header(const Reader& r, hid_t file, std::int64_t& step, std::string& c
   // Added after format 2 was fixed: older files lack it, and count from 0 again.
   if (r.has_attr(g.id(), "validations_since_best"))
     s.validations_since_best = r.int_attr(g.id(), "validations_since_best");
+  s.last_validated_step =
+      r.has_attr(g.id(), "last_validated_step") ? r.int_attr(g.id(), "last_validated_step") : s.step;
   state = s;
 }
 

@@ -44,6 +44,10 @@ struct TrainingState {
   double best_valid = std::numeric_limits<double>::quiet_NaN();  // best validation score so far
   std::int64_t best_valid_step = -1;
   std::int64_t validations_since_best = 0;  // train.patience counts these (0 in files written before it)
+  // The step of the last validation that ran (-1: none): below `step` on the valid_every schedule
+  // when a stop signal interrupted that step's validation, which a resume then runs first. Files
+  // written before it: `step` (nothing pending).
+  std::int64_t last_validated_step = -1;
 };
 
 struct Checkpoint {

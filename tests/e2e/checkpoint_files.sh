@@ -80,11 +80,16 @@ expect_error "cannot resume from '[^']*checkpoint_00000050\.h5': its model does 
   --resume "$dir/checkpoint_00000050.h5"
 grep -q '^data: ' "$work/err.txt" && fail "the data was prepared before a resume of another shape was refused"
 [ -e "$work/other" ] && fail "a refused resume created the new output.dir"
-# Keys that leave the parameters' shapes alone may change: another synthetic task of the same
-# vocabulary, another head count (each change is printed).
+# Another head count (the same weights, other heads) or seed (it would not apply) is refused too.
+expect_error "cannot resume from '[^']*checkpoint_00000050\.h5' with another model\.heads = 4 there, 2 in this config; train\.seed = 1 there, 7 in this config: model\.heads would split" \
+  "$tessera" train $common --set output.dir="$work/other" --set model.heads=2 --set train.seed=7 \
+  --resume "$dir/checkpoint_00000050.h5"
+[ -e "$work/other" ] && fail "a refused resume created the new output.dir"
+# Keys that leave the model alone may change: another synthetic task of the same vocabulary,
+# another dropout (each change is printed).
 cp -r "$dir" "$work/changed"
-"$tessera" train $common --set output.dir="$work/changed" --set data.task=copy --set model.heads=2 \
-  --set train.max_steps=52 --resume > "$work/changed.log" 2>&1 || { cat "$work/changed.log"; fail "a resume with another task and head count was refused"; }
+"$tessera" train $common --set output.dir="$work/changed" --set data.task=copy --set model.dropout=0.2 \
+  --set train.max_steps=52 --resume > "$work/changed.log" 2>&1 || { cat "$work/changed.log"; fail "a resume with another task and dropout was refused"; }
 grep -q "resume: data.task = copy (the checkpoint was written with reverse)" "$work/changed.log" || fail "the task change was not printed"
 grep -q "train: resumed from .*checkpoint_00000050.h5 at step 50" "$work/changed.log" || fail "not resumed at step 50"
 # A run refused on the way (here: the checkpoint does not fit the configured model) leaves the
@@ -134,4 +139,13 @@ h5dump -a /step "$dir/superseded_00000040/checkpoint_best.h5" | grep -q '(0): 50
 [ -f "$dir/superseded_00000040/checkpoint_00000050.h5" ] || fail "superseded_00000040/checkpoint_00000050.h5 is missing"
 "$tessera" train $common --set output.dir="$dir" --set train.max_steps=53 --resume | grep -q "resumed from .*checkpoint_00000052.h5 at step 52" ||
   fail "plain --resume did not continue from step 52"
+# A start from scratch into a folder whose earlier attempt saved no checkpoint (here: removed, as
+# if it was killed before the first) marks the restart in metrics.jsonl.
+"$tessera" train $common --set output.dir="$work/again" --set train.max_steps=3 --set train.log_every=1 > /dev/null
+rm "$work/again"/*.h5
+"$tessera" train $common --set output.dir="$work/again" --set train.max_steps=3 --set train.log_every=1 > /dev/null
+sed -n 's/.*"step": \([0-9]*\),.*"tokens_per_s".*/\1/p; s/^{"started_from_scratch": true, "step": 0}$/restart/p' \
+  "$work/again/metrics.jsonl" | tr '\n' ' ' > "$work/again.steps"
+[ "$(cat "$work/again.steps")" = "1 2 3 restart 1 2 3 " ] ||
+  { cat "$work/again/metrics.jsonl"; fail "the restart is not marked in metrics.jsonl: $(cat "$work/again.steps")"; }
 echo PASS

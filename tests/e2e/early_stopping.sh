@@ -43,4 +43,24 @@ status=0
 "$tessera" train $args --set train.patience=2 --set train.valid_every=0 > "$work/clash.log" 2>&1 || status=$?
 [ $status -eq 1 ] && grep -q "train.patience = 2 counts validations during training, but train.valid_every is 0" "$work/clash.log" \
   || { cat "$work/clash.log"; fail "patience without validations was not refused"; }
+# A SIGTERM during the validation of step 4 (injected: it stops the decoding): the run saves step 4
+# and exits 143; the resume runs that validation first and stops at step 6, as the run that never
+# stopped did (without it, the count would miss one and the run go on to step 8).
+status=0
+TESSERA_FAULT_SIGNAL=0:4 "$tessera" train $args --set output.dir="$work/sig" --set train.patience=2 \
+  > "$work/sig.log" 2>&1 || status=$?
+[ $status -eq 143 ] && grep -q '^valid 4: interrupted by a stop signal (no score)$' "$work/sig.log" ||
+  { cat "$work/sig.log"; fail "the SIGTERM did not interrupt the validation of step 4 (status $status)"; }
+"$tessera" train $args --set output.dir="$work/sig" --set train.patience=2 --resume > "$work/sig_resumed.log" 2>&1 ||
+  { cat "$work/sig_resumed.log"; fail "the resume after the interrupted validation failed"; }
+grep -q '^train: the validation of step 4 was interrupted before this resume: it runs now$' "$work/sig_resumed.log" &&
+  grep -q '^valid 4 ' "$work/sig_resumed.log" && grep -q '^train: stopping early at step 6: 2 validations' "$work/sig_resumed.log" ||
+  { cat "$work/sig_resumed.log"; fail "the interrupted validation was not run first on resume"; }
+[ "$(grep -c '"valid_loss"' "$work/sig/metrics.jsonl")" -eq 3 ] || fail "not 3 validations (2, 4, 6) in metrics.jsonl"
+# A resume of the run that stopped early trains and validates nothing more.
+"$tessera" train $args --set output.dir="$work/sig" --set train.patience=2 --resume > "$work/sig_again.log" 2>&1 ||
+  { cat "$work/sig_again.log"; fail "the resume of the finished run failed"; }
+grep -q '^train: train.patience = 2 was reached before this resume (2 validations without a better score since step 2): no step more$' \
+  "$work/sig_again.log" || { cat "$work/sig_again.log"; fail "no message for a resume of a run that stopped early"; }
+grep -Eq '^(valid|step) ' "$work/sig_again.log" && { cat "$work/sig_again.log"; fail "the finished run trained or validated again"; }
 echo "PASS: stopped early at step 6 after 2 validations without progress; the count survives a resume; 0 turns it off"

@@ -49,6 +49,20 @@ grep -q "^step $(((acc_batches + 1) / 2)) | epoch 1 | " "$work/acc.log" &&
   grep -qx "train: stopping after 1 epoch (train.max_epochs)" "$work/acc.log" ||
   { cat "$work/acc.log"; fail "the last update of an odd epoch was not logged as epoch 1"; }
 
+# train.max_minutes (here 0.3 s): the run stops at the step that reaches it, logged with eta 0; a
+# resume of it takes no step more.
+"$tessera" train $args --set output.dir="$work/minutes" --set train.max_minutes=0.005 --set train.log_every=1000 \
+  > "$work/minutes.log" 2>&1 || { cat "$work/minutes.log"; fail "the max_minutes run failed"; }
+grep -q "^train: stopping at step [0-9]*: train.max_minutes = 0.005 reached$" "$work/minutes.log" ||
+  { cat "$work/minutes.log"; fail "no stop at train.max_minutes"; }
+grep -q '^step [0-9]* | .* | eta 0s$' "$work/minutes.log" || fail "the last step was not logged with eta 0"
+grep -q '"eta_s": -' "$work/minutes/metrics.jsonl" && fail "a negative eta_s in metrics.jsonl"
+"$tessera" train $args --set output.dir="$work/minutes" --set train.max_minutes=0.005 --set train.log_every=1 --resume \
+  > "$work/minutes_again.log" 2>&1 || { cat "$work/minutes_again.log"; fail "the resume of the max_minutes run failed"; }
+grep -q "^train: train.max_minutes = 0.005 was reached before this resume ([^)]*): no step more$" "$work/minutes_again.log" ||
+  { cat "$work/minutes_again.log"; fail "no message for a resume past train.max_minutes"; }
+grep -Eq '^(step|valid) ' "$work/minutes_again.log" && { cat "$work/minutes_again.log"; fail "a resume past train.max_minutes trained or validated"; }
+
 # A resume whose epoch has fewer batches than the position it stopped at (5 of 6; now 1): refused.
 "$tessera" train $args --set output.dir="$work/mid" --set train.max_steps=5 > "$work/mid.log" 2>&1 ||
   { cat "$work/mid.log"; fail "the run to step 5 failed"; }

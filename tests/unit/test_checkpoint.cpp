@@ -57,7 +57,8 @@ io::Checkpoint sample_checkpoint() {
                               .elapsed_seconds = 61.5,
                               .best_valid = 27.5,
                               .best_valid_step = 40,
-                              .validations_since_best = 3};
+                              .validations_since_best = 3,
+                              .last_validated_step = 38};
   // Any bytes: zeros, high bytes, an empty one.
   c.vocabularies = {{"src", std::string("\x0a\x00\xff\x80model", 9)}, {"tgt", ""}};
   return c;
@@ -104,22 +105,25 @@ TEST_F(CheckpointTest, FullCheckpointRoundTripsExactly) {
   EXPECT_EQ(r.state->best_valid, 27.5);
   EXPECT_EQ(r.state->best_valid_step, 40);
   EXPECT_EQ(r.state->validations_since_best, 3);
+  EXPECT_EQ(r.state->last_validated_step, 38);
   EXPECT_EQ(r.vocabularies, c.vocabularies);
 }
 
-// validations_since_best (train.patience) came after format 2: a file without it loads, counting
-// from 0.
+// validations_since_best (train.patience) and last_validated_step came after format 2: a file
+// without them loads, counting from 0, with no validation pending (the last at its step).
 TEST_F(CheckpointTest, AFileWithoutTheValidationCountLoadsWithZero) {
   io::save_checkpoint(path("old.h5"), sample_checkpoint());
   const hid_t f = H5Fopen(path("old.h5").c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
   ASSERT_GE(f, 0);
   const hid_t g = H5Gopen2(f, "train", H5P_DEFAULT);
   ASSERT_GE(H5Adelete(g, "validations_since_best"), 0);
+  ASSERT_GE(H5Adelete(g, "last_validated_step"), 0);
   H5Gclose(g);
   H5Fclose(f);
   const io::Checkpoint r = io::load_checkpoint(path("old.h5"));
   ASSERT_TRUE(r.state.has_value());
   EXPECT_EQ(r.state->validations_since_best, 0);
+  EXPECT_EQ(r.state->last_validated_step, r.state->step);
   EXPECT_EQ(r.state->best_valid_step, 40);
 }
 

@@ -1,9 +1,11 @@
 // Data module: corpus reading, SentencePiece vocabulary, token-count batching, synthetic tasks.
 #include <gtest/gtest.h>
+#include <sys/wait.h>
 #include <unistd.h>
 #include <zlib.h>
 
 #include <algorithm>
+#include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
@@ -640,12 +642,25 @@ TEST(ExampleFile, WritesWholeFilesOrNone) {
             fmt::format("cannot write encoded pairs to '{}': No such file or directory", missing));
   const std::string path = dir.path("pairs.bin");
   write_example_file(path, ExampleSet({{{1, 2, 3}, {4, 5, 6}}}), {.key = 1});
-  // What killed writers of this file left goes; others' files stay.
-  dir.file("pairs.bin.123.abc.tmp", "half");
-  dir.file("other.bin.123.abc.tmp", "half");
+  // What killed writers of this file left goes (a process of this machine that is gone; any writer's
+  // of a day ago); a live writer's, other files' and other names stay.
+  char host[256] = {};
+  ASSERT_EQ(::gethostname(host, sizeof host - 1), 0);
+  const pid_t gone = ::fork();  // a pid that is certainly gone: a child that exited and was reaped
+  if (gone == 0) ::_exit(0);
+  ASSERT_GT(gone, 0);
+  ::waitpid(gone, nullptr, 0);
+  const std::string dead = fmt::format("pairs.bin.{}.{}.abc.tmp", host, gone);
+  const std::string live = fmt::format("pairs.bin.{}.{}.abc.tmp", host, ::getpid());
+  const std::string old_elsewhere = "pairs.bin.elsewhere.42.abc.tmp", new_elsewhere = "pairs.bin.elsewhere.43.abc.tmp";
+  for (const std::string& name : {dead, live, old_elsewhere, new_elsewhere}) dir.file(name, "half");
+  fs::last_write_time(dir.path(old_elsewhere), fs::file_time_type::clock::now() - std::chrono::hours(25));
+  dir.file("other.bin.x.123.abc.tmp", "half");
   dir.file("pairs.bin.tmp", "not a leftover's name");
   write_example_file(path, set, {.key = 2});
-  EXPECT_EQ(files_in(dir.path("")), (std::vector<std::string>{"other.bin.123.abc.tmp", "pairs.bin", "pairs.bin.tmp"}));
+  std::vector<std::string> expected = {live, new_elsewhere, "other.bin.x.123.abc.tmp", "pairs.bin", "pairs.bin.tmp"};
+  std::sort(expected.begin(), expected.end());
+  EXPECT_EQ(files_in(dir.path("")), expected);
   ExampleFileInfo info;
   std::string why;
   EXPECT_EQ(read_back(path, 2, info, why), std::optional<ExampleSet>(set)) << why;
