@@ -972,10 +972,12 @@ TrainResult run_training(const io::Config& cfg, const TrainOptions& options) {
   if (dir.empty()) throw io::ConfigError("config: output.dir is empty: name the folder for the run's files");
   if (!options.resume) check_no_earlier_run(dir);
   std::string resume_path = options.resume_path;
+  std::string before_latest;  // with --resume alone: the checkpoint before the one picked
   if (options.resume && resume_path.empty()) {
     const auto saved = step_checkpoints(dir);
     if (!saved.empty()) {
       resume_path = saved.back().second.string();
+      if (saved.size() > 1) before_latest = saved[saved.size() - 2].second.string();
     } else if (fs::exists(dir / "checkpoint_best.h5")) {  // starting from scratch would overwrite it
       throw io::ConfigError(fmt::format(
           "--resume: output.dir '{}' holds no checkpoint_<step>.h5 but a run's checkpoint_best.h5: resume from it "
@@ -991,7 +993,19 @@ TrainResult run_training(const io::Config& cfg, const TrainOptions& options) {
     }
   }
   // Before the folder is created or the config printed: a refused resume leaves no trace.
-  if (!resume_path.empty()) root_first(grid.world.get(), [&] { check_resumable(cfg, resume_path); });
+  if (!resume_path.empty()) {
+    root_first(grid.world.get(), [&] {
+      // A latest checkpoint that cannot be read (a damaged disk, say): the one before may be.
+      if (!before_latest.empty()) {
+        try {
+          io::read_checkpoint_header(resume_path);
+        } catch (const Error& e) {
+          fail("{}; resume from the checkpoint before it with --resume {}", e.what(), before_latest);
+        }
+      }
+      check_resumable(cfg, resume_path);
+    });
+  }
   if (grid.root()) {
     std::error_code ec;
     std::filesystem::create_directories(dir, ec);

@@ -148,4 +148,10 @@ sed -n 's/.*"step": \([0-9]*\),.*"tokens_per_s".*/\1/p; s/^{"started_from_scratc
   "$work/again/metrics.jsonl" | tr '\n' ' ' > "$work/again.steps"
 [ "$(cat "$work/again.steps")" = "1 2 3 restart 1 2 3 " ] ||
   { cat "$work/again/metrics.jsonl"; fail "the restart is not marked in metrics.jsonl: $(cat "$work/again.steps")"; }
+# A latest checkpoint that cannot be read (damaged here by hand): the error names the one before.
+"$tessera" train $common --set output.dir="$work/damaged" --set train.max_steps=3 --set checkpoint.every=1 \
+  --set checkpoint.keep_last=0 > /dev/null
+echo "not a checkpoint" > "$work/damaged/checkpoint_00000003.h5"
+expect_error "checkpoint_00000003\.h5.*; resume from the checkpoint before it with --resume [^ ]*damaged/checkpoint_00000002\.h5$" \
+  "$tessera" train $common --set output.dir="$work/damaged" --set train.max_steps=4 --resume
 echo PASS
