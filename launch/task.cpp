@@ -381,8 +381,7 @@ std::string misfit(const data::ExampleSet& set, const TaskData& t, std::int64_t 
 // vocabularies and max_len, named by their hash, so that runs may share a folder. A file that is
 // missing, damaged or not readable on every rank means encoding the text as without a cache;
 // failing to write one is a note, not an error (the run has its pairs).
-data::ExampleSet encode_training_pairs(const io::Config& cfg, const TaskData& t, std::uint64_t text_fingerprint,
-                                       dist::Communicator* world) {
+data::ExampleSet encode_training_pairs(const io::Config& cfg, const TaskData& t, dist::Communicator* world) {
   const std::string train_src = cfg.string("data.train_src"), train_tgt = cfg.string("data.train_tgt");
   const std::int64_t max_len = cfg.integer("data.max_len");
   const bool root = world == nullptr || world->rank() == 0;
@@ -391,7 +390,7 @@ data::ExampleSet encode_training_pairs(const io::Config& cfg, const TaskData& t,
   // reads the files again, on every rank: text that changed meanwhile (a copy still being made),
   // or that differs between ranks, would give pairs that are not the hashed text's (nor each
   // other's).
-  const std::uint64_t fingerprint = broadcast_u64(text_fingerprint, world);
+  const std::uint64_t fingerprint = t.train_fingerprint;
   const auto encode = [&] {
     EncodedPairs e = encode_files(t.src_codec, t.tgt_codec, train_src, train_tgt, max_len, world);
     if (const std::int32_t other = count_ranks(e.text_fingerprint != fingerprint, world); other > 0)
@@ -525,7 +524,8 @@ TaskData load_task_data(const io::Config& cfg, dist::Communicator* world, const 
                                   paths);
   });
   const std::int64_t max_len = cfg.integer("data.max_len");
-  t.train = encode_training_pairs(cfg, t, text_fingerprint, world);
+  t.train_fingerprint = broadcast_u64(text_fingerprint, world);
+  t.train = encode_training_pairs(cfg, t, world);
   EncodedPairs v = encode_pairs(t.src_codec, t.tgt_codec, valid, max_len, world);
   for (std::int64_t line : v.kept_lines) t.valid_refs.push_back(valid.tgt[static_cast<std::size_t>(line)]);
   t.valid = report(std::move(v), "validation", max_len);

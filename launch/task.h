@@ -38,6 +38,9 @@ struct TaskData {
   data::ExampleSet train, valid;
   std::vector<std::string> valid_refs;  // raw validation targets (BLEU references); empty for synthetic tasks
   bool synthetic = false;
+  // Of the training text (data::ParallelReader::fingerprint, rank 0's read, on every rank); 0 for
+  // synthetic tasks.
+  std::uint64_t train_fingerprint = 0;
 };
 
 // The SentencePiece models a translation run uses: data.vocab (and data.vocab_tgt when not

@@ -235,6 +235,13 @@ class Run {
     // validations that ran belongs to the checkpoint's folder: a run continued in another (a fork,
     // whose metrics.jsonl has none) validates its last step again at its end.
     pending_validation_ = s.last_validated_step < s.step;
+    // Another training text is allowed (more data, say), but said: the batches from here on are
+    // not those the run would have drawn, and a bit-exact resume is off.
+    if (s.train_fingerprint != 0 && task_.train_fingerprint != 0 && s.train_fingerprint != task_.train_fingerprint)
+      fmt::print(
+          "resume: the training text ({}, {}) is not the text the checkpoint was trained on (fingerprint {:016x} "
+          "there, {:016x} now): the batches from here on are not those the run would have drawn\n",
+          cfg_.string("data.train_src"), cfg_.string("data.train_tgt"), s.train_fingerprint, task_.train_fingerprint);
     std::error_code ec;
     if (fs::equivalent(fs::path(path).parent_path().empty() ? fs::path(".") : fs::path(path).parent_path(), dir_, ec))
       last_validated_step_ = s.last_validated_step;
@@ -647,7 +654,8 @@ class Run {
                                 .best_valid = best_valid_,
                                 .best_valid_step = best_valid_step_,
                                 .validations_since_best = validations_since_best_,
-                                .last_validated_step = last_validated_step_};
+                                .last_validated_step = last_validated_step_,
+                                .train_fingerprint = task_.train_fingerprint};
     return c;
   }
 

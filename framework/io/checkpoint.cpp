@@ -165,6 +165,7 @@ void write_state(Writer& w, hid_t file, const TrainingState& s) {
   w.int_attr(g.id(), "best_valid_step", s.best_valid_step);
   w.int_attr(g.id(), "validations_since_best", s.validations_since_best);
   w.int_attr(g.id(), "last_validated_step", s.last_validated_step);
+  w.int_attr(g.id(), "train_fingerprint", static_cast<std::int64_t>(s.train_fingerprint));
 }
 
 void write_tensors(Writer& w, hid_t parent, const char* name, const std::string& group_path, const TensorMap& tensors) {
@@ -492,6 +493,8 @@ void read_header(const Reader& r, hid_t file, std::int64_t& step, std::string& c
     s.validations_since_best = r.int_attr(g.id(), "validations_since_best");
   s.last_validated_step =
       r.has_attr(g.id(), "last_validated_step") ? r.int_attr(g.id(), "last_validated_step") : s.step;
+  if (r.has_attr(g.id(), "train_fingerprint"))
+    s.train_fingerprint = static_cast<std::uint64_t>(r.int_attr(g.id(), "train_fingerprint"));
   state = s;
 }
 

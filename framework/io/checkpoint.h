@@ -48,6 +48,9 @@ struct TrainingState {
   // when a stop signal interrupted that step's validation, which a resume then runs first. Files
   // written before it: `step` (nothing pending).
   std::int64_t last_validated_step = -1;
+  // Of the training text (see data::ParallelReader::fingerprint); 0 for synthetic tasks and in
+  // files written before it.
+  std::uint64_t train_fingerprint = 0;
 };
 
 struct Checkpoint {

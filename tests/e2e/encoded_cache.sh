@@ -57,6 +57,9 @@ en_orig=$en en=$work/changed.en
 train "$work/run" changed --set train.max_steps=7 --resume
 [ "$(caches "$work/run" | wc -l)" -eq 2 ] || fail "the changed text did not make a second file: $(caches "$work/run")"
 changed_cache=$(caches "$work/run" | grep -vx "$cache")
+grep -q "^resume: the training text ($work/changed.en, $de) is not the text the checkpoint was trained on (fingerprint [0-9a-f]* there, [0-9a-f]* now)" \
+  "$work/changed.log" || { cat "$work/changed.log"; fail "a resume on another text did not say so"; }
+grep -q "^resume: the training text" "$work/resumed.log" && fail "a resume on the same text said it changed"
 grep -qx "data: kept the encoded training pairs in $changed_cache for later starts" "$work/changed.log" ||
   { cat "$work/changed.log"; fail "the changed text was not encoded and kept"; }
 en=$en_orig

@@ -58,7 +58,8 @@ io::Checkpoint sample_checkpoint() {
                               .best_valid = 27.5,
                               .best_valid_step = 40,
                               .validations_since_best = 3,
-                              .last_validated_step = 38};
+                              .last_validated_step = 38,
+                              .train_fingerprint = 0xfedcba9876543210ULL};
   // Any bytes: zeros, high bytes, an empty one.
   c.vocabularies = {{"src", std::string("\x0a\x00\xff\x80model", 9)}, {"tgt", ""}};
   return c;
@@ -106,6 +107,7 @@ TEST_F(CheckpointTest, FullCheckpointRoundTripsExactly) {
   EXPECT_EQ(r.state->best_valid_step, 40);
   EXPECT_EQ(r.state->validations_since_best, 3);
   EXPECT_EQ(r.state->last_validated_step, 38);
+  EXPECT_EQ(r.state->train_fingerprint, 0xfedcba9876543210ULL);  // all 64 bits, the top one too
   EXPECT_EQ(r.vocabularies, c.vocabularies);
 }
 
