@@ -124,12 +124,19 @@ int run_score(const ScoreOptions& opt) {
     std::unique_ptr<dist::MpiCommunicator> world;
     if (launched_by_mpi()) world = dist::MpiCommunicator::world();
     const bool root = world == nullptr || world->rank() == 0;
+    const bool src_stdin = opt.src == "-";  // as --hyp - and translate -i -
+    if (src_stdin && world != nullptr && world->size() > 1)
+      throw EveryRankError(
+          "score --checkpoint under mpirun: give the source with --src FILE (mpirun passes standard input to rank 0 "
+          "only)");
+    const std::string src_name = src_stdin ? std::string("standard input") : fmt::format("source file '{}'", opt.src);
     const TranslationJob job = load_translation_job(
         world.get(), opt.checkpoint, "", "", opt.device == "cuda" ? Device::cuda : Device::cpu, [&] {
-          std::vector<std::string> src = read_file_lines(opt.src, "source");
+          std::vector<std::string> src =
+              src_stdin ? read_lines(std::cin, "<stdin>") : read_file_lines(opt.src, "source");
           if (root) {  // before the translation: a bad reference file is reported at once
             refs = read_references(opt.refs);
-            check_line_counts(refs, opt.refs, src.size(), fmt::format("source file '{}'", opt.src));
+            check_line_counts(refs, opt.refs, src.size(), src_name);
           }
           return src;
         });
@@ -137,7 +144,8 @@ int run_score(const ScoreOptions& opt) {
     const std::int64_t batch = opt.batch > 0 ? opt.batch : cfg.integer("decode.batch_sentences");
     hyps = job.translator->translate(job.sources, decode_options(cfg), batch, world.get());
     if (!root) return 0;
-    hyp_source = fmt::format("the translation of '{}'", opt.src);
+    hyp_source =
+        src_stdin ? std::string("the translation of standard input") : fmt::format("the translation of '{}'", opt.src);
   } else {
     if (launcher_rank() != 0) return 0;  // under mpirun, rank 0 scores (and alone has standard input)
     const bool from_stdin = opt.hyp == "-";
@@ -173,7 +181,8 @@ Command add_score_command(CLI::App& parent) {
   auto* checkpoint = cmd->add_option("--checkpoint", opt->checkpoint,
                                      "Instead of --hyp: translate --src with this checkpoint (any kind) and score that")
                          ->excludes(hyp);
-  cmd->add_option("--src,-s", opt->src, "Source file translated with --checkpoint")->needs(checkpoint);
+  cmd->add_option("--src,-s", opt->src, "Source file translated with --checkpoint ('-': standard input)")
+      ->needs(checkpoint);
   cmd->add_option("--device", opt->device,
                   "Where --checkpoint translates: cpu or cuda (the first GPU; under mpirun, local rank % GPUs)")
       ->check(CLI::IsMember({"cpu", "cuda"}))
