@@ -242,9 +242,13 @@ class Run {
           "resume: the training text ({}, {}) is not the text the checkpoint was trained on (fingerprint {:016x} "
           "there, {:016x} now): the batches from here on are not those the run would have drawn\n",
           cfg_.string("data.train_src"), cfg_.string("data.train_tgt"), s.train_fingerprint, task_.train_fingerprint);
+    // Rank 0 looks (the folders may not be shared): every rank validates alike.
     std::error_code ec;
-    if (fs::equivalent(fs::path(path).parent_path().empty() ? fs::path(".") : fs::path(path).parent_path(), dir_, ec))
-      last_validated_step_ = s.last_validated_step;
+    const fs::path folder = fs::path(path).parent_path().empty() ? fs::path(".") : fs::path(path).parent_path();
+    Tensor same =
+        Tensor::from(std::vector<std::int32_t>{grid_.root() && fs::equivalent(folder, dir_, ec) ? 1 : 0}, {1});
+    if (grid_.size > 1) grid_.world->broadcast(same, 0);
+    if (same.data<std::int32_t>()[0] != 0) last_validated_step_ = s.last_validated_step;
     fmt::print("train: resumed from {} at step {} (epoch {}, batch {} of the epoch)\n", path, s.step, s.epoch + 1,
                s.position);
     if (grid_.root()) set_aside_later_checkpoints(s.step);
