@@ -235,6 +235,7 @@ class Run {
     // validations that ran belongs to the checkpoint's folder: a run continued in another (a fork,
     // whose metrics.jsonl has none) validates its last step again at its end.
     pending_validation_ = s.last_validated_step < s.step;
+    checkpoint_validated_step_ = s.last_validated_step;
     // Another training text is allowed (more data, say), but said: the batches from here on are
     // not those the run would have drawn, and a bit-exact resume is off.
     if (s.train_fingerprint != 0 && task_.train_fingerprint != 0 && s.train_fingerprint != task_.train_fingerprint)
@@ -291,7 +292,10 @@ class Run {
     // the resumed run validates, counts train.patience and keeps checkpoint_best.h5 where one that
     // never stopped did. (At max_steps the end-of-run validation below is that one.)
     if (pending_validation_ && valid_every > 0 && step % valid_every == 0 && step < max_steps) {
-      fmt::print("train: the validation of step {} was interrupted before this resume: it runs now\n", step);
+      fmt::print(
+          "train: step {} has not been validated (a stop signal cut its validation short, or train.valid_every "
+          "changed): validating it first\n",
+          step);
       if (!validate(step, result)) return stopped_by_signal(signal_that_interrupted(), std::move(result));
       stop_early = patience > 0 && validations_since_best_ >= patience;
       if (stop_early) print_early_stop(step);
@@ -466,10 +470,13 @@ class Run {
     // still written, and the exit status says the run was stopped.
     // Off the train.valid_every schedule (max_minutes, the epochs' end, a max_steps between two), it
     // does not count toward train.patience: a run extended by --resume counts as one that never stopped.
-    const bool on_schedule = valid_every > 0 && step % valid_every == 0;
+    // A fork's repeat of the validation its checkpoint already counted does not count again.
+    const bool on_schedule = valid_every > 0 && step % valid_every == 0 && checkpoint_validated_step_ != step;
     if (last_validated_step_ != step && !validate(step, result, on_schedule))
       result.stop_signal = signal_that_interrupted();
-    if (last_saved_step_ != step) save_step_checkpoint();
+    // Saved again when this validation came after the step's checkpoint (a run that ended on
+    // max_epochs or max_minutes saved it in the loop): its record must say the step is validated.
+    if (last_saved_step_ != step || saved_validated_step_ != last_validated_step_) save_step_checkpoint();
     result.steps = step;
     result.checkpoint = (dir_ / "model.h5").string();
     write_checkpoint(result.checkpoint, false);
@@ -697,6 +704,7 @@ class Run {
     const std::string path = step_checkpoint_path(step_);
     write_checkpoint(path, true);
     last_saved_step_ = step_;
+    saved_validated_step_ = last_validated_step_;
     if (!grid_.root()) return path;
     const std::int64_t keep = cfg_.integer("checkpoint.keep_last");
     std::vector<std::pair<std::int64_t, fs::path>> saved = step_checkpoints(dir_);
@@ -869,7 +877,9 @@ class Run {
   std::int64_t best_valid_step_ = -1;
   std::int64_t validations_since_best_ = 0;  // for train.patience
   std::int64_t last_validated_step_ = -1;
-  bool pending_validation_ = false;  // resumed from a checkpoint whose step's validation was cut short
+  bool pending_validation_ = false;              // resumed from a checkpoint whose step's validation was cut short
+  std::int64_t checkpoint_validated_step_ = -1;  // the resumed checkpoint's last validated step
+  std::int64_t saved_validated_step_ = -1;       // last_validated_step_ when the last step checkpoint was saved
 };
 
 }  // namespace
@@ -937,13 +947,18 @@ void check_resumable(const io::Config& cfg, const std::string& path) {
   // The weights fit, but the run could not go on as this config says: another head count splits
   // the same projections into other heads (another function), and another seed would be ignored
   // (the data order and dropout go on from the checkpoint's, as a bit-exact resume must).
-  for (const char* key : {"model.heads", "train.seed"}) compare(saved.values().at(key), cfg.values().at(key), key);
+  const std::map<std::string, std::string> why_not = {
+      {"model.heads", "its weights would be split into other heads"},
+      {"train.seed", "it would not apply: the data order and dropout go on from the checkpoint's"}};
+  for (const auto& [key, why] : why_not)
+    if (saved.values().at(key) != cfg.values().at(key))
+      differ.push_back(
+          fmt::format("{} = {} there, {} in this config: {}", key, saved.values().at(key), cfg.values().at(key), why));
   if (!differ.empty())
     fail(
-        "cannot resume from '{}' with another {}: model.heads would split its weights into other heads, and "
-        "train.seed would not apply (the data order and dropout go on from the checkpoint's). Resume with the "
-        "run's own settings (its config.yaml) or train into a new output.dir",
-        path, fmt::join(differ, "; "));
+        "cannot resume from '{}' with another {}. Resume with the run's own settings (its config.yaml) or train "
+        "into a new output.dir",
+        path, fmt::join(differ, "; another "));
 }
 
 // config.yaml: the effective config with each key's description, written through a temporary so
@@ -984,12 +999,11 @@ TrainResult run_training(const io::Config& cfg, const TrainOptions& options) {
   if (dir.empty()) throw io::ConfigError("config: output.dir is empty: name the folder for the run's files");
   if (!options.resume) check_no_earlier_run(dir);
   std::string resume_path = options.resume_path;
-  std::string before_latest;  // with --resume alone: the checkpoint before the one picked
+  std::vector<std::pair<std::int64_t, fs::path>> saved;  // with --resume alone: the folder's step checkpoints
   if (options.resume && resume_path.empty()) {
-    const auto saved = step_checkpoints(dir);
+    saved = step_checkpoints(dir);
     if (!saved.empty()) {
       resume_path = saved.back().second.string();
-      if (saved.size() > 1) before_latest = saved[saved.size() - 2].second.string();
     } else if (fs::exists(dir / "checkpoint_best.h5")) {  // starting from scratch would overwrite it
       throw io::ConfigError(fmt::format(
           "--resume: output.dir '{}' holds no checkpoint_<step>.h5 but a run's checkpoint_best.h5: resume from it "
@@ -1007,12 +1021,21 @@ TrainResult run_training(const io::Config& cfg, const TrainOptions& options) {
   // Before the folder is created or the config printed: a refused resume leaves no trace.
   if (!resume_path.empty()) {
     root_first(grid.world.get(), [&] {
-      // A latest checkpoint that cannot be read (a damaged disk, say): the one before may be.
-      if (!before_latest.empty()) {
+      // A latest checkpoint that cannot be read (a damaged disk, say): the newest before it whose
+      // header reads is named.
+      if (saved.size() > 1) {
         try {
           io::read_checkpoint_header(resume_path);
         } catch (const Error& e) {
-          fail("{}; resume from the checkpoint before it with --resume {}", e.what(), before_latest);
+          for (auto it = saved.rbegin() + 1; it != saved.rend(); ++it) {
+            try {
+              io::read_checkpoint_header(it->second.string());
+            } catch (const Error&) {
+              continue;
+            }
+            fail("{}; resume from an earlier checkpoint with --resume {}", e.what(), it->second.string());
+          }
+          throw;
         }
       }
       check_resumable(cfg, resume_path);

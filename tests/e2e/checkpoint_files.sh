@@ -81,7 +81,7 @@ expect_error "cannot resume from '[^']*checkpoint_00000050\.h5': its model does 
 grep -q '^data: ' "$work/err.txt" && fail "the data was prepared before a resume of another shape was refused"
 [ -e "$work/other" ] && fail "a refused resume created the new output.dir"
 # Another head count (the same weights, other heads) or seed (it would not apply) is refused too.
-expect_error "cannot resume from '[^']*checkpoint_00000050\.h5' with another model\.heads = 4 there, 2 in this config; train\.seed = 1 there, 7 in this config: model\.heads would split" \
+expect_error "cannot resume from '[^']*checkpoint_00000050\.h5' with another model\.heads = 4 there, 2 in this config: its weights would be split into other heads; another train\.seed = 1 there, 7 in this config: it would not apply" \
   "$tessera" train $common --set output.dir="$work/other" --set model.heads=2 --set train.seed=7 \
   --resume "$dir/checkpoint_00000050.h5"
 [ -e "$work/other" ] && fail "a refused resume created the new output.dir"
@@ -152,6 +152,10 @@ sed -n 's/.*"step": \([0-9]*\),.*"tokens_per_s".*/\1/p; s/^{"started_from_scratc
 "$tessera" train $common --set output.dir="$work/damaged" --set train.max_steps=3 --set checkpoint.every=1 \
   --set checkpoint.keep_last=0 > /dev/null
 echo "not a checkpoint" > "$work/damaged/checkpoint_00000003.h5"
-expect_error "checkpoint_00000003\.h5.*; resume from the checkpoint before it with --resume [^ ]*damaged/checkpoint_00000002\.h5$" \
+expect_error "checkpoint_00000003\.h5.*; resume from an earlier checkpoint with --resume [^ ]*damaged/checkpoint_00000002\.h5$" \
+  "$tessera" train $common --set output.dir="$work/damaged" --set train.max_steps=4 --resume
+# ... the newest that reads, when the one before is damaged too.
+head -c 100 "$work/damaged/checkpoint_00000002.h5" > "$work/damaged/cut.h5" && mv "$work/damaged/cut.h5" "$work/damaged/checkpoint_00000002.h5"
+expect_error "checkpoint_00000003\.h5.*; resume from an earlier checkpoint with --resume [^ ]*damaged/checkpoint_00000001\.h5$" \
   "$tessera" train $common --set output.dir="$work/damaged" --set train.max_steps=4 --resume
 echo PASS

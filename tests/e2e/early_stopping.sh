@@ -53,7 +53,7 @@ TESSERA_FAULT_SIGNAL=0:4 "$tessera" train $args --set output.dir="$work/sig" --s
   { cat "$work/sig.log"; fail "the SIGTERM did not interrupt the validation of step 4 (status $status)"; }
 "$tessera" train $args --set output.dir="$work/sig" --set train.patience=2 --resume > "$work/sig_resumed.log" 2>&1 ||
   { cat "$work/sig_resumed.log"; fail "the resume after the interrupted validation failed"; }
-grep -q '^train: the validation of step 4 was interrupted before this resume: it runs now$' "$work/sig_resumed.log" &&
+grep -q '^train: step 4 has not been validated (a stop signal cut its validation short, or train.valid_every changed): validating it first$' "$work/sig_resumed.log" &&
   grep -q '^valid 4 ' "$work/sig_resumed.log" && grep -q '^train: stopping early at step 6: 2 validations' "$work/sig_resumed.log" ||
   { cat "$work/sig_resumed.log"; fail "the interrupted validation was not run first on resume"; }
 [ "$(grep -c '"valid_loss"' "$work/sig/metrics.jsonl")" -eq 3 ] || fail "not 3 validations (2, 4, 6) in metrics.jsonl"
@@ -63,4 +63,13 @@ grep -q '^train: the validation of step 4 was interrupted before this resume: it
 grep -q '^train: train.patience = 2 was reached before this resume (2 validations without a better score since step 2): no step more$' \
   "$work/sig_again.log" || { cat "$work/sig_again.log"; fail "no message for a resume of a run that stopped early"; }
 grep -Eq '^(valid|step) ' "$work/sig_again.log" && { cat "$work/sig_again.log"; fail "the finished run trained or validated again"; }
+# A fork of the run (resumed into another output.dir at its last step) validates that step again
+# for its own log, but does not count it toward train.patience a second time.
+"$tessera" train $args --set output.dir="$work/fork" --set train.patience=2 --set train.max_steps=6 \
+  --resume "$work/sig/checkpoint_00000006.h5" > "$work/fork.log" 2>&1 || { cat "$work/fork.log"; fail "the fork failed"; }
+grep -q '^valid 6 ' "$work/fork.log" || { cat "$work/fork.log"; fail "the fork did not validate its step"; }
+for f in "$work/sig/checkpoint_00000006.h5" "$work/fork/checkpoint_00000006.h5"; do
+  h5dump -a /train/validations_since_best "$f" | sed -n 's/^ *(0): //p'
+done > "$work/fork.counts"
+[ "$(tr '\n' ' ' < "$work/fork.counts")" = "2 2 " ] || fail "the fork counted its repeat validation: $(cat "$work/fork.counts")"
 echo "PASS: stopped early at step 6 after 2 validations without progress; the count survives a resume; 0 turns it off"

@@ -63,6 +63,18 @@ grep -q "^train: train.max_minutes = 0.005 was reached before this resume ([^)]*
   { cat "$work/minutes_again.log"; fail "no message for a resume past train.max_minutes"; }
 grep -Eq '^(step|valid) ' "$work/minutes_again.log" && { cat "$work/minutes_again.log"; fail "a resume past train.max_minutes trained or validated"; }
 
+# A run that ends on max_epochs (or max_minutes) with a checkpoint at its last step and its final
+# validation after it: the checkpoint is saved again, so a resume validates nothing again.
+for limit in train.max_epochs=1 train.max_minutes=0.005; do
+  rm -rf "$work/end"
+  "$tessera" train $args --set output.dir="$work/end" --set $limit --set checkpoint.every=1 --set train.valid_every=4 \
+    --set train.log_every=1000 > "$work/end.log" 2>&1 || { cat "$work/end.log"; fail "$limit: the run failed"; }
+  "$tessera" train $args --set output.dir="$work/end" --set $limit --set checkpoint.every=1 --set train.valid_every=4 \
+    --set train.log_every=1000 --resume > "$work/end_again.log" 2>&1 || { cat "$work/end_again.log"; fail "$limit: the resume failed"; }
+  grep -Eq '^(valid|step) |has not been validated' "$work/end_again.log" &&
+    { cat "$work/end_again.log"; fail "$limit: the resume of the ended run validated or trained again"; }
+done
+
 # A resume whose epoch has fewer batches than the position it stopped at (5 of 6; now 1): refused.
 "$tessera" train $args --set output.dir="$work/mid" --set train.max_steps=5 > "$work/mid.log" 2>&1 ||
   { cat "$work/mid.log"; fail "the run to step 5 failed"; }
