@@ -346,24 +346,6 @@ namespace {
 // the same text differently.
 constexpr std::uint64_t kEncodedCacheVersion = 1;
 
-// Rank 0's `value` on every rank.
-std::uint64_t broadcast_u64(std::uint64_t value, dist::Communicator* world) {
-  if (world == nullptr || world->size() == 1) return value;
-  Tensor t = Tensor::from(
-      std::vector<std::int32_t>{static_cast<std::int32_t>(value >> 32), static_cast<std::int32_t>(value & 0xffffffffU)},
-      {2});
-  world->broadcast(t, 0);
-  return (static_cast<std::uint64_t>(static_cast<std::uint32_t>(t.data<std::int32_t>()[0])) << 32) |
-         static_cast<std::uint32_t>(t.data<std::int32_t>()[1]);
-}
-
-// How many ranks of `world` (1 without one) have `flag` set.
-std::int32_t count_ranks(bool flag, dist::Communicator* world) {
-  Tensor t = Tensor::from(std::vector<std::int32_t>{flag ? 1 : 0}, {1});
-  if (world != nullptr && world->size() > 1) world->all_reduce(t, dist::ReduceOp::sum);
-  return t.data<std::int32_t>()[0];
-}
-
 // Why cached pairs do not fit this run (ids past its vocabularies, sides past data.max_len), or "".
 // Behind the checksum this takes only a damaged file the checksum missed, or a bug.
 std::string misfit(const data::ExampleSet& set, const TaskData& t, std::int64_t max_len) {
@@ -393,7 +375,7 @@ data::ExampleSet encode_training_pairs(const io::Config& cfg, const TaskData& t,
   const std::uint64_t fingerprint = t.train_fingerprint;
   const auto encode = [&] {
     EncodedPairs e = encode_files(t.src_codec, t.tgt_codec, train_src, train_tgt, max_len, world);
-    if (const std::int32_t other = count_ranks(e.text_fingerprint != fingerprint, world); other > 0)
+    if (const std::int32_t other = dist::count_ranks(e.text_fingerprint != fingerprint, world); other > 0)
       throw EveryRankError(fmt::format(
           "data: the training text ('{}', '{}') changed while this start read it{}: start again once the files are "
           "in place",
@@ -422,7 +404,7 @@ data::ExampleSet encode_training_pairs(const io::Config& cfg, const TaskData& t,
     why = misfit(*cached, t, max_len);
     if (!why.empty()) cached.reset();
   }
-  if (const std::int32_t missing = count_ranks(!cached, world); missing == 0) {
+  if (const std::int32_t missing = dist::count_ranks(!cached, world); missing == 0) {
     fmt::print("data: read the encoded training pairs from {} ({:.1f}s; the same text, vocabularies and max_len)\n",
                path, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
     EncodedPairs read;  // kept_lines stays empty: only validation pairs need them
@@ -524,7 +506,7 @@ TaskData load_task_data(const io::Config& cfg, dist::Communicator* world, const 
                                   paths);
   });
   const std::int64_t max_len = cfg.integer("data.max_len");
-  t.train_fingerprint = broadcast_u64(text_fingerprint, world);
+  t.train_fingerprint = dist::broadcast_u64(text_fingerprint, world);
   t.train = encode_training_pairs(cfg, t, world);
   EncodedPairs v = encode_pairs(t.src_codec, t.tgt_codec, valid, max_len, world);
   for (std::int64_t line : v.kept_lines) t.valid_refs.push_back(valid.tgt[static_cast<std::size_t>(line)]);
@@ -534,10 +516,7 @@ TaskData load_task_data(const io::Config& cfg, dist::Communicator* world, const 
 
 namespace {
 bool interrupted_anywhere(const DecodeInterrupt& interrupt) {
-  Tensor flag = Tensor::from(std::vector<std::int32_t>{interrupt.requested() ? 1 : 0}, {1});
-  if (interrupt.everyone != nullptr && interrupt.everyone->size() > 1)
-    interrupt.everyone->all_reduce(flag, dist::ReduceOp::sum);
-  return flag.data<std::int32_t>()[0] > 0;
+  return dist::count_ranks(interrupt.requested(), interrupt.everyone) > 0;
 }
 }  // namespace
 

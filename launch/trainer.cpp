@@ -246,10 +246,8 @@ class Run {
     // Rank 0 looks (the folders may not be shared): every rank validates alike.
     std::error_code ec;
     const fs::path folder = fs::path(path).parent_path().empty() ? fs::path(".") : fs::path(path).parent_path();
-    Tensor same =
-        Tensor::from(std::vector<std::int32_t>{grid_.root() && fs::equivalent(folder, dir_, ec) ? 1 : 0}, {1});
-    if (grid_.size > 1) grid_.world->broadcast(same, 0);
-    if (same.data<std::int32_t>()[0] != 0) last_validated_step_ = s.last_validated_step;
+    if (dist::broadcast_u64(grid_.root() && fs::equivalent(folder, dir_, ec), grid_.world.get()) != 0)
+      last_validated_step_ = s.last_validated_step;
     fmt::print("train: resumed from {} at step {} (epoch {}, batch {} of the epoch)\n", path, s.step, s.epoch + 1,
                s.position);
     if (grid_.root()) set_aside_later_checkpoints(s.step);
@@ -278,9 +276,7 @@ class Run {
     std::int64_t& step = step_;
     // A stop signal during the data preparation (minutes on a large corpus): this session has
     // trained nothing, so there is nothing to save; every rank agrees and returns at once.
-    Tensor early_stop = Tensor::from(std::vector<std::int32_t>{g_stop_signal != 0}, {1});
-    if (grid_.size > 1) grid_.world->all_reduce(early_stop, dist::ReduceOp::sum);
-    if (early_stop.data<std::int32_t>()[0] > 0) {
+    if (dist::count_ranks(g_stop_signal != 0, grid_.world.get()) > 0) {
       result.stop_signal = signal_that_interrupted();
       result.steps = step;
       fmt::print("train: {} received before the first step of this session: nothing to save; exiting with status {}\n",

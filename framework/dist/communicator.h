@@ -46,6 +46,12 @@ class Communicator {
   virtual MpiCommunicator* mpi() { return nullptr; }
 };
 
+// How many ranks of `comm` have `flag` set (comm null: this process alone): a decision every rank
+// then takes alike.
+int count_ranks(bool flag, Communicator* comm);
+// Rank 0's `value` on every rank of `comm` (comm null: `value`).
+std::uint64_t broadcast_u64(std::uint64_t value, Communicator* comm);
+
 // dim-0 sizes of an even split of n rows over `parts` (the first n % parts get one more).
 std::vector<std::int64_t> even_split(std::int64_t n, int parts);
 // Elements in one dim-0 row of `t` (the product of its other dims: also right for a tensor with

@@ -294,6 +294,22 @@ void check_row_shares(const std::vector<std::int64_t>& rows, int ranks, std::int
   TESSERA_CHECK(sum == total, "reduce_scatter: row counts add up to {}, the tensor has {} rows", sum, total);
 }
 
+int count_ranks(bool flag, Communicator* comm) {
+  Tensor t = Tensor::from(std::vector<std::int32_t>{flag ? 1 : 0}, {1});
+  if (comm != nullptr && comm->size() > 1) comm->all_reduce(t, ReduceOp::sum);
+  return t.data<std::int32_t>()[0];
+}
+
+std::uint64_t broadcast_u64(std::uint64_t value, Communicator* comm) {
+  if (comm == nullptr || comm->size() == 1) return value;
+  Tensor t = Tensor::from(
+      std::vector<std::int32_t>{static_cast<std::int32_t>(value >> 32), static_cast<std::int32_t>(value & 0xffffffffU)},
+      {2});
+  comm->broadcast(t, 0);
+  return (static_cast<std::uint64_t>(static_cast<std::uint32_t>(t.data<std::int32_t>()[0])) << 32) |
+         static_cast<std::uint32_t>(t.data<std::int32_t>()[1]);
+}
+
 std::vector<std::int64_t> even_split(std::int64_t n, int parts) {
   TESSERA_CHECK(parts >= 1, "even_split: {} parts", parts);
   std::vector<std::int64_t> out(static_cast<std::size_t>(parts), n / parts);
