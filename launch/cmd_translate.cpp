@@ -42,12 +42,30 @@ std::vector<std::string> read_stdin_lines() {
   return lines;
 }
 
+// The n best translations of each source in Marian's and Moses' n-best format, one a line.
+std::vector<std::string> nbest_lines(const Translator& translator,
+                                     const std::vector<std::vector<std::int32_t>>& sources,
+                                     const models::DecodeOptions& dec, std::int64_t n, std::int64_t given_beam,
+                                     std::int64_t batch, dist::Communicator* world) {
+  if (n > dec.beam)
+    throw EveryRankError(fmt::format(
+        "translate: --nbest {} is more than the beam size {} ({}): the search keeps no more hypotheses than its beam "
+        "(raise --beam)",
+        n, dec.beam, given_beam > 0 ? "--beam" : "decode.beam of the checkpoint's config"));
+  std::vector<std::string> lines;
+  const auto lists = translator.translate_nbest(sources, dec, n, batch, world);
+  for (std::size_t i = 0; i < lists.size(); ++i)
+    for (const auto& h : lists[i])
+      lines.push_back(fmt::format("{} ||| {} ||| F0= {:.6f} ||| {:.6f}", i, h.text, h.log_prob, h.score));
+  return lines;
+}
+
 }  // namespace
 
 Command add_translate_command(CLI::App& parent) {
   struct Options {
     std::string checkpoint, input, output, vocab, vocab_tgt;
-    std::int64_t beam = 0, batch = 0;
+    std::int64_t beam = 0, batch = 0, nbest = 0;
     double length_penalty = -1;
     std::string device = "cpu";
   };
@@ -71,6 +89,11 @@ Command add_translate_command(CLI::App& parent) {
       ->check(finite_range(0.0, 10.0));
   cmd->add_option("--batch", opt->batch, "Sentences decoded together (default: from the config)")
       ->check(CLI::Range(1, 100000));
+  cmd->add_option("--nbest", opt->nbest,
+                  "Write the N best translations of each sentence (1 to the beam size), one a line: 'LINE ||| "
+                  "translation ||| F0= log-probability ||| score' (LINE from 0; score: the length-normalized "
+                  "log-probability the beam ranks by), as Marian and Moses write n-best lists")
+      ->check(CLI::Range(1, 1000));
   cmd->add_option("--device", opt->device,
                   "Decode on the cpu or on a GPU (cuda: the first GPU; under mpirun, local rank % GPUs)")
       ->check(CLI::IsMember({"cpu", "cuda"}));
@@ -96,7 +119,9 @@ Command add_translate_command(CLI::App& parent) {
             if (opt->beam > 0) dec.beam = opt->beam;
             if (opt->length_penalty >= 0) dec.length_penalty = opt->length_penalty;
             const std::int64_t batch = opt->batch > 0 ? opt->batch : cfg.integer("decode.batch_sentences");
-            const std::vector<std::string> out_lines = translator.translate(job.sources, dec, batch, world.get());
+            const std::vector<std::string> out_lines =
+                opt->nbest > 0 ? nbest_lines(translator, job.sources, dec, opt->nbest, opt->beam, batch, world.get())
+                               : translator.translate(job.sources, dec, batch, world.get());
             if (!root) return 0;
             std::ofstream file;
             if (!opt->output.empty()) {

@@ -3,6 +3,7 @@
 #include <fmt/core.h>
 
 #include <algorithm>
+#include <bit>
 #include <chrono>
 #include <exception>
 #include <filesystem>
@@ -520,10 +521,15 @@ bool interrupted_anywhere(const DecodeInterrupt& interrupt) {
 }
 }  // namespace
 
-std::optional<models::TokenRows> translate_ids(const models::Transformer& model,
-                                               const std::vector<std::vector<std::int32_t>>& sources,
-                                               const models::DecodeOptions& opt, std::int64_t batch_sentences,
-                                               dist::Communicator* replicas, const DecodeInterrupt* interrupt) {
+namespace {
+// Deals the batches of `sources` out over the ranks of `replicas` and calls decode(batch, sentences)
+// for this rank's. Returns the sentences (indices) this rank decoded; std::nullopt: stopped by
+// `interrupt`.
+using DecodeBatch = std::function<void(const data::Batch&, const std::vector<std::int64_t>&)>;
+std::optional<std::vector<std::int64_t>> decode_own_batches(const std::vector<std::vector<std::int32_t>>& sources,
+                                                            std::int64_t batch_sentences, dist::Communicator* replicas,
+                                                            const DecodeInterrupt* interrupt,
+                                                            const DecodeBatch& decode) {
   const int ranks = replicas != nullptr ? replicas->size() : 1, rank = replicas != nullptr ? replicas->rank() : 0;
   // Sorting by length keeps padding low; results go back to input order. An empty source (a blank
   // line) is not decoded: its translation is empty too, not what the model makes of a lone eos.
@@ -535,8 +541,7 @@ std::optional<models::TokenRows> translate_ids(const models::Transformer& model,
   });
   data::ExampleSet examples;
   for (const auto& s : sources) examples.add(s, {});
-  models::TokenRows out(sources.size());
-  std::vector<std::int64_t> mine;  // the sentences this rank translated
+  std::vector<std::int64_t> mine;
   std::int64_t batch = 0;
   for (std::size_t start = 0; start < order.size(); start += static_cast<std::size_t>(batch_sentences)) {
     if (interrupt != nullptr && batch % ranks == 0 && interrupted_anywhere(*interrupt)) return std::nullopt;
@@ -544,12 +549,83 @@ std::optional<models::TokenRows> translate_ids(const models::Transformer& model,
     const std::size_t end = std::min(order.size(), start + static_cast<std::size_t>(batch_sentences));
     const std::vector<std::int64_t> idx(order.begin() + static_cast<std::ptrdiff_t>(start),
                                         order.begin() + static_cast<std::ptrdiff_t>(end));
-    const data::Batch b = data::make_batch(examples, idx);
-    models::TokenRows hyps = models::translate_batch(model, b.src, b.src_padding, opt);
-    for (std::size_t i = 0; i < idx.size(); ++i) out[static_cast<std::size_t>(idx[i])] = std::move(hyps[i]);
+    decode(data::make_batch(examples, idx), idx);
     mine.insert(mine.end(), idx.begin(), idx.end());
   }
-  if (ranks > 1) gather_rows(out, mine, *replicas);
+  return mine;
+}
+
+// An n-best list as one int32 row, to travel through gather_rows: per hypothesis its token count,
+// its tokens, then log_prob and score, each double as two int32 halves of its bits (exact).
+std::vector<std::int32_t> pack_hypotheses(const std::vector<models::Hypothesis>& hyps) {
+  std::vector<std::int32_t> row;
+  for (const auto& h : hyps) {
+    row.push_back(static_cast<std::int32_t>(h.tokens.size()));
+    row.insert(row.end(), h.tokens.begin(), h.tokens.end());
+    for (double v : {h.log_prob, h.score}) {
+      const auto bits = std::bit_cast<std::uint64_t>(v);
+      row.push_back(static_cast<std::int32_t>(static_cast<std::uint32_t>(bits)));
+      row.push_back(static_cast<std::int32_t>(static_cast<std::uint32_t>(bits >> 32)));
+    }
+  }
+  return row;
+}
+
+std::vector<models::Hypothesis> unpack_hypotheses(const std::vector<std::int32_t>& row) {
+  std::vector<models::Hypothesis> hyps;
+  const auto next_double = [&](std::size_t& i) {
+    const std::uint64_t lo = static_cast<std::uint32_t>(row[i]), hi = static_cast<std::uint32_t>(row[i + 1]);
+    i += 2;
+    return std::bit_cast<double>(lo | (hi << 32));
+  };
+  for (std::size_t i = 0; i < row.size();) {
+    models::Hypothesis h;
+    const auto len = static_cast<std::size_t>(row[i++]);
+    TESSERA_CHECK(i + len + 4 <= row.size(), "n-best exchange: a packed row of {} values ends early", row.size());
+    h.tokens.assign(row.begin() + static_cast<std::ptrdiff_t>(i), row.begin() + static_cast<std::ptrdiff_t>(i + len));
+    i += len;
+    h.log_prob = next_double(i);
+    h.score = next_double(i);
+    hyps.push_back(std::move(h));
+  }
+  return hyps;
+}
+}  // namespace
+
+std::optional<models::TokenRows> translate_ids(const models::Transformer& model,
+                                               const std::vector<std::vector<std::int32_t>>& sources,
+                                               const models::DecodeOptions& opt, std::int64_t batch_sentences,
+                                               dist::Communicator* replicas, const DecodeInterrupt* interrupt) {
+  models::TokenRows out(sources.size());
+  const auto mine = decode_own_batches(
+      sources, batch_sentences, replicas, interrupt, [&](const data::Batch& b, const std::vector<std::int64_t>& idx) {
+        models::TokenRows hyps = models::translate_batch(model, b.src, b.src_padding, opt);
+        for (std::size_t i = 0; i < idx.size(); ++i) out[static_cast<std::size_t>(idx[i])] = std::move(hyps[i]);
+      });
+  if (!mine) return std::nullopt;
+  if (replicas != nullptr && replicas->size() > 1) gather_rows(out, *mine, *replicas);
+  return out;
+}
+
+models::NBestRows translate_ids_nbest(const models::Transformer& model,
+                                      const std::vector<std::vector<std::int32_t>>& sources,
+                                      const models::DecodeOptions& opt, std::int64_t n, std::int64_t batch_sentences,
+                                      dist::Communicator* replicas) {
+  models::NBestRows out(sources.size());
+  const auto mine = decode_own_batches(
+      sources, batch_sentences, replicas, nullptr, [&](const data::Batch& b, const std::vector<std::int64_t>& idx) {
+        models::NBestRows hyps = models::beam_search_nbest(model, b.src, b.src_padding, opt, n);
+        for (std::size_t i = 0; i < idx.size(); ++i) out[static_cast<std::size_t>(idx[i])] = std::move(hyps[i]);
+      });
+  if (replicas != nullptr && replicas->size() > 1) {
+    models::TokenRows packed(sources.size());
+    for (std::int64_t i : *mine)
+      packed[static_cast<std::size_t>(i)] = pack_hypotheses(out[static_cast<std::size_t>(i)]);
+    gather_rows(packed, *mine, *replicas);
+    for (std::size_t i = 0; i < out.size(); ++i) out[i] = unpack_hypotheses(packed[i]);
+  }
+  for (auto& hyps : out)  // an empty source: its one (empty) translation, as translate_ids gives it
+    if (hyps.empty()) hyps.push_back({});
   return out;
 }
 
@@ -667,6 +743,17 @@ std::vector<std::string> Translator::translate(const std::vector<std::vector<std
   std::vector<std::string> out;
   const std::optional<models::TokenRows> hyps = translate_ids(*model_, sources, opt, batch_sentences, replicas);
   for (const auto& h : *hyps) out.push_back(tgt_codec_.decode(h));
+  return out;
+}
+
+std::vector<std::vector<ScoredTranslation>> Translator::translate_nbest(
+    const std::vector<std::vector<std::int32_t>>& sources, const models::DecodeOptions& opt, std::int64_t n,
+    std::int64_t batch_sentences, dist::Communicator* replicas) const {
+  std::vector<std::vector<ScoredTranslation>> out;
+  for (const auto& hyps : translate_ids_nbest(*model_, sources, opt, n, batch_sentences, replicas)) {
+    auto& list = out.emplace_back();
+    for (const auto& h : hyps) list.push_back({tgt_codec_.decode(h.tokens), h.log_prob, h.score});
+  }
   return out;
 }
 

@@ -115,6 +115,20 @@ std::optional<models::TokenRows> translate_ids(const models::Transformer& model,
                                                dist::Communicator* replicas = nullptr,
                                                const DecodeInterrupt* interrupt = nullptr);
 
+// The `n` (1 to opt.beam) best beam-search hypotheses of each source, best first, shared out and
+// gathered as translate_ids does (the first one's tokens are translate_ids's translation). An
+// empty source gets one empty hypothesis scored 0, without decoding.
+models::NBestRows translate_ids_nbest(const models::Transformer& model,
+                                      const std::vector<std::vector<std::int32_t>>& sources,
+                                      const models::DecodeOptions& opt, std::int64_t n, std::int64_t batch_sentences,
+                                      dist::Communicator* replicas = nullptr);
+
+// A detokenized hypothesis with its scores (see models::Hypothesis).
+struct ScoredTranslation {
+  std::string text;
+  double log_prob = 0, score = 0;
+};
+
 // A trained model ready to translate text: the weights of any checkpoint (full, weights-only or
 // averaged), the config saved in it, and its vocabularies: those stored in the checkpoint (a
 // `vocab` / `vocab_tgt` given as well must be the same), or for a checkpoint without them (written
@@ -133,6 +147,11 @@ class Translator {
   std::vector<std::string> translate(const std::vector<std::vector<std::int32_t>>& sources,
                                      const models::DecodeOptions& opt, std::int64_t batch_sentences,
                                      dist::Communicator* replicas) const;
+  // The n best translations of each source (translate_ids_nbest), detokenized.
+  std::vector<std::vector<ScoredTranslation>> translate_nbest(const std::vector<std::vector<std::int32_t>>& sources,
+                                                              const models::DecodeOptions& opt, std::int64_t n,
+                                                              std::int64_t batch_sentences,
+                                                              dist::Communicator* replicas) const;
   const io::Config& config() const { return cfg_; }
 
  private:

@@ -108,10 +108,11 @@ TokenRows greedy_decode_uncached(const Transformer& model, const Tensor& src, co
   return out;
 }
 
-TokenRows beam_search(const Transformer& model, const Tensor& src, const Tensor& src_padding,
-                      const DecodeOptions& opt) {
+NBestRows beam_search_nbest(const Transformer& model, const Tensor& src, const Tensor& src_padding,
+                            const DecodeOptions& opt, std::int64_t n) {
   const std::int64_t batch = src.size(0), vocab = model.config().tgt_vocab, k = opt.beam;
   TESSERA_CHECK(k >= 1, "beam_search: beam size {} must be >= 1", k);
+  TESSERA_CHECK(n >= 1 && n <= k, "beam_search: {} best hypotheses asked of a beam of {} (1 to the beam size)", n, k);
   const auto limit = output_limits(model, src_padding, opt.max_extra_len);
   const double neg_inf = -std::numeric_limits<double>::infinity();
 
@@ -127,12 +128,8 @@ TokenRows beam_search(const Transformer& model, const Tensor& src, const Tensor&
     std::vector<std::int32_t> tokens;
     double score;  // sum of log-probabilities
   };
-  struct Finished {
-    std::vector<std::int32_t> tokens;
-    double normalized;
-  };
   std::vector<std::vector<Hyp>> beams(static_cast<std::size_t>(batch));
-  std::vector<std::vector<Finished>> finished(static_cast<std::size_t>(batch));
+  std::vector<std::vector<Hypothesis>> finished(static_cast<std::size_t>(batch));
   for (auto& bm : beams) {
     bm.assign(static_cast<std::size_t>(k), Hyp{{}, neg_inf});
     bm[0].score = 0.0;
@@ -174,7 +171,7 @@ TokenRows beam_search(const Transformer& model, const Tensor& src, const Tensor&
           if (cd.token != kEosId) toks.push_back(cd.token);
           if (static_cast<std::int64_t>(c) < k) {
             const auto len = static_cast<std::int64_t>(toks.size()) + 1;  // + eos
-            finished[s].push_back({std::move(toks), cd.score / length_penalty(len, opt.length_penalty)});
+            finished[s].push_back({std::move(toks), cd.score, cd.score / length_penalty(len, opt.length_penalty)});
           }
           continue;
         }
@@ -202,13 +199,20 @@ TokenRows beam_search(const Transformer& model, const Tensor& src, const Tensor&
     last = std::move(next_last);
   }
 
-  TokenRows out(static_cast<std::size_t>(batch));
-  for (std::size_t s = 0; s < out.size(); ++s) {
-    const auto best =
-        std::max_element(finished[s].begin(), finished[s].end(),
-                         [](const Finished& x, const Finished& y) { return x.normalized < y.normalized; });
-    if (best != finished[s].end()) out[s] = best->tokens;
+  // Best first; stable, so that of equal scores the one finished first leads (as max_element chose).
+  for (auto& f : finished) {
+    std::stable_sort(f.begin(), f.end(), [](const Hypothesis& x, const Hypothesis& y) { return x.score > y.score; });
+    if (static_cast<std::int64_t>(f.size()) > n) f.resize(static_cast<std::size_t>(n));
   }
+  return finished;
+}
+
+TokenRows beam_search(const Transformer& model, const Tensor& src, const Tensor& src_padding,
+                      const DecodeOptions& opt) {
+  NBestRows nbest = beam_search_nbest(model, src, src_padding, opt, 1);
+  TokenRows out(nbest.size());
+  for (std::size_t s = 0; s < out.size(); ++s)
+    if (!nbest[s].empty()) out[s] = std::move(nbest[s].front().tokens);
   return out;
 }
 

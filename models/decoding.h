@@ -18,11 +18,24 @@ struct DecodeOptions {
 
 using TokenRows = std::vector<std::vector<std::int32_t>>;
 
+// A finished beam-search hypothesis.
+struct Hypothesis {
+  std::vector<std::int32_t> tokens;  // target ids without bos/eos
+  double log_prob = 0;               // sum of its tokens' log-probabilities, eos included (not when the
+                                     // length limit cut it)
+  double score = 0;                  // log_prob / ((5 + tokens + 1) / 6)^length_penalty: what the beam ranks by
+};
+using NBestRows = std::vector<std::vector<Hypothesis>>;
+
 // Hypotheses for a batch of int32 sources [B, Ls] (with eos, padded) and their padding mask.
 // Each result holds the target ids without bos/eos.
 TokenRows greedy_decode(const Transformer& model, const Tensor& src, const Tensor& src_padding,
                         std::int64_t max_extra_len);
 TokenRows beam_search(const Transformer& model, const Tensor& src, const Tensor& src_padding, const DecodeOptions& opt);
+// The n (1 to opt.beam) best finished hypotheses of each sentence, best score first (fewer when
+// the search finished fewer); beam_search returns the first one's tokens.
+NBestRows beam_search_nbest(const Transformer& model, const Tensor& src, const Tensor& src_padding,
+                            const DecodeOptions& opt, std::int64_t n);
 // Dispatches on opt.beam (1: greedy).
 TokenRows translate_batch(const Transformer& model, const Tensor& src, const Tensor& src_padding,
                           const DecodeOptions& opt);

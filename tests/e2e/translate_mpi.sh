@@ -1,7 +1,7 @@
 #!/bin/sh
 # `tessera translate` under mpirun: the ranks share the batches and rank 0 writes every
 # translation, the same file as one process writes; standard input (which mpirun gives rank 0
-# only) and a missing checkpoint are refused with one message. `tessera score` under mpirun: one
+# only) and a missing checkpoint are refused with one message; --nbest lists, the same under mpirun. `tessera score` under mpirun: one
 # score, the same as one process's (with --checkpoint the ranks share the translation).
 # Usage: translate_mpi.sh TESSERA CHECKPOINT WORKDIR
 set -eu
@@ -17,6 +17,25 @@ mpirun -np 3 --oversubscribe "$tessera" translate --checkpoint "$checkpoint" -i 
   --batch 4 > "$work/three.log" 2>&1 || { cat "$work/three.log"; fail "mpirun -np 3 translate failed"; }
 [ "$(wc -l < "$work/three.txt")" -eq 41 ] || fail "not 41 translations"
 cmp "$work/one.txt" "$work/three.txt" || fail "3 ranks translated otherwise than one process"
+
+# --nbest: 3 hypotheses a line, best first; the first is the translation, the same under mpirun.
+"$tessera" translate --checkpoint "$checkpoint" -i "$work/src.txt" -o "$work/beam4.txt" --batch 4 --beam 4
+printf '\n' >> "$work/src.txt"  # a blank line: one empty hypothesis scored 0
+"$tessera" translate --checkpoint "$checkpoint" -i "$work/src.txt" -o "$work/nbest_one.txt" --batch 4 --beam 4 --nbest 3
+mpirun -np 3 --oversubscribe "$tessera" translate --checkpoint "$checkpoint" -i "$work/src.txt" \
+  -o "$work/nbest_three.txt" --batch 4 --beam 4 --nbest 3 > "$work/nbest.log" 2>&1 || { cat "$work/nbest.log"; fail "mpirun --nbest failed"; }
+cmp "$work/nbest_one.txt" "$work/nbest_three.txt" || fail "3 ranks wrote another n-best list than one process"
+awk -F' [|][|][|] ' '
+  NF != 4 || $3 !~ /^F0= -?[0-9]+[.][0-9]+$/ { print "malformed: " $0; bad = 1 }
+  $1 == prev && $4 + 0 > last + 0 { print "not best first: " $0; bad = 1 }
+  { count[$1]++; prev = $1; last = $4 }
+  END { for (i = 0; i < 41; i++) if (count[i] != 3) { print "line " i ": " count[i] " hypotheses"; bad = 1 }
+        if (count[41] != 1) { print "blank line: " count[41] " hypotheses"; bad = 1 }
+        exit bad }' "$work/nbest_one.txt" || fail "--nbest output is not 3 hypotheses a line, best first"
+grep -qx '41 |||  ||| F0= 0.000000 ||| 0.000000' "$work/nbest_one.txt" || fail "the blank line's hypothesis is not empty and 0"
+awk -F' [|][|][|] ' '!seen[$1]++ && $1 < 41 { print $2 }' "$work/nbest_one.txt" | cmp - "$work/beam4.txt" \
+  || fail "the first of the n best is not the translation"
+sed -i '$d' "$work/src.txt"
 
 status=0
 mpirun -np 2 --oversubscribe "$tessera" translate --checkpoint "$checkpoint" < "$work/src.txt" > "$work/stdin.log" 2>&1 \
@@ -42,6 +61,8 @@ once() {  # once NAME PATTERN ARGS...: exits non-zero within 60 s, PATTERN print
   [ "$(grep -c "$pattern" "$work/$name.log")" -eq 1 ] || { cat "$work/$name.log"; fail "$name: not one message"; }
 }
 once bad_vocab "no vocabulary (leave --vocab out)" -i "$work/src.txt" --vocab "[bad"
+once nbest_beam "translate: --nbest 3 is more than the beam size 1 (decode.beam of the checkpoint's config)" \
+  -i "$work/src.txt" --nbest 3
 once bad_output "cannot write '$work/no_such_dir/out.txt': folder" -i "$work/src.txt" -o "$work/no_such_dir/out.txt"
 printf '3 x 4\n' > "$work/bad.txt"
 once bad_line "'x' is not a symbol number" -i "$work/bad.txt"
@@ -72,4 +93,4 @@ mpirun -np 3 --oversubscribe "$tessera" average "$checkpoint" "$work/copy.h5" -o
 [ "$(grep -c '^average: wrote' "$work/avg.log")" -eq 1 ] || { cat "$work/avg.log"; fail "average under mpirun: not one output"; }
 "$tessera" translate --checkpoint "$work/avg.h5" -i "$work/src.txt" -o "$work/avg.txt" --batch 4
 cmp "$work/one.txt" "$work/avg.txt" || fail "the average of a checkpoint with itself translated otherwise"
-echo "PASS: 3 ranks wrote one process's 41 translations and scored them as one process; stdin, a missing checkpoint, a bad key, a bad line, a missing GPU and a short reference each refused once, no rank left waiting"
+echo "PASS: 3 ranks wrote one process's 41 translations and n-best lists and scored them as one process; stdin, a missing checkpoint, a bad key, a bad line, a missing GPU and a short reference each refused once, no rank left waiting"

@@ -94,6 +94,71 @@ TEST(Transformer, CachedDecoderEqualsUncachedAndBeamOneEqualsGreedy) {
   for (const auto& h : beam4) EXPECT_LE(h.size(), 7u + 6u);
 }
 
+// The n-best list: best first, its head is beam_search's translation, and each hypothesis's
+// log-probability equals the one a teacher-forced forward pass gives its tokens (computed here in
+// double from the logits), eos included unless the length limit cut it.
+TEST(Transformer, BeamSearchNBestScoresAreTheModelsLogProbabilities) {
+  // An untrained model rarely ends with eos; this one is nudged to: its last layer norm's bias is
+  // all ones and the output row of eos gains 3/d * ones, adding 3 to eos's logit (a normalized
+  // vector times ones is 0, and the norm's gain is 1), so both endings are checked.
+  TransformerConfig c = tiny_config();
+  c.tie_output = false;
+  Transformer m(c, 5);
+  Tensor bias = m.parameter("decoder.layers.1.final_layer_norm.bias").value();
+  Tensor out = m.parameter("decoder.output_projection.weight").value();
+  for (std::int64_t j = 0; j < c.d_model; ++j) {
+    bias.data<float>()[j] = 1.0f;
+    out.data<float>()[data::kEosId * c.d_model + j] += 3.0f / static_cast<float>(c.d_model);
+  }
+  Tensor src, pad;
+  random_sources(6, 6, 23, src, pad);
+  const models::DecodeOptions opt{.beam = 4, .length_penalty = 0.6, .max_extra_len = 4};
+  int eos_endings = 0, cut = 0;
+  const models::NBestRows nbest = models::beam_search_nbest(m, src, pad, opt, 3);
+  const models::TokenRows best = models::beam_search(m, src, pad, opt);
+  EXPECT_THROW((void)models::beam_search_nbest(m, src, pad, opt, 5), Error);
+  ASSERT_EQ(nbest.size(), 6u);
+  const std::int64_t len = src.size(1);
+  for (std::int64_t b = 0; b < 6; ++b) {
+    const auto& list = nbest[static_cast<std::size_t>(b)];
+    ASSERT_EQ(list.size(), 3u);
+    EXPECT_EQ(list.front().tokens, best[static_cast<std::size_t>(b)]);
+    std::vector<std::int32_t> row(src.data<std::int32_t>() + b * len, src.data<std::int32_t>() + (b + 1) * len);
+    std::vector<std::int32_t> row_pad(pad.data<std::int32_t>() + b * len, pad.data<std::int32_t>() + (b + 1) * len);
+    const std::int64_t limit = len - std::count(row_pad.begin(), row_pad.end(), 1) + opt.max_extra_len;
+    for (std::size_t i = 0; i < list.size(); ++i) {
+      const models::Hypothesis& h = list[i];
+      if (i > 0) {
+        EXPECT_GE(list[i - 1].score, h.score);
+        EXPECT_NE(list[i - 1].tokens, h.tokens);
+      }
+      const auto n = static_cast<std::int64_t>(h.tokens.size());
+      const bool ended_by_eos = n < limit;
+      (ended_by_eos ? eos_endings : cut) += 1;
+      std::vector<std::int32_t> tgt_in{data::kBosId};
+      tgt_in.insert(tgt_in.end(), h.tokens.begin(), h.tokens.end());
+      models::DropoutStream no_dropout;
+      const std::vector<double> logits = m.forward(Tensor::from(row, {1, len}), Tensor::from(row_pad, {1, len}),
+                                                   Tensor::from(tgt_in, {1, n + 1}), no_dropout)
+                                             .value()
+                                             .to_doubles();
+      double log_prob = 0;
+      for (std::int64_t t = 0; t < (ended_by_eos ? n + 1 : n); ++t) {
+        const double* z = logits.data() + t * 23;
+        const double zmax = *std::max_element(z, z + 23);
+        double sum = 0;
+        for (std::int64_t v = 0; v < 23; ++v) sum += std::exp(z[v] - zmax);
+        const std::int32_t target = t < n ? h.tokens[static_cast<std::size_t>(t)] : data::kEosId;
+        log_prob += z[target] - zmax - std::log(sum);
+      }
+      EXPECT_NEAR(h.log_prob, log_prob, 1e-4 * (1 + std::abs(log_prob))) << "sentence " << b << " hypothesis " << i;
+      EXPECT_DOUBLE_EQ(h.score, h.log_prob / std::pow((5.0 + static_cast<double>(n + 1)) / 6.0, 0.6));
+    }
+  }
+  EXPECT_GT(eos_endings, 0);
+  EXPECT_GT(cut, 0);
+}
+
 // A source near model.max_positions with a generous decode.max_extra_len: decoding stops at the
 // positional table's end (max_positions tokens) instead of failing the whole batch there.
 TEST(Transformer, DecodingStopsAtMaxPositions) {
