@@ -248,6 +248,15 @@ class Run {
     const fs::path folder = fs::path(path).parent_path().empty() ? fs::path(".") : fs::path(path).parent_path();
     if (dist::broadcast_u64(grid_.root() && fs::equivalent(folder, dir_, ec), grid_.world.get()) != 0)
       last_validated_step_ = s.last_validated_step;
+    else
+      fork_source_ = folder;
+    // Resumed from this folder's checkpoint_<step>.h5 itself: that file is this state, saved (a
+    // resume of a finished run need not write it again).
+    if (dist::broadcast_u64(grid_.root() && fs::equivalent(path, step_checkpoint_path(s.step), ec),
+                            grid_.world.get()) != 0) {
+      last_saved_step_ = s.step;
+      saved_validated_step_ = s.last_validated_step;
+    }
     fmt::print("train: resumed from {} at step {} (epoch {}, batch {} of the epoch)\n", path, s.step, s.epoch + 1,
                s.position);
     if (grid_.root()) set_aside_later_checkpoints(s.step);
@@ -301,8 +310,8 @@ class Run {
       stop_early = true;
       fmt::print(
           "train: train.patience = {} was reached before this resume ({} validations without a better score "
-          "since step {}): no step more\n",
-          patience, validations_since_best_, best_valid_step_);
+          "since step {}): no step more{}\n",
+          patience, validations_since_best_, best_valid_step_, where_best_model_is());
     }
     // train.max_minutes used up by the sessions before: no step more (as at max_steps).
     const bool out_of_time_before = max_seconds > 0 && elapsed_before_ >= max_seconds;
@@ -486,7 +495,9 @@ class Run {
  private:
   // A stop signal ends the session after step_: its checkpoint holds the run.
   TrainResult stopped_by_signal(int sig, TrainResult result) {
-    const std::string path = last_saved_step_ == step_ ? step_checkpoint_path(step_) : save_step_checkpoint();
+    // Saved (again) unless the step's checkpoint holds it, its validation record included.
+    const bool saved = last_saved_step_ == step_ && saved_validated_step_ == last_validated_step_;
+    const std::string path = saved ? step_checkpoint_path(step_) : save_step_checkpoint();
     fmt::print(
         "train: {} received: stopped after step {}; {} holds the run (resume with --resume); exiting with "
         "status {}\n",
@@ -504,8 +515,23 @@ class Run {
     fmt::print(
         "train: stopping early at step {}: {} validations in a row without a better {} (step {}; "
         "train.patience){}\n",
-        step, validations_since_best_, best, best_valid_step_,
-        cfg_.boolean("checkpoint.keep_best") ? "; checkpoint_best.h5 holds that model" : "");
+        step, validations_since_best_, best, best_valid_step_, where_best_model_is());
+  }
+
+  // "; FILE holds that model" for the checkpoint_best.h5 that holds the best validation's step:
+  // this run's, or for a fork whose best came before it, the one of the folder it continued from
+  // (the fork has none of that step). Empty when neither does (checkpoint.keep_best off, or deleted).
+  std::string where_best_model_is() const {
+    if (!cfg_.boolean("checkpoint.keep_best") || !grid_.root()) return "";
+    for (const fs::path& folder : {dir_, fork_source_}) {
+      const fs::path best = folder / "checkpoint_best.h5";
+      try {
+        if (!folder.empty() && fs::exists(best) && io::checkpoint_step(best.string()) == best_valid_step_)
+          return fmt::format("; {} holds that model", best.string());
+      } catch (const Error&) {  // unreadable: not that model, as far as anyone can tell
+      }
+    }
+    return "";
   }
 
   // Fault injection for the failure tests: VARIABLE="RANK:STEP[,RANK:STEP...]" names where it hits.
@@ -857,6 +883,7 @@ class Run {
   std::uint64_t seed_;                  // dropout (Philox key)
   std::uint64_t batcher_seed_ = seed_;  // data order
   fs::path dir_;
+  fs::path fork_source_;  // the folder of the checkpoint this run continues, when not dir_ (a fork)
   TaskData task_;
   std::map<std::string, std::string> vocabularies_;  // stored in every checkpoint
   models::Transformer model_;

@@ -14,7 +14,7 @@ args="--config $config --set output.dir=$dir --set train.lr_factor=0 --set train
 
 "$tessera" train $args --set train.patience=2 > "$work/stop.log" 2>&1 || { cat "$work/stop.log"; fail "the run failed"; }
 grep "stopping early" "$work/stop.log" || true
-[ "$(grep -c '^train: stopping early at step 6: 2 validations in a row without a better exact match than 0.00% (step 2; train.patience); checkpoint_best.h5 holds that model$' "$work/stop.log")" -eq 1 ] \
+[ "$(grep -c '^train: stopping early at step 6: 2 validations in a row without a better exact match than 0.00% (step 2; train.patience); '"$dir"'/checkpoint_best.h5 holds that model$' "$work/stop.log")" -eq 1 ] \
   || { cat "$work/stop.log"; fail "no early stop at step 6 (exactly one message)"; }
 ! grep -q '^step 7 ' "$work/stop.log" || fail "trained past the early stop"
 [ "$(grep -c '^valid ' "$work/stop.log")" -eq 3 ] || fail "not exactly 3 validations (steps 2, 4, 6: none repeated at the end)"
@@ -60,14 +60,20 @@ grep -q '^train: step 4 has not been validated (a stop signal cut its validation
 # A resume of the run that stopped early trains and validates nothing more.
 "$tessera" train $args --set output.dir="$work/sig" --set train.patience=2 --resume > "$work/sig_again.log" 2>&1 ||
   { cat "$work/sig_again.log"; fail "the resume of the finished run failed"; }
-grep -q '^train: train.patience = 2 was reached before this resume (2 validations without a better score since step 2): no step more$' \
+grep -q '^train: train.patience = 2 was reached before this resume (2 validations without a better score since step 2): no step more; '"$work"'/sig/checkpoint_best.h5 holds that model$' \
   "$work/sig_again.log" || { cat "$work/sig_again.log"; fail "no message for a resume of a run that stopped early"; }
+! grep -q '^checkpoint: saved ' "$work/sig_again.log" || { cat "$work/sig_again.log"; fail "the finished run saved its checkpoint again"; }
 grep -Eq '^(valid|step) ' "$work/sig_again.log" && { cat "$work/sig_again.log"; fail "the finished run trained or validated again"; }
 # A fork of the run (resumed into another output.dir at its last step) validates that step again
-# for its own log, but does not count it toward train.patience a second time.
+# for its own log, but does not count it toward train.patience a second time; the best model it
+# reports is the source folder's checkpoint_best.h5.
 "$tessera" train $args --set output.dir="$work/fork" --set train.patience=2 --set train.max_steps=6 \
   --resume "$work/sig/checkpoint_00000006.h5" > "$work/fork.log" 2>&1 || { cat "$work/fork.log"; fail "the fork failed"; }
 grep -q '^valid 6 ' "$work/fork.log" || { cat "$work/fork.log"; fail "the fork did not validate its step"; }
+# The best model (step 2) is not in the fork's folder: the message names the file that holds it.
+grep -q '^train: train.patience = 2 was reached before this resume (2 validations without a better score since step 2): no step more; '"$work"'/sig/checkpoint_best.h5 holds that model$' \
+  "$work/fork.log" || { cat "$work/fork.log"; fail "the fork's message does not name the source folder's checkpoint_best.h5"; }
+[ ! -e "$work/fork/checkpoint_best.h5" ] || fail "the fork has a checkpoint_best.h5 of its own"
 for f in "$work/sig/checkpoint_00000006.h5" "$work/fork/checkpoint_00000006.h5"; do
   h5dump -a /train/validations_since_best "$f" | sed -n 's/^ *(0): //p'
 done > "$work/fork.counts"
