@@ -131,7 +131,7 @@ int run_score(const ScoreOptions& opt) {
           "only)");
     const std::string src_name = src_stdin ? std::string("standard input") : fmt::format("source file '{}'", opt.src);
     const TranslationJob job = load_translation_job(
-        world.get(), opt.checkpoint, "", "", opt.device == "cuda" ? Device::cuda : Device::cpu, [&] {
+        world.get(), opt.checkpoint, "", "", opt.device == "cuda" ? Device::cuda : Device::cpu, src_name, [&] {
           std::vector<std::string> src =
               src_stdin ? read_lines(std::cin, "<stdin>") : read_file_lines(opt.src, "source");
           if (root) {  // before the translation: a bad reference file is reported at once

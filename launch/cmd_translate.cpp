@@ -112,6 +112,7 @@ Command add_translate_command(CLI::App& parent) {
             const Device device = opt->device == "cuda" ? Device::cuda : Device::cpu;
             TranslationJob job = load_translation_job(
                 world.get(), opt->checkpoint, opt->vocab, opt->vocab_tgt, device,
+                opt->input.empty() ? std::string("standard input") : fmt::format("input file '{}'", opt->input),
                 [&] { return opt->input.empty() ? read_stdin_lines() : data::read_lines(opt->input); });
             const Translator& translator = *job.translator;
             const io::Config& cfg = translator.config();

@@ -290,6 +290,25 @@ void check_config(bool ok, fmt::format_string<Args...> f, Args&&... args) {
   if (!ok) throw io::ConfigError(fmt::format(f, std::forward<Args>(args)...));
 }
 
+// Inputs every rank reads for itself (node-local copies of "the same" file may differ): a rank whose
+// `fingerprint` of `what` is not rank 0's stops every rank with one message, rather than each rank
+// going on with other data (other ids, other sentence counts in an exchange).
+void check_same_on_every_rank(std::uint64_t fingerprint, dist::Communicator* world, const std::string& what) {
+  if (world == nullptr || world->size() < 2) return;
+  const std::uint64_t first = dist::broadcast_u64(fingerprint, world);
+  if (const std::int32_t other = dist::count_ranks(fingerprint != first, world); other > 0)
+    throw EveryRankError(fmt::format(
+        "{} differs between the ranks: {} of {} ranks read other contents than rank 0 (files that differ between "
+        "machines?): give every rank the same files",
+        what, other, world->size()));
+}
+
+std::uint64_t fingerprint_lines(const std::vector<std::string>& lines, std::uint64_t h = 0) {
+  h = hash_combine(h, static_cast<std::uint64_t>(lines.size()));
+  for (const auto& l : lines) h = hash_combine(h, l);
+  return h;
+}
+
 // Keys that are each valid alone but not together.
 void check_vocab_keys(const io::Config& cfg) {
   const bool joint = cfg.boolean("data.joint_vocab");
@@ -506,6 +525,15 @@ TaskData load_task_data(const io::Config& cfg, dist::Communicator* world, const 
     check_checkpoint_vocabularies(stored, checkpoint_vocabularies(cfg, t.src_codec, t.tgt_codec), resume_checkpoint,
                                   paths);
   });
+  std::uint64_t vocab_fingerprint = 0;
+  for (const auto& [name, bytes] : checkpoint_vocabularies(cfg, t.src_codec, t.tgt_codec))
+    vocab_fingerprint = hash_combine(hash_combine(vocab_fingerprint, name), bytes);
+  check_same_on_every_rank(vocab_fingerprint, world,
+                           paths.joint() ? fmt::format("the vocabulary '{}'", paths.src)
+                                         : fmt::format("the vocabularies '{}', '{}'", paths.src, paths.tgt));
+  check_same_on_every_rank(
+      fingerprint_lines(valid.tgt, fingerprint_lines(valid.src)), world,
+      fmt::format("the validation text ('{}', '{}')", cfg.string("data.valid_src"), cfg.string("data.valid_tgt")));
   const std::int64_t max_len = cfg.integer("data.max_len");
   t.train_fingerprint = dist::broadcast_u64(text_fingerprint, world);
   t.train = encode_training_pairs(cfg, t, world);
@@ -662,6 +690,15 @@ Translator::Translator(const std::string& checkpoint, const std::string& vocab, 
   io::assign_weights(w, checkpoint, params);
 }
 
+std::uint64_t Translator::weights_fingerprint() const {
+  std::uint64_t h = 0;
+  for (const ag::Var& p : model_->parameters()) {
+    const Tensor host = p.value().to(Device::cpu);
+    h = hash_combine(h, std::string_view(static_cast<const char*>(host.raw_data()), host.nbytes()));
+  }
+  return h;
+}
+
 void Translator::load_stored_vocabularies(const std::string& checkpoint,
                                           const std::map<std::string, std::string>& stored, const std::string& vocab,
                                           const std::string& vocab_tgt) {
@@ -758,7 +795,7 @@ std::vector<std::vector<ScoredTranslation>> Translator::translate_nbest(
 }
 
 TranslationJob load_translation_job(dist::Communicator* world, const std::string& checkpoint, const std::string& vocab,
-                                    const std::string& vocab_tgt, Device device,
+                                    const std::string& vocab_tgt, Device device, const std::string& input_name,
                                     const std::function<std::vector<std::string>()>& read_lines) {
   const bool root = world == nullptr || world->rank() == 0;
   const int local_rank = world != nullptr && world->mpi() != nullptr ? world->mpi()->local_rank() : 0;  // collective
@@ -768,6 +805,15 @@ TranslationJob load_translation_job(dist::Communicator* world, const std::string
     job.translator.emplace(checkpoint, vocab, vocab_tgt, device);
     job.sources = job.translator->encode(read_lines(), /*report=*/root);
   });
+  // The ranks share the sentences out by index and each decodes with its own copy of the model.
+  if (world != nullptr && world->size() > 1) {
+    std::uint64_t h = hash_combine(0, static_cast<std::uint64_t>(job.sources.size()));
+    for (const auto& ids : job.sources)
+      h = hash_combine(h, std::string_view(reinterpret_cast<const char*>(ids.data()), ids.size() * sizeof(ids[0])));
+    check_same_on_every_rank(h, world, input_name);
+    check_same_on_every_rank(job.translator->weights_fingerprint(), world,
+                             fmt::format("checkpoint '{}' (its weights)", checkpoint));
+  }
   return job;
 }
 

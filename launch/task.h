@@ -153,6 +153,8 @@ class Translator {
                                                               std::int64_t batch_sentences,
                                                               dist::Communicator* replicas) const;
   const io::Config& config() const { return cfg_; }
+  // Of the model's weights (hashed in full: a second or so for the big model).
+  std::uint64_t weights_fingerprint() const;
 
  private:
   void load_stored_vocabularies(const std::string& checkpoint, const std::map<std::string, std::string>& stored,
@@ -166,13 +168,15 @@ class Translator {
 // A checkpoint's Translator (on `device`; cuda: GPU local rank % GPUs) and the encoded sentences
 // `read_lines` gives, as `translate` and `score --checkpoint` load them. With `world` every rank
 // calls it and rank 0 loads first (see root_first): a bad checkpoint, vocabulary, input file or
-// GPU is reported once, by rank 0, and so are the over-long lines that are cut.
+// GPU is reported once, by rank 0, and so are the over-long lines that are cut. Sentences or
+// weights that differ between the ranks (node-local files) stop every rank, naming `input_name`
+// or the checkpoint.
 struct TranslationJob {
   std::optional<Translator> translator;
   std::vector<std::vector<std::int32_t>> sources;
 };
 TranslationJob load_translation_job(dist::Communicator* world, const std::string& checkpoint, const std::string& vocab,
-                                    const std::string& vocab_tgt, Device device,
+                                    const std::string& vocab_tgt, Device device, const std::string& input_name,
                                     const std::function<std::vector<std::string>()>& read_lines);
 
 }  // namespace tessera::launch

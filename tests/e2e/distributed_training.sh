@@ -9,7 +9,8 @@
 #  - a parallel corpus, encoded in shares by the ranks, gives the single process's losses at dp=2,
 #    and a missing corpus file or one of another line count stops the job with one message; the
 #    ranks waiting for rank 0 to train a vocabulary do not time out; at tp=2 the checkpoint stores
-#    the vocabulary as one process does and resumes;
+#    the vocabulary as one process does and resumes; a vocabulary or validation text that differs
+#    between the ranks stops the job with one message;
 #  - a SIGTERM on one rank stops every rank at the same step, with one checkpoint;
 #  - a tensor-parallel save failing on one rank ends the job with its error, no temporary left;
 #  - killing one rank of four ends the whole job within 60 s with a non-zero status.
@@ -130,6 +131,24 @@ mpi 2 "$tessera" train $common $text --set data.vocab="$work/other.model" --set 
   --set train.max_steps=8 --set output.dir="$work/text_tp2" --resume > "$work/text_tp2_other.log" 2>&1 || status=$?
 [ $status -ne 0 ] && [ "$(grep -c "vocabulary '$work/other.model' is not the one it was trained with" "$work/text_tp2_other.log")" -eq 1 ] \
   || { cat "$work/text_tp2_other.log"; fail "a tp=2 resume with another vocabulary was not refused exactly once"; }
+# Files every rank reads for itself that differ between the ranks (node-local copies; here each
+# rank is given its own): the vocabulary, the validation text. One message, before any step.
+differ() {  # differ NAME PATTERN RANK0_ARGS -- RANK1_ARGS
+  name=$1 pattern=$2 && shift 2
+  a="" && while [ "$1" != "--" ]; do a="$a $1" && shift; done && shift
+  status=0
+  timeout 120 mpirun --oversubscribe -np 1 "$tessera" train $common $text --set parallel.data=2 \
+    --set output.dir="$work/$name" $a : -np 1 "$tessera" train $common $text --set parallel.data=2 \
+    --set output.dir="$work/$name" "$@" > "$work/$name.log" 2>&1 || status=$?
+  [ $status -ne 0 ] && [ $status -ne 124 ] && [ "$(grep -c "$pattern" "$work/$name.log")" -eq 1 ] \
+    && ! grep -q '^step ' "$work/$name.log" || { cat "$work/$name.log"; fail "$name: not refused once before training"; }
+}
+differ differ_vocab "the vocabulary '$work/text1/vocab.model' differs between the ranks: 1 of 2 ranks" \
+  --set data.vocab="$work/text1/vocab.model" -- --set data.vocab="$work/other.model"
+sed "1s/^/ein /" "$corpus.de" > "$work/valid_other.de"
+differ differ_valid "the validation text ('$corpus.en', '$corpus.de') differs between the ranks" \
+  --set data.vocab="$work/text1/vocab.model" -- --set data.vocab="$work/text1/vocab.model" \
+  --set data.valid_tgt="$work/valid_other.de"
 # The replicas split the validation (loss batches, decoding batches). On the same weights (resumed
 # at the last step: validation only) the loss is one process's bit for bit (per-batch sums added
 # in batch order), and so is BLEU.

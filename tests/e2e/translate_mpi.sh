@@ -1,7 +1,8 @@
 #!/bin/sh
 # `tessera translate` under mpirun: the ranks share the batches and rank 0 writes every
 # translation, the same file as one process writes; standard input (which mpirun gives rank 0
-# only) and a missing checkpoint are refused with one message; --nbest lists, the same under mpirun. `tessera score` under mpirun: one
+# only), a missing checkpoint, and sentences or weights that differ between the ranks are refused
+# with one message; --nbest lists, the same under mpirun. `tessera score` under mpirun: one
 # score, the same as one process's (with --checkpoint the ranks share the translation).
 # Usage: translate_mpi.sh TESSERA CHECKPOINT WORKDIR
 set -eu
@@ -67,6 +68,24 @@ once bad_output "cannot write '$work/no_such_dir/out.txt': folder" -i "$work/src
 printf '3 x 4\n' > "$work/bad.txt"
 once bad_line "'x' is not a symbol number" -i "$work/bad.txt"
 once gpu "none answers on this machine\|has no CUDA support\|head sizes 32, 64 or 128" -i "$work/src.txt" --device cuda
+
+# Sentences or weights that differ between the ranks (node-local files; here each rank is given
+# its own): one message, no output, no crash in the exchange of the translations.
+differ() {  # differ NAME PATTERN RANK0_ARGS -- RANK1_ARGS
+  name=$1 pattern=$2 && shift 2
+  a="" && while [ "$1" != "--" ]; do a="$a $1" && shift; done && shift
+  status=0
+  timeout 60 mpirun --oversubscribe -np 1 "$tessera" $a -o "$work/$name.txt" : -np 1 "$tessera" "$@" \
+    -o "$work/$name.txt" > "$work/$name.log" 2>&1 || status=$?
+  [ $status -ne 0 ] && [ $status -ne 124 ] && [ "$(grep -c "$pattern" "$work/$name.log")" -eq 1 ] \
+    && [ ! -e "$work/$name.txt" ] || { cat "$work/$name.log"; fail "$name: not refused once (status $status)"; }
+}
+head -n 20 "$work/src.txt" > "$work/src_part.txt"
+differ differ_input "input file '$work/src.txt' differs between the ranks: 1 of 2 ranks read other contents" \
+  translate --checkpoint "$checkpoint" -i "$work/src.txt" -- translate --checkpoint "$checkpoint" -i "$work/src_part.txt"
+earlier=$(ls "$(dirname "$checkpoint")"/checkpoint_0*.h5 | head -n 1)
+differ differ_weights "checkpoint '$checkpoint' (its weights) differs between the ranks" \
+  translate --checkpoint "$checkpoint" -i "$work/src.txt" -- translate --checkpoint "$earlier" -i "$work/src.txt"
 
 # score --checkpoint: the reverse task's reference is the source reversed.
 awk '{ for (i = NF; i > 0; i--) printf "%s%s", $i, (i > 1 ? " " : "\n") }' "$work/src.txt" > "$work/ref.txt"
