@@ -17,12 +17,18 @@
 namespace tessera::launch {
 namespace {
 
-// Checked before the model is loaded: a translation of hours must not end in "cannot write".
-void check_writable_output(const std::string& path) {
+// Checked before the model is loaded: a translation of hours must not end in "cannot write", nor
+// overwrite a file it reads (`inputs`: the source, the checkpoint, the vocabularies).
+void check_writable_output(const std::string& path, const std::vector<std::pair<const char*, std::string>>& inputs) {
   namespace fs = std::filesystem;
   std::error_code ec;
   if (fs::is_directory(path, ec)) fail("translate: cannot write '{}': it is a directory", path);
+  for (const auto& [flag, input] : inputs)
+    if (!input.empty() && fs::equivalent(path, input, ec))
+      fail("translate: -o '{}' is {} '{}': writing the translations would overwrite it", path, flag, input);
   const fs::path folder = fs::path(path).parent_path().empty() ? fs::path(".") : fs::path(path).parent_path();
+  if (fs::exists(folder, ec) && !fs::is_directory(folder, ec))
+    fail("translate: cannot write '{}': '{}' is not a folder", path, folder.string());
   if (!fs::is_directory(folder, ec))
     fail("translate: cannot write '{}': folder '{}' does not exist", path, folder.string());
   // The file itself where it exists (it is replaced), else its folder (it is created there).
@@ -76,7 +82,9 @@ Command add_translate_command(CLI::App& parent) {
                   "Any checkpoint: model.h5, checkpoint_<step>.h5, checkpoint_best.h5 or an average")
       ->required();
   cmd->add_option("--input,-i", opt->input, "Source sentences, one per line (default, or -: stdin)");
-  cmd->add_option("--output,-o", opt->output, "Where to write translations (default: stdout)");
+  cmd->add_option("--output,-o", opt->output,
+                  "Where to write translations (default, or -: stdout; not a file it reads: the input, the checkpoint, "
+                  "a vocabulary)");
   cmd->add_option("--vocab", opt->vocab,
                   "SentencePiece model, the source side's if not joint (default: the one the checkpoint holds, which "
                   "one given must equal)");
@@ -108,7 +116,12 @@ Command add_translate_command(CLI::App& parent) {
               throw EveryRankError(
                   "translate under mpirun: give the sentences with -i FILE (mpirun passes standard input to rank 0 "
                   "only)");
-            if (root && !opt->output.empty()) check_writable_output(opt->output);
+            if (opt->output == "-") opt->output.clear();  // standard output, the default
+            if (root && !opt->output.empty())
+              check_writable_output(opt->output, {{"the input", opt->input},
+                                                  {"the checkpoint", opt->checkpoint},
+                                                  {"the --vocab file", opt->vocab},
+                                                  {"the --vocab-tgt file", opt->vocab_tgt}});
             const Device device = opt->device == "cuda" ? Device::cuda : Device::cpu;
             TranslationJob job = load_translation_job(
                 world.get(), opt->checkpoint, opt->vocab, opt->vocab_tgt, device,
