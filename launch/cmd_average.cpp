@@ -7,6 +7,7 @@
 #include "common/error.h"
 #include "io/checkpoint.h"
 #include "launch/commands.h"
+#include "launch/schema.h"
 
 namespace tessera::launch {
 namespace {
@@ -22,6 +23,23 @@ void check_average_paths(const std::vector<std::string>& inputs, const std::stri
         fail("average: '{}' and '{}' are the same file: each checkpoint counts once", inputs[j], inputs[i]);
     if (fs::exists(output, ec) && fs::equivalent(inputs[i], output, ec))
       fail("average: the output '{}' is the input '{}': write the average to another file", output, inputs[i]);
+  }
+}
+
+// Shapes cannot tell how the attention weights split into heads: the mean of two checkpoints with
+// another model.heads is no model of either (the first's config would decode it).
+void check_same_heads(const std::vector<std::string>& inputs) {
+  std::int64_t first = 0;
+  for (const std::string& path : inputs) {
+    const std::int64_t heads =
+        io::Config::parse(tessera_schema(), io::read_checkpoint_header(path).config_yaml, path + ":/config")
+            .integer("model.heads");
+    if (first == 0) first = heads;
+    if (heads != first)
+      fail(
+          "average: '{}' has model.heads = {} but '{}' has {}: the same weights split into other heads are another "
+          "model",
+          path, heads, inputs.front(), first);
   }
 }
 
@@ -43,6 +61,7 @@ Command add_average_command(CLI::App& parent) {
   return {cmd,
           [opt] {
             check_average_paths(opt->inputs, opt->output);
+            check_same_heads(opt->inputs);
             const io::Checkpoint avg = io::average_checkpoints(opt->inputs);
             io::save_checkpoint(opt->output, avg);
             fmt::print("average: wrote {} ({} tensors, the mean of {} checkpoints)\n", opt->output, avg.model.size(),

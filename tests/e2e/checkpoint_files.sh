@@ -117,6 +117,11 @@ expect_error "average: '/model/decoder\.layer_norm\.bias' has shape \[32\] in '[
   sh -c "'$tessera' train $common --set output.dir='$work/small' --set model.d_model=32 --set train.max_steps=2 > /dev/null &&
          '$tessera' average '$dir/model.h5' '$work/small/model.h5' -o '$work/bad_avg.h5'"
 [ ! -e "$work/bad_avg.h5" ] || fail "a failed average wrote its output"
+# The same shapes split into other heads: refused too (shapes cannot tell).
+expect_error "average: '[^']*heads2/model\.h5' has model\.heads = 2 but '[^']*run/model\.h5' has 4: the same weights split into other heads" \
+  sh -c "'$tessera' train $common --set output.dir='$work/heads2' --set model.heads=2 --set train.max_steps=2 > /dev/null &&
+         '$tessera' average '$dir/model.h5' '$work/heads2/model.h5' -o '$work/bad_avg.h5'"
+[ ! -e "$work/bad_avg.h5" ] || fail "a refused average wrote its output"
 # A corrupted checkpoint (bytes of one dataset overwritten): resume names the file and the
 # dataset that fails its checksum; the older checkpoint still resumes.
 cp "$dir/checkpoint_00000050.h5" "$work/corrupt.h5"
