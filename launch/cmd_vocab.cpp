@@ -57,7 +57,7 @@ Command add_vocab_command(CLI::App& parent) {
           },
           "PREFIX");
   cmd->add_option("--vocab-size", opt->vocab_size, "Number of pieces, the four special ones included")
-      ->check(CLI::Range(std::int64_t{5}, std::int64_t{1} << 24))
+      ->check(CLI::Range(std::int64_t{16}, std::int64_t{1000000}))  // as data.vocab_size
       ->capture_default_str()
       ->excludes(from);
   cmd->add_option("--model-type", opt->model_type, "Segmentation algorithm")

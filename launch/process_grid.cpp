@@ -74,7 +74,8 @@ ProcessGrid make_process_grid(const io::Config& cfg) {
   const auto dp = static_cast<int>(cfg.integer("parallel.data"));
   const bool gpu = cfg.string("train.device") == "cuda";
   ProcessGrid g;
-  if (!launched_by_mpi() && tp * dp == 1) {
+  const bool by_mpirun = launched_by_mpi();  // asked first: MPI_Init sets those variables in a lone process too
+  if (!by_mpirun && tp * dp == 1) {
     g.world = std::make_unique<dist::LocalCommunicator>();
     g.tensor = std::make_unique<dist::LocalCommunicator>();
     g.data = std::make_unique<dist::LocalCommunicator>();
@@ -87,9 +88,10 @@ ProcessGrid make_process_grid(const io::Config& cfg) {
   g.size = world->size();
   g.local_rank = world->mpi()->local_rank();
   if (tp * dp != g.size)
-    throw io::ConfigError(
-        fmt::format("parallel.tensor ({}) x parallel.data ({}) = {} processes, but this run has {} (mpirun -np {})", tp,
-                    dp, tp * dp, g.size, g.size));
+    throw io::ConfigError(fmt::format(
+        "parallel.tensor ({}) x parallel.data ({}) = {} processes, but this run has {} ({})", tp, dp, tp * dp, g.size,
+        by_mpirun ? fmt::format("mpirun -np {}", g.size)
+                  : fmt::format("not started by mpirun: use mpirun -np {}", tp * dp)));
   if (gpu) {
     const CudaDevice device = select_cuda_device(g.local_rank);
     g.gpu = device.description;

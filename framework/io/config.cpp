@@ -8,6 +8,7 @@
 #include <charconv>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <limits>
 #include <optional>
@@ -131,7 +132,11 @@ std::optional<double> parse_real(std::string_view s) {
   if (s.front() == '+') s.remove_prefix(1);  // from_chars does not take a '+'
   double value = 0;
   const auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), value);
-  if (ec != std::errc() || end != s.data() + s.size()) return std::nullopt;  // also overflow
+  if (end != s.data() + s.size()) return std::nullopt;
+  // Past a double's range (1e400, 1e-400): infinity or zero, as strtod rounds them, so that the
+  // range check names the value instead of calling it not a number.
+  if (ec == std::errc::result_out_of_range) return std::strtod(std::string(s).c_str(), nullptr);
+  if (ec != std::errc()) return std::nullopt;
   return value;
 }
 

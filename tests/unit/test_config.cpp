@@ -452,6 +452,17 @@ TEST(ConfigErrors, OutsideRange) {
             "configs/x.yaml:2: 'model.dropout' = -0.001 is outside the allowed range [0.0, 1.0]");
   EXPECT_EQ(parse_error("model:\n  dropout: .nan\n"),
             "configs/x.yaml:2: 'model.dropout' = .nan is outside the allowed range [0.0, 1.0]");
+  // Past a double's range: a number all the same, out of range (not "expects a real number").
+  EXPECT_EQ(parse_error("model:\n  dropout: 1e400\n"),
+            "configs/x.yaml:2: 'model.dropout' = 1e400 is outside the allowed range [0.0, 1.0]");
+  EXPECT_EQ(parse_error("model:\n  dropout: -1e400\n"),
+            "configs/x.yaml:2: 'model.dropout' = -1e400 is outside the allowed range [0.0, 1.0]");
+}
+
+// A value too small for a double rounds to zero, as strtod (and YAML parsers) round it.
+TEST(Config, UnderflowRoundsToZero) {
+  const std::string yaml = "model:\n  dropout: 1e-400\n";
+  EXPECT_EQ(parse(yaml).real("model.dropout"), 0.0);
 }
 
 TEST(ConfigErrors, NotOneOfChoices) {
