@@ -35,7 +35,8 @@ namespace {
 struct ScoreOptions {
   std::vector<std::string> refs;
   std::string hyp = "-";
-  std::string checkpoint, src;  // translate src with the checkpoint instead of reading hypotheses
+  std::vector<std::string> checkpoints;  // translate src with the checkpoint (several: an ensemble) instead of reading
+  std::string src;                       // hypotheses
   bool score_only = false;
   bool json = false;
   std::vector<std::string> metrics = {"bleu"};  // printed in this order, one line each
@@ -118,7 +119,7 @@ int run_score(const ScoreOptions& opt) {
   std::vector<std::string> hyps;
   std::vector<std::vector<std::string>> refs;
   std::string hyp_source;
-  if (!opt.checkpoint.empty()) {
+  if (!opt.checkpoints.empty()) {
     // Translate the source with the checkpoint's own decoding settings, then score that. Under
     // mpirun the ranks share the sentences, and rank 0 reads the references and scores.
     std::unique_ptr<dist::MpiCommunicator> world;
@@ -131,7 +132,7 @@ int run_score(const ScoreOptions& opt) {
           "only)");
     const std::string src_name = src_stdin ? std::string("standard input") : fmt::format("source file '{}'", opt.src);
     const TranslationJob job = load_translation_job(
-        world.get(), opt.checkpoint, "", "", opt.device == "cuda" ? Device::cuda : Device::cpu, src_name, [&] {
+        world.get(), opt.checkpoints, "", "", opt.device == "cuda" ? Device::cuda : Device::cpu, src_name, [&] {
           std::vector<std::string> src =
               src_stdin ? read_lines(std::cin, "<stdin>") : read_file_lines(opt.src, "source");
           if (root) {  // before the translation: a bad reference file is reported at once
@@ -178,9 +179,11 @@ Command add_score_command(CLI::App& parent) {
       ->required();
   auto* hyp =
       cmd->add_option("--hyp,-i", opt->hyp, "Hypothesis file, one segment per line ('-' or absent: standard input)");
-  auto* checkpoint = cmd->add_option("--checkpoint", opt->checkpoint,
-                                     "Instead of --hyp: translate --src with this checkpoint (any kind) and score that")
-                         ->excludes(hyp);
+  auto* checkpoint =
+      cmd->add_option("--checkpoint", opt->checkpoints,
+                      "Instead of --hyp: translate --src with this checkpoint (any kind; several: an ensemble, as in "
+                      "translate) and score that")
+          ->excludes(hyp);
   cmd->add_option("--src,-s", opt->src, "Source file translated with --checkpoint ('-': standard input)")
       ->needs(checkpoint);
   cmd->add_option("--device", opt->device,

@@ -70,16 +70,21 @@ std::vector<std::string> nbest_lines(const Translator& translator,
 
 Command add_translate_command(CLI::App& parent) {
   struct Options {
-    std::string checkpoint, input, output, vocab, vocab_tgt;
+    std::vector<std::string> checkpoints;
+    std::string input, output, vocab, vocab_tgt;
     std::int64_t beam = 0, batch = 0, nbest = 0;
     double length_penalty = -1;
     std::string device = "cpu";
   };
   auto opt = std::make_shared<Options>();
   CLI::App* cmd = parent.add_subcommand(
-      "translate", "Translate sentences (one per line, from a file or stdin) with a trained checkpoint");
-  cmd->add_option("--checkpoint", opt->checkpoint,
-                  "Any checkpoint: model.h5, checkpoint_<step>.h5, checkpoint_best.h5 or an average")
+      "translate",
+      "Translate sentences (one per line, from a file or stdin) with a trained checkpoint, or an ensemble of several");
+  cmd->add_option(
+         "--checkpoint", opt->checkpoints,
+         "Any checkpoint: model.h5, checkpoint_<step>.h5, checkpoint_best.h5 or an average; several (of models "
+         "trained with the same vocabularies): an ensemble, the mean of their probabilities, with the first's "
+         "decoding settings")
       ->required();
   cmd->add_option("--input,-i", opt->input, "Source sentences, one per line (default, or -: stdin)");
   cmd->add_option("--output,-o", opt->output,
@@ -117,14 +122,16 @@ Command add_translate_command(CLI::App& parent) {
                   "translate under mpirun: give the sentences with -i FILE (mpirun passes standard input to rank 0 "
                   "only)");
             if (opt->output == "-") opt->output.clear();  // standard output, the default
-            if (root && !opt->output.empty())
-              check_writable_output(opt->output, {{"the input", opt->input},
-                                                  {"the checkpoint", opt->checkpoint},
-                                                  {"the --vocab file", opt->vocab},
-                                                  {"the --vocab-tgt file", opt->vocab_tgt}});
+            if (root && !opt->output.empty()) {
+              std::vector<std::pair<const char*, std::string>> inputs = {{"the input", opt->input},
+                                                                         {"the --vocab file", opt->vocab},
+                                                                         {"the --vocab-tgt file", opt->vocab_tgt}};
+              for (const std::string& c : opt->checkpoints) inputs.emplace_back("the checkpoint", c);
+              check_writable_output(opt->output, inputs);
+            }
             const Device device = opt->device == "cuda" ? Device::cuda : Device::cpu;
             TranslationJob job = load_translation_job(
-                world.get(), opt->checkpoint, opt->vocab, opt->vocab_tgt, device,
+                world.get(), opt->checkpoints, opt->vocab, opt->vocab_tgt, device,
                 opt->input.empty() ? std::string("standard input") : fmt::format("input file '{}'", opt->input),
                 [&] { return opt->input.empty() ? read_stdin_lines() : data::read_lines(opt->input); });
             const Translator& translator = *job.translator;

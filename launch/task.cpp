@@ -1,6 +1,7 @@
 #include "launch/task.h"
 
 #include <fmt/core.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <bit>
@@ -620,14 +621,14 @@ std::vector<models::Hypothesis> unpack_hypotheses(const std::vector<std::int32_t
 }
 }  // namespace
 
-std::optional<models::TokenRows> translate_ids(const models::Transformer& model,
+std::optional<models::TokenRows> translate_ids(const models::Ensemble& ensemble,
                                                const std::vector<std::vector<std::int32_t>>& sources,
                                                const models::DecodeOptions& opt, std::int64_t batch_sentences,
                                                dist::Communicator* replicas, const DecodeInterrupt* interrupt) {
   models::TokenRows out(sources.size());
   const auto mine = decode_own_batches(
       sources, batch_sentences, replicas, interrupt, [&](const data::Batch& b, const std::vector<std::int64_t>& idx) {
-        models::TokenRows hyps = models::translate_batch(model, b.src, b.src_padding, opt);
+        models::TokenRows hyps = models::translate_batch(ensemble, b.src, b.src_padding, opt);
         for (std::size_t i = 0; i < idx.size(); ++i) out[static_cast<std::size_t>(idx[i])] = std::move(hyps[i]);
       });
   if (!mine) return std::nullopt;
@@ -635,14 +636,14 @@ std::optional<models::TokenRows> translate_ids(const models::Transformer& model,
   return out;
 }
 
-models::NBestRows translate_ids_nbest(const models::Transformer& model,
+models::NBestRows translate_ids_nbest(const models::Ensemble& ensemble,
                                       const std::vector<std::vector<std::int32_t>>& sources,
                                       const models::DecodeOptions& opt, std::int64_t n, std::int64_t batch_sentences,
                                       dist::Communicator* replicas) {
   models::NBestRows out(sources.size());
   const auto mine = decode_own_batches(
       sources, batch_sentences, replicas, nullptr, [&](const data::Batch& b, const std::vector<std::int64_t>& idx) {
-        models::NBestRows hyps = models::beam_search_nbest(model, b.src, b.src_padding, opt, n);
+        models::NBestRows hyps = models::beam_search_nbest(ensemble, b.src, b.src_padding, opt, n);
         for (std::size_t i = 0; i < idx.size(); ++i) out[static_cast<std::size_t>(idx[i])] = std::move(hyps[i]);
       });
   if (replicas != nullptr && replicas->size() > 1) {
@@ -667,8 +668,10 @@ bool same_bytes(const std::string& a, const std::string& b) {
 }  // namespace
 
 Translator::Translator(const std::string& checkpoint, const std::string& vocab, const std::string& vocab_tgt,
-                       Device device) {
+                       Device device)
+    : checkpoint_(checkpoint), device_(device) {
   const io::Checkpoint w = io::load_checkpoint(checkpoint, /*weights_only=*/true);
+  vocabularies_ = w.vocabularies;
   std::vector<std::string> overrides;
   if (!vocab.empty()) overrides.push_back("data.vocab=" + vocab);
   if (!vocab_tgt.empty()) overrides.push_back("data.vocab_tgt=" + vocab_tgt);
@@ -685,17 +688,53 @@ Translator::Translator(const std::string& checkpoint, const std::string& vocab, 
   }
   models::TransformerConfig mc = model_config(cfg_, src_codec_.size(), tgt_codec_.size());
   mc.device = device;
-  model_ = std::make_unique<models::Transformer>(mc, 0);
-  std::vector<ag::Var> params = model_->parameters();
+  models_.push_back(std::make_unique<models::Transformer>(mc, 0));
+  std::vector<ag::Var> params = models_.back()->parameters();
   io::assign_weights(w, checkpoint, params);
+}
+
+void Translator::add_ensemble_member(const std::string& checkpoint) {
+  const io::Checkpoint w = io::load_checkpoint(checkpoint, /*weights_only=*/true);
+  const io::Config cfg = io::Config::parse(tessera_schema(), w.config_yaml, checkpoint);
+  // The same token ids on both sides: the vocabularies both store, or the same synthetic symbols.
+  const bool synthetic = cfg_.string("data.task") != "translation";
+  if (synthetic != (cfg.string("data.task") != "translation") ||
+      (synthetic && cfg.integer("data.synthetic_vocab") != cfg_.integer("data.synthetic_vocab")))
+    fail(
+        "ensemble: checkpoint '{}' is a '{}' task's with {} symbols, '{}' a '{}' task's with {}: they must read the "
+        "same input",
+        checkpoint, cfg.string("data.task"), cfg.integer("data.synthetic_vocab"), checkpoint_, cfg_.string("data.task"),
+        cfg_.integer("data.synthetic_vocab"));
+  if (!synthetic && (vocabularies_.empty() || w.vocabularies.empty()))
+    fail(
+        "ensemble: checkpoint '{}' holds no vocabulary (written by an earlier build): an ensemble needs checkpoints "
+        "that hold theirs, to tell that they share one",
+        vocabularies_.empty() ? checkpoint_ : checkpoint);
+  if (w.vocabularies != vocabularies_)
+    fail(
+        "ensemble: checkpoint '{}' was trained with other vocabularies (/vocab) than '{}': the models of an ensemble "
+        "must share them",
+        checkpoint, checkpoint_);
+  models::TransformerConfig mc = model_config(cfg, src_codec_.size(), tgt_codec_.size());
+  mc.device = device_;
+  models_.push_back(std::make_unique<models::Transformer>(mc, 0));
+  std::vector<ag::Var> params = models_.back()->parameters();
+  io::assign_weights(w, checkpoint, params);
+}
+
+models::Ensemble Translator::ensemble() const {
+  std::vector<const models::Transformer*> models;
+  for (const auto& m : models_) models.push_back(m.get());
+  return models::Ensemble(std::move(models));
 }
 
 std::uint64_t Translator::weights_fingerprint() const {
   std::uint64_t h = 0;
-  for (const ag::Var& p : model_->parameters()) {
-    const Tensor host = p.value().to(Device::cpu);
-    h = hash_combine(h, std::string_view(static_cast<const char*>(host.raw_data()), host.nbytes()));
-  }
+  for (const auto& m : models_)
+    for (const ag::Var& p : m->parameters()) {
+      const Tensor host = p.value().to(Device::cpu);
+      h = hash_combine(h, std::string_view(static_cast<const char*>(host.raw_data()), host.nbytes()));
+    }
   return h;
 }
 
@@ -758,7 +797,7 @@ void Translator::find_vocabulary_files(const std::string& checkpoint, const std:
 }
 
 std::vector<std::vector<std::int32_t>> Translator::encode(const std::vector<std::string>& lines, bool report) const {
-  const auto limit = static_cast<std::size_t>(cfg_.integer("model.max_positions") - 1);
+  const auto limit = static_cast<std::size_t>(ensemble().max_positions() - 1);
   std::vector<std::vector<std::int32_t>> sources;
   for (const auto& line : lines) {
     auto ids = src_codec_.encode(line);
@@ -778,7 +817,7 @@ std::vector<std::string> Translator::translate(const std::vector<std::vector<std
                                                const models::DecodeOptions& opt, std::int64_t batch_sentences,
                                                dist::Communicator* replicas) const {
   std::vector<std::string> out;
-  const std::optional<models::TokenRows> hyps = translate_ids(*model_, sources, opt, batch_sentences, replicas);
+  const std::optional<models::TokenRows> hyps = translate_ids(ensemble(), sources, opt, batch_sentences, replicas);
   for (const auto& h : *hyps) out.push_back(tgt_codec_.decode(h));
   return out;
 }
@@ -787,22 +826,24 @@ std::vector<std::vector<ScoredTranslation>> Translator::translate_nbest(
     const std::vector<std::vector<std::int32_t>>& sources, const models::DecodeOptions& opt, std::int64_t n,
     std::int64_t batch_sentences, dist::Communicator* replicas) const {
   std::vector<std::vector<ScoredTranslation>> out;
-  for (const auto& hyps : translate_ids_nbest(*model_, sources, opt, n, batch_sentences, replicas)) {
+  for (const auto& hyps : translate_ids_nbest(ensemble(), sources, opt, n, batch_sentences, replicas)) {
     auto& list = out.emplace_back();
     for (const auto& h : hyps) list.push_back({tgt_codec_.decode(h.tokens), h.log_prob, h.score});
   }
   return out;
 }
 
-TranslationJob load_translation_job(dist::Communicator* world, const std::string& checkpoint, const std::string& vocab,
-                                    const std::string& vocab_tgt, Device device, const std::string& input_name,
+TranslationJob load_translation_job(dist::Communicator* world, const std::vector<std::string>& checkpoints,
+                                    const std::string& vocab, const std::string& vocab_tgt, Device device,
+                                    const std::string& input_name,
                                     const std::function<std::vector<std::string>()>& read_lines) {
   const bool root = world == nullptr || world->rank() == 0;
   const int local_rank = world != nullptr && world->mpi() != nullptr ? world->mpi()->local_rank() : 0;  // collective
   TranslationJob job;
   root_first(world, [&] {
     if (device == Device::cuda) (void)select_cuda_device(local_rank);
-    job.translator.emplace(checkpoint, vocab, vocab_tgt, device);
+    job.translator.emplace(checkpoints.front(), vocab, vocab_tgt, device);
+    for (std::size_t i = 1; i < checkpoints.size(); ++i) job.translator->add_ensemble_member(checkpoints[i]);
     job.sources = job.translator->encode(read_lines(), /*report=*/root);
   });
   // The ranks share the sentences out by index and each decodes with its own copy of the model.
@@ -812,7 +853,8 @@ TranslationJob load_translation_job(dist::Communicator* world, const std::string
       h = hash_combine(h, std::string_view(reinterpret_cast<const char*>(ids.data()), ids.size() * sizeof(ids[0])));
     check_same_on_every_rank(h, world, input_name);
     check_same_on_every_rank(job.translator->weights_fingerprint(), world,
-                             fmt::format("checkpoint '{}' (its weights)", checkpoint));
+                             fmt::format("checkpoint{} '{}' (the weights)", checkpoints.size() > 1 ? "s" : "",
+                                         fmt::join(checkpoints, "', '")));
   }
   return job;
 }

@@ -105,20 +105,21 @@ struct DecodeInterrupt {
 };
 
 // Decodes many sources (ids without eos), batched by length for speed, results in input order.
-// With `replicas` (every rank of it calls this, each holding the same model), the batches are
+// With `replicas` (every rank of it calls this, each holding the same models), the batches are
 // dealt out over its ranks and the translations gathered: every rank returns all of them, the
 // same as one process would (each batch is decoded exactly as there). An empty source gets an
 // empty translation, without decoding. std::nullopt: stopped by `interrupt`.
-std::optional<models::TokenRows> translate_ids(const models::Transformer& model,
+std::optional<models::TokenRows> translate_ids(const models::Ensemble& ensemble,
                                                const std::vector<std::vector<std::int32_t>>& sources,
                                                const models::DecodeOptions& opt, std::int64_t batch_sentences,
                                                dist::Communicator* replicas = nullptr,
                                                const DecodeInterrupt* interrupt = nullptr);
 
 // The `n` (1 to opt.beam) best beam-search hypotheses of each source, best first, shared out and
-// gathered as translate_ids does (the first one's tokens are translate_ids's translation). An
-// empty source gets one empty hypothesis scored 0, without decoding.
-models::NBestRows translate_ids_nbest(const models::Transformer& model,
+// gathered as translate_ids does (the first one's tokens are translate_ids's translation; at beam 1,
+// where that is greedy decoding, but for exact ties of two tokens' scores). An empty source gets
+// one empty hypothesis scored 0, without decoding.
+models::NBestRows translate_ids_nbest(const models::Ensemble& ensemble,
                                       const std::vector<std::vector<std::int32_t>>& sources,
                                       const models::DecodeOptions& opt, std::int64_t n, std::int64_t batch_sentences,
                                       dist::Communicator* replicas = nullptr);
@@ -152,31 +153,39 @@ class Translator {
                                                               const models::DecodeOptions& opt, std::int64_t n,
                                                               std::int64_t batch_sentences,
                                                               dist::Communicator* replicas) const;
-  const io::Config& config() const { return cfg_; }
-  // Of the model's weights (hashed in full: a second or so for the big model).
+  // Decodes with another checkpoint's model too, as an ensemble (models::Ensemble: the mean of
+  // their probabilities). It must hold the same vocabularies as the first checkpoint (a synthetic
+  // task: the same symbols); its own config sizes its model. Decoding settings stay the first's.
+  void add_ensemble_member(const std::string& checkpoint);
+  const io::Config& config() const { return cfg_; }  // the first checkpoint's
+  // Of the models' weights (hashed in full: a second or so for the big model).
   std::uint64_t weights_fingerprint() const;
 
  private:
+  models::Ensemble ensemble() const;
   void load_stored_vocabularies(const std::string& checkpoint, const std::map<std::string, std::string>& stored,
                                 const std::string& vocab, const std::string& vocab_tgt);
   void find_vocabulary_files(const std::string& checkpoint, const std::string& vocab, const std::string& vocab_tgt);
   io::Config cfg_;
   TextCodec src_codec_, tgt_codec_;
-  std::unique_ptr<models::Transformer> model_;
+  std::string checkpoint_;                           // the first checkpoint
+  std::map<std::string, std::string> vocabularies_;  // as stored in it
+  Device device_;
+  std::vector<std::unique_ptr<models::Transformer>> models_;  // the first checkpoint's, then the ensemble's
 };
 
-// A checkpoint's Translator (on `device`; cuda: GPU local rank % GPUs) and the encoded sentences
-// `read_lines` gives, as `translate` and `score --checkpoint` load them. With `world` every rank
-// calls it and rank 0 loads first (see root_first): a bad checkpoint, vocabulary, input file or
-// GPU is reported once, by rank 0, and so are the over-long lines that are cut. Sentences or
-// weights that differ between the ranks (node-local files) stop every rank, naming `input_name`
-// or the checkpoint.
+// The Translator of one checkpoint or an ensemble of several (on `device`; cuda: GPU local rank % GPUs) and the encoded
+// sentences `read_lines` gives, as `translate` and `score --checkpoint` load them. With `world` every rank calls it and
+// rank 0 loads first (see root_first): a bad checkpoint, vocabulary, input file or GPU is reported once, by rank 0, and
+// so are the over-long lines that are cut. Sentences or weights that differ between the ranks (node-local files) stop
+// every rank, naming `input_name` or the checkpoint.
 struct TranslationJob {
   std::optional<Translator> translator;
   std::vector<std::vector<std::int32_t>> sources;
 };
-TranslationJob load_translation_job(dist::Communicator* world, const std::string& checkpoint, const std::string& vocab,
-                                    const std::string& vocab_tgt, Device device, const std::string& input_name,
+TranslationJob load_translation_job(dist::Communicator* world, const std::vector<std::string>& checkpoints,
+                                    const std::string& vocab, const std::string& vocab_tgt, Device device,
+                                    const std::string& input_name,
                                     const std::function<std::vector<std::string>()>& read_lines);
 
 }  // namespace tessera::launch

@@ -17,14 +17,13 @@ using data::kEosId;
 // Most tokens each row's hypothesis may have: its real (non-padding) source length + max_extra_len,
 // and no more than the positional table covers (the decoder reads bos + the tokens so far, so a
 // hypothesis of max_positions tokens is the longest it can score).
-std::vector<std::int64_t> output_limits(const Transformer& model, const Tensor& src_padding,
-                                        std::int64_t max_extra_len) {
+std::vector<std::int64_t> output_limits(const Ensemble& models, const Tensor& src_padding, std::int64_t max_extra_len) {
   const std::int64_t b = src_padding.size(0), l = src_padding.size(1);
   std::vector<std::int64_t> limit(static_cast<std::size_t>(b), 0);
   for (std::int64_t i = 0; i < b; ++i) {
     std::int64_t len = 0;
     for (std::int64_t j = 0; j < l; ++j) len += src_padding.data<std::int32_t>()[i * l + j] == 0;
-    limit[static_cast<std::size_t>(i)] = std::min(len + max_extra_len, model.config().max_positions);
+    limit[static_cast<std::size_t>(i)] = std::min(len + max_extra_len, models.max_positions());
   }
   return limit;
 }
@@ -43,19 +42,79 @@ Tensor encode_no_grad(const Transformer& model, const Tensor& src, const Tensor&
   return model.encode(src, src_padding, no_dropout).value();
 }
 
+// The ensemble's decoder caches, stepped together. Row r of the caches decodes sentence
+// rows[r] of the batch (beam search: k rows a sentence); empty `rows`: one row a sentence.
+class EnsembleDecoder {
+ public:
+  EnsembleDecoder(const Ensemble& models, const Tensor& src, const Tensor& src_padding,
+                  const std::vector<std::int64_t>& rows = {})
+      : models_(models) {
+    for (const Transformer* m : models.models()) {
+      const Tensor memory = encode_no_grad(*m, src, src_padding);
+      caches_.push_back(
+          rows.empty() ? m->start_decoding(memory, src_padding)
+                       : m->start_decoding(kernels::index_rows(memory, rows), kernels::index_rows(src_padding, rows)));
+    }
+  }
+
+  // Log-probabilities [rows, vocab] (CPU, float32) of the token after `last`: one model's own, or
+  // log(mean_i p_i) = logsumexp_i(log p_i) - log(models), in double.
+  Tensor step(const std::vector<std::int32_t>& last) {
+    const auto& models = models_.models();
+    if (models.size() == 1) return models[0]->decode_step(caches_[0], last);
+    std::vector<Tensor> each;
+    for (std::size_t i = 0; i < models.size(); ++i)
+      each.push_back(models[i]->decode_step(caches_[i], last).to(DType::f32));
+    Tensor mean = Tensor::empty(each[0].shape(), DType::f32);
+    const double log_count = std::log(static_cast<double>(models.size()));
+    for (std::int64_t j = 0; j < mean.numel(); ++j) {
+      double top = -std::numeric_limits<double>::infinity();
+      for (const Tensor& t : each) top = std::max(top, static_cast<double>(t.data<float>()[j]));
+      double sum = 0;
+      if (top != -std::numeric_limits<double>::infinity())
+        for (const Tensor& t : each) sum += std::exp(static_cast<double>(t.data<float>()[j]) - top);
+      mean.data<float>()[j] = static_cast<float>(top + std::log(sum) - log_count);
+    }
+    return mean;
+  }
+
+  // Keeps only the given rows, in the given order.
+  void select_rows(const std::vector<std::int64_t>& rows) {
+    for (DecoderCache& c : caches_) c.select_rows(rows);
+  }
+
+ private:
+  const Ensemble& models_;
+  std::vector<DecoderCache> caches_;
+};
+
 }  // namespace
 
-TokenRows greedy_decode(const Transformer& model, const Tensor& src, const Tensor& src_padding,
+Ensemble::Ensemble(std::vector<const Transformer*> models) : models_(std::move(models)) {
+  TESSERA_CHECK(!models_.empty(), "ensemble: no models");
+  for (const Transformer* m : models_)
+    TESSERA_CHECK(m->config().tgt_vocab == tgt_vocab(),
+                  "ensemble: a model with a target vocabulary of {} ids among models of {}: they must share one",
+                  m->config().tgt_vocab, tgt_vocab());
+}
+
+std::int64_t Ensemble::max_positions() const {
+  std::int64_t n = models_.front()->config().max_positions;
+  for (const Transformer* m : models_) n = std::min(n, m->config().max_positions);
+  return n;
+}
+
+TokenRows greedy_decode(const Ensemble& models, const Tensor& src, const Tensor& src_padding,
                         std::int64_t max_extra_len) {
-  const std::int64_t batch = src.size(0), vocab = model.config().tgt_vocab;
-  const auto limit = output_limits(model, src_padding, max_extra_len);
-  DecoderCache cache = model.start_decoding(encode_no_grad(model, src, src_padding), src_padding);
+  const std::int64_t batch = src.size(0), vocab = models.tgt_vocab();
+  const auto limit = output_limits(models, src_padding, max_extra_len);
+  EnsembleDecoder cache(models, src, src_padding);
   TokenRows out(static_cast<std::size_t>(batch));
   std::vector<std::int64_t> active(static_cast<std::size_t>(batch));  // sentence of each cache row
   std::iota(active.begin(), active.end(), 0);
   std::vector<std::int32_t> last(static_cast<std::size_t>(batch), kBosId);
   while (!active.empty()) {
-    const Tensor logp = model.decode_step(cache, last);
+    const Tensor logp = cache.step(last);
     std::vector<std::int64_t> keep_rows, keep_sent;
     std::vector<std::int32_t> next;
     for (std::size_t r = 0; r < active.size(); ++r) {
@@ -80,7 +139,7 @@ TokenRows greedy_decode_uncached(const Transformer& model, const Tensor& src, co
   ag::NoGradGuard no_grad;
   DropoutStream no_dropout;
   const std::int64_t batch = src.size(0), vocab = model.config().tgt_vocab;
-  const auto limit = output_limits(model, src_padding, max_extra_len);
+  const auto limit = output_limits(Ensemble(model), src_padding, max_extra_len);
   const ag::Var memory = model.encode(src, src_padding, no_dropout);
   TokenRows out(static_cast<std::size_t>(batch));
   std::vector<bool> done(static_cast<std::size_t>(batch), false);
@@ -108,21 +167,19 @@ TokenRows greedy_decode_uncached(const Transformer& model, const Tensor& src, co
   return out;
 }
 
-NBestRows beam_search_nbest(const Transformer& model, const Tensor& src, const Tensor& src_padding,
+NBestRows beam_search_nbest(const Ensemble& models, const Tensor& src, const Tensor& src_padding,
                             const DecodeOptions& opt, std::int64_t n) {
-  const std::int64_t batch = src.size(0), vocab = model.config().tgt_vocab, k = opt.beam;
+  const std::int64_t batch = src.size(0), vocab = models.tgt_vocab(), k = opt.beam;
   TESSERA_CHECK(k >= 1, "beam_search: beam size {} must be >= 1", k);
   TESSERA_CHECK(n >= 1 && n <= k, "beam_search: {} best hypotheses asked of a beam of {} (1 to the beam size)", n, k);
-  const auto limit = output_limits(model, src_padding, opt.max_extra_len);
+  const auto limit = output_limits(models, src_padding, opt.max_extra_len);
   const double neg_inf = -std::numeric_limits<double>::infinity();
 
   // Every sentence gets k cache rows (sentence-major); only beam 0 is alive at the start.
   std::vector<std::int64_t> expand;
   for (std::int64_t b = 0; b < batch; ++b)
     for (std::int64_t j = 0; j < k; ++j) expand.push_back(b);
-  const Tensor memory = encode_no_grad(model, src, src_padding);
-  DecoderCache cache =
-      model.start_decoding(kernels::index_rows(memory, expand), kernels::index_rows(src_padding, expand));
+  EnsembleDecoder cache(models, src, src_padding, expand);
 
   struct Hyp {
     std::vector<std::int32_t> tokens;
@@ -144,7 +201,7 @@ NBestRows beam_search_nbest(const Transformer& model, const Tensor& src, const T
     std::int32_t token;
   };
   for (std::int64_t step = 0; !active.empty(); ++step) {
-    const Tensor logp = model.decode_step(cache, last);
+    const Tensor logp = cache.step(last);
     std::vector<std::int64_t> keep_rows, keep_active;
     std::vector<std::int32_t> next_last;
     for (std::size_t a = 0; a < active.size(); ++a) {
@@ -207,19 +264,18 @@ NBestRows beam_search_nbest(const Transformer& model, const Tensor& src, const T
   return finished;
 }
 
-TokenRows beam_search(const Transformer& model, const Tensor& src, const Tensor& src_padding,
-                      const DecodeOptions& opt) {
-  NBestRows nbest = beam_search_nbest(model, src, src_padding, opt, 1);
+TokenRows beam_search(const Ensemble& models, const Tensor& src, const Tensor& src_padding, const DecodeOptions& opt) {
+  NBestRows nbest = beam_search_nbest(models, src, src_padding, opt, 1);
   TokenRows out(nbest.size());
   for (std::size_t s = 0; s < out.size(); ++s)
     if (!nbest[s].empty()) out[s] = std::move(nbest[s].front().tokens);
   return out;
 }
 
-TokenRows translate_batch(const Transformer& model, const Tensor& src, const Tensor& src_padding,
+TokenRows translate_batch(const Ensemble& models, const Tensor& src, const Tensor& src_padding,
                           const DecodeOptions& opt) {
-  return opt.beam == 1 ? greedy_decode(model, src, src_padding, opt.max_extra_len)
-                       : beam_search(model, src, src_padding, opt);
+  return opt.beam == 1 ? greedy_decode(models, src, src_padding, opt.max_extra_len)
+                       : beam_search(models, src, src_padding, opt);
 }
 
 }  // namespace tessera::models

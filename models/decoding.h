@@ -18,6 +18,22 @@ struct DecodeOptions {
 
 using TokenRows = std::vector<std::vector<std::int32_t>>;
 
+// Models that decode together, each with its own encoder pass and decoder cache: a step's
+// log-probabilities are the log of their mean probability (as fairseq ensembles). They must share
+// the target vocabulary; their sizes may differ. One model is an ensemble of one, decoded exactly
+// as alone; the models must outlive the ensemble.
+class Ensemble {
+ public:
+  Ensemble(const Transformer& model) : models_{&model} {}  // NOLINT(google-explicit-constructor): one model
+  explicit Ensemble(std::vector<const Transformer*> models);
+  const std::vector<const Transformer*>& models() const { return models_; }
+  std::int64_t tgt_vocab() const { return models_.front()->config().tgt_vocab; }
+  std::int64_t max_positions() const;  // the smallest positional table's
+
+ private:
+  std::vector<const Transformer*> models_;
+};
+
 // A finished beam-search hypothesis.
 struct Hypothesis {
   std::vector<std::int32_t> tokens;  // target ids without bos/eos
@@ -29,15 +45,15 @@ using NBestRows = std::vector<std::vector<Hypothesis>>;
 
 // Hypotheses for a batch of int32 sources [B, Ls] (with eos, padded) and their padding mask.
 // Each result holds the target ids without bos/eos.
-TokenRows greedy_decode(const Transformer& model, const Tensor& src, const Tensor& src_padding,
+TokenRows greedy_decode(const Ensemble& models, const Tensor& src, const Tensor& src_padding,
                         std::int64_t max_extra_len);
-TokenRows beam_search(const Transformer& model, const Tensor& src, const Tensor& src_padding, const DecodeOptions& opt);
+TokenRows beam_search(const Ensemble& models, const Tensor& src, const Tensor& src_padding, const DecodeOptions& opt);
 // The n (1 to opt.beam) best finished hypotheses of each sentence, best score first (fewer when
 // the search finished fewer); beam_search returns the first one's tokens.
-NBestRows beam_search_nbest(const Transformer& model, const Tensor& src, const Tensor& src_padding,
+NBestRows beam_search_nbest(const Ensemble& models, const Tensor& src, const Tensor& src_padding,
                             const DecodeOptions& opt, std::int64_t n);
 // Dispatches on opt.beam (1: greedy).
-TokenRows translate_batch(const Transformer& model, const Tensor& src, const Tensor& src_padding,
+TokenRows translate_batch(const Ensemble& models, const Tensor& src, const Tensor& src_padding,
                           const DecodeOptions& opt);
 
 // Greedy decoding that reruns the whole decoder on the prefix at every step (no cache):

@@ -118,7 +118,9 @@ bool is_decimal_number(std::string_view s) {
   return i == s.size();
 }
 
-std::optional<double> parse_real(std::string_view s) {
+// round_out_of_range: a number past a double's range is infinity or zero (as strtod rounds it), so
+// that the range check names it; without, it is no number (for integers: 1e-400 is not 0).
+std::optional<double> parse_real(std::string_view s, bool round_out_of_range = true) {
   for (std::string_view inf : {".inf", ".Inf", ".INF"}) {
     if (s == inf || (s.size() == inf.size() + 1 && s.substr(1) == inf && s[0] == '+')) {
       return std::numeric_limits<double>::infinity();
@@ -133,9 +135,7 @@ std::optional<double> parse_real(std::string_view s) {
   double value = 0;
   const auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), value);
   if (end != s.data() + s.size()) return std::nullopt;
-  // Past a double's range (1e400, 1e-400): infinity or zero, as strtod rounds them, so that the
-  // range check names the value instead of calling it not a number.
-  if (ec == std::errc::result_out_of_range) return std::strtod(std::string(s).c_str(), nullptr);
+  if (ec == std::errc::result_out_of_range && round_out_of_range) return std::strtod(std::string(s).c_str(), nullptr);
   if (ec != std::errc()) return std::nullopt;
   return value;
 }
@@ -148,7 +148,7 @@ std::optional<std::int64_t> parse_integer(std::string_view s) {
   const auto [end, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), value);
   if (ec == std::errc() && end == digits.data() + digits.size() && !digits.empty()) return value;
 
-  const std::optional<double> real = parse_real(s);
+  const std::optional<double> real = parse_real(s, /*round_out_of_range=*/false);
   constexpr double limit = 9223372036854775808.0;  // 2^63
   if (!real || !std::isfinite(*real) || std::trunc(*real) != *real || *real < -limit || *real >= limit) {
     return std::nullopt;

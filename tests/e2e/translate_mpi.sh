@@ -2,7 +2,7 @@
 # `tessera translate` under mpirun: the ranks share the batches and rank 0 writes every
 # translation, the same file as one process writes; standard input (which mpirun gives rank 0
 # only), a missing checkpoint, and sentences or weights that differ between the ranks are refused
-# with one message; --nbest lists, the same under mpirun. `tessera score` under mpirun: one
+# with one message; --nbest lists and ensembles, the same under mpirun. `tessera score` under mpirun: one
 # score, the same as one process's (with --checkpoint the ranks share the translation).
 # Usage: translate_mpi.sh TESSERA CHECKPOINT WORKDIR
 set -eu
@@ -69,6 +69,21 @@ printf '3 x 4\n' > "$work/bad.txt"
 once bad_line "'x' is not a symbol number" -i "$work/bad.txt"
 once gpu "none answers on this machine\|has no CUDA support\|head sizes 32, 64 or 128" -i "$work/src.txt" --device cuda
 
+# An ensemble (--checkpoint A B): the same under mpirun; a model with itself translates as alone;
+# a model of other symbols is refused once; score --checkpoint A B scores the ensemble's output.
+earlier=$(ls "$(dirname "$checkpoint")"/checkpoint_0*.h5 | head -n 1)
+"$tessera" translate --checkpoint "$checkpoint" "$earlier" -i "$work/src.txt" -o "$work/ens_one.txt" --batch 4 --beam 3
+mpirun -np 3 --oversubscribe "$tessera" translate --checkpoint "$checkpoint" "$earlier" -i "$work/src.txt" \
+  -o "$work/ens_three.txt" --batch 4 --beam 3 > "$work/ens.log" 2>&1 || { cat "$work/ens.log"; fail "mpirun ensemble failed"; }
+[ "$(wc -l < "$work/ens_one.txt")" -eq 41 ] || fail "the ensemble did not write 41 translations"
+cmp "$work/ens_one.txt" "$work/ens_three.txt" || fail "3 ranks translated otherwise than one process with the ensemble"
+"$tessera" translate --checkpoint "$checkpoint" --checkpoint "$checkpoint" -i "$work/src.txt" -o "$work/ens_self.txt" --batch 4
+cmp "$work/one.txt" "$work/ens_self.txt" || fail "a model with itself translated otherwise than alone"
+"$tessera" train --config "$(dirname "$checkpoint")/config.yaml" --set data.synthetic_vocab=30 --set train.max_steps=1 \
+  --set model.layers=1 --set data.synthetic_train_size=10 --set data.synthetic_valid_size=2 --set parallel.data=1 \
+  --set output.dir="$work/symbols30" > "$work/symbols30.log" 2>&1 || { cat "$work/symbols30.log"; fail "training the 30-symbol model failed"; }
+once ensemble_symbols "ensemble: checkpoint '$work/symbols30/model.h5' is a 'reverse' task's with 30 symbols" \
+  -i "$work/src.txt" --checkpoint "$work/symbols30/model.h5"
 # Sentences or weights that differ between the ranks (node-local files; here each rank is given
 # its own): one message, no output, no crash in the exchange of the translations.
 differ() {  # differ NAME PATTERN RANK0_ARGS -- RANK1_ARGS
@@ -83,8 +98,7 @@ differ() {  # differ NAME PATTERN RANK0_ARGS -- RANK1_ARGS
 head -n 20 "$work/src.txt" > "$work/src_part.txt"
 differ differ_input "input file '$work/src.txt' differs between the ranks: 1 of 2 ranks read other contents" \
   translate --checkpoint "$checkpoint" -i "$work/src.txt" -- translate --checkpoint "$checkpoint" -i "$work/src_part.txt"
-earlier=$(ls "$(dirname "$checkpoint")"/checkpoint_0*.h5 | head -n 1)
-differ differ_weights "checkpoint '$checkpoint' (its weights) differs between the ranks" \
+differ differ_weights "checkpoint '$checkpoint' (the weights) differs between the ranks" \
   translate --checkpoint "$checkpoint" -i "$work/src.txt" -- translate --checkpoint "$earlier" -i "$work/src.txt"
 
 # score --checkpoint: the reverse task's reference is the source reversed.
@@ -97,6 +111,10 @@ cmp "$work/score_one.txt" "$work/score_three.txt" || fail "3 ranks scored otherw
 mpirun -np 2 --oversubscribe "$tessera" score --ref "$work/ref.txt" --hyp "$work/one.txt" > "$work/score_hyp.txt" \
   || fail "mpirun score --hyp failed"
 cmp "$work/score_one.txt" "$work/score_hyp.txt" || fail "score --hyp under mpirun: not the one score"
+"$tessera" score --ref "$work/ref.txt" --checkpoint "$checkpoint" "$earlier" --src "$work/src.txt" --batch 4 > "$work/score_ens.txt"
+"$tessera" translate --checkpoint "$checkpoint" "$earlier" -i "$work/src.txt" --batch 4 \
+  | "$tessera" score --ref "$work/ref.txt" > "$work/score_ens_hyp.txt"
+cmp "$work/score_ens.txt" "$work/score_ens_hyp.txt" || fail "score --checkpoint A B did not score the ensemble's translation"
 # A reference of the wrong length is refused once, before any translating.
 head -n 5 "$work/ref.txt" > "$work/short.txt"
 status=0

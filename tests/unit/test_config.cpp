@@ -463,6 +463,10 @@ TEST(ConfigErrors, OutsideRange) {
 TEST(Config, UnderflowRoundsToZero) {
   const std::string yaml = "model:\n  dropout: 1e-400\n";
   EXPECT_EQ(parse(yaml).real("model.dropout"), 0.0);
+  // An integer key does not round it: 1e-400 is no integer (0 would mean something else, as
+  // train.patience = 0 does).
+  EXPECT_EQ(override_error("model.layers=1e-400"),
+            "--set model.layers=1e-400: 'model.layers' expects an integer, got '1e-400'");
 }
 
 TEST(ConfigErrors, NotOneOfChoices) {

@@ -94,6 +94,52 @@ TEST(Transformer, CachedDecoderEqualsUncachedAndBeamOneEqualsGreedy) {
   for (const auto& h : beam4) EXPECT_LE(h.size(), 7u + 6u);
 }
 
+// log(mean of the models' probabilities) of every token at every position of the teacher-forced
+// target [bos, tokens...] of one source: [positions][vocab], in double from the logits.
+std::vector<std::vector<double>> ensemble_log_probs(const std::vector<const Transformer*>& models,
+                                                    const std::vector<std::int32_t>& src,
+                                                    const std::vector<std::int32_t>& pad,
+                                                    const std::vector<std::int32_t>& tgt_in) {
+  const auto ls = static_cast<std::int64_t>(src.size()), lt = static_cast<std::int64_t>(tgt_in.size());
+  const std::int64_t vocab = models.front()->config().tgt_vocab;
+  std::vector<std::vector<double>> mean(static_cast<std::size_t>(lt), std::vector<double>(vocab, 0.0));
+  for (const Transformer* m : models) {
+    models::DropoutStream no_dropout;
+    const std::vector<double> logits =
+        m->forward(Tensor::from(src, {1, ls}), Tensor::from(pad, {1, ls}), Tensor::from(tgt_in, {1, lt}), no_dropout)
+            .value()
+            .to_doubles();
+    for (std::int64_t t = 0; t < lt; ++t) {
+      const double* z = logits.data() + t * vocab;
+      const double zmax = *std::max_element(z, z + vocab);
+      double sum = 0;
+      for (std::int64_t v = 0; v < vocab; ++v) sum += std::exp(z[v] - zmax);
+      for (std::int64_t v = 0; v < vocab; ++v)
+        mean[static_cast<std::size_t>(t)][static_cast<std::size_t>(v)] +=
+            std::exp(z[v] - zmax - std::log(sum)) / static_cast<double>(models.size());
+    }
+  }
+  for (auto& row : mean)
+    for (double& p : row) p = std::log(p);
+  return mean;
+}
+
+// The log-probability the models give `tokens` after the source (teacher-forced, as above), eos
+// included when the hypothesis ended by it (it is shorter than the length limit).
+double hypothesis_log_prob(const std::vector<const Transformer*>& models, const std::vector<std::int32_t>& src,
+                           const std::vector<std::int32_t>& pad, const std::vector<std::int32_t>& tokens,
+                           std::int64_t limit) {
+  std::vector<std::int32_t> tgt_in{data::kBosId};
+  tgt_in.insert(tgt_in.end(), tokens.begin(), tokens.end());
+  const auto lp = ensemble_log_probs(models, src, pad, tgt_in);
+  const auto n = static_cast<std::int64_t>(tokens.size());
+  double sum = 0;
+  for (std::int64_t t = 0; t < (n < limit ? n + 1 : n); ++t)
+    sum += lp[static_cast<std::size_t>(t)]
+             [static_cast<std::size_t>(t < n ? tokens[static_cast<std::size_t>(t)] : data::kEosId)];
+  return sum;
+}
+
 // The n-best list: best first, its head is beam_search's translation, and each hypothesis's
 // log-probability equals the one a teacher-forced forward pass gives its tokens (computed here in
 // double from the logits), eos included unless the length limit cut it.
@@ -135,28 +181,59 @@ TEST(Transformer, BeamSearchNBestScoresAreTheModelsLogProbabilities) {
       const auto n = static_cast<std::int64_t>(h.tokens.size());
       const bool ended_by_eos = n < limit;
       (ended_by_eos ? eos_endings : cut) += 1;
-      std::vector<std::int32_t> tgt_in{data::kBosId};
-      tgt_in.insert(tgt_in.end(), h.tokens.begin(), h.tokens.end());
-      models::DropoutStream no_dropout;
-      const std::vector<double> logits = m.forward(Tensor::from(row, {1, len}), Tensor::from(row_pad, {1, len}),
-                                                   Tensor::from(tgt_in, {1, n + 1}), no_dropout)
-                                             .value()
-                                             .to_doubles();
-      double log_prob = 0;
-      for (std::int64_t t = 0; t < (ended_by_eos ? n + 1 : n); ++t) {
-        const double* z = logits.data() + t * 23;
-        const double zmax = *std::max_element(z, z + 23);
-        double sum = 0;
-        for (std::int64_t v = 0; v < 23; ++v) sum += std::exp(z[v] - zmax);
-        const std::int32_t target = t < n ? h.tokens[static_cast<std::size_t>(t)] : data::kEosId;
-        log_prob += z[target] - zmax - std::log(sum);
-      }
+      const double log_prob = hypothesis_log_prob({&m}, row, row_pad, h.tokens, limit);
       EXPECT_NEAR(h.log_prob, log_prob, 1e-4 * (1 + std::abs(log_prob))) << "sentence " << b << " hypothesis " << i;
       EXPECT_DOUBLE_EQ(h.score, h.log_prob / std::pow((5.0 + static_cast<double>(n + 1)) / 6.0, 0.6));
     }
   }
   EXPECT_GT(eos_endings, 0);
   EXPECT_GT(cut, 0);
+}
+
+// An ensemble of two models of different sizes decodes by the mean of their probabilities: greedy
+// takes its argmax at each step (checked against an uncached double-precision reference), and the
+// beam's hypotheses carry its log-probabilities. One model in an ensemble of one is itself.
+TEST(Transformer, EnsembleDecodesByTheMeanOfTheModelsProbabilities) {
+  const Transformer a(tiny_config(), 5);
+  TransformerConfig wide = tiny_config();
+  wide.d_model = 24;
+  wide.d_ff = 40;
+  wide.encoder_layers = wide.decoder_layers = 1;
+  const Transformer b(wide, 9);
+  const models::Ensemble both({&a, &b});
+  Tensor src, pad;
+  random_sources(5, 6, 23, src, pad);
+  const std::int64_t len = src.size(1), extra = 5;
+  EXPECT_EQ(models::greedy_decode(models::Ensemble({&a}), src, pad, extra), models::greedy_decode(a, src, pad, extra));
+  const models::TokenRows greedy = models::greedy_decode(both, src, pad, extra);
+  EXPECT_NE(greedy, models::greedy_decode(a, src, pad, extra)) << "the second model changed nothing: a weak test";
+  const models::DecodeOptions opt{.beam = 3, .length_penalty = 0.6, .max_extra_len = extra};
+  const models::NBestRows nbest = models::beam_search_nbest(both, src, pad, opt, 3);
+  for (std::int64_t s = 0; s < 5; ++s) {
+    std::vector<std::int32_t> row(src.data<std::int32_t>() + s * len, src.data<std::int32_t>() + (s + 1) * len);
+    std::vector<std::int32_t> row_pad(pad.data<std::int32_t>() + s * len, pad.data<std::int32_t>() + (s + 1) * len);
+    const std::int64_t limit = len - std::count(row_pad.begin(), row_pad.end(), 1) + extra;
+    // Greedy: each token the argmax of the reference's mean over the prefix, eos or the limit last.
+    const std::vector<std::int32_t>& hyp = greedy[static_cast<std::size_t>(s)];
+    std::vector<std::int32_t> tgt_in{data::kBosId};
+    tgt_in.insert(tgt_in.end(), hyp.begin(), hyp.end());
+    const auto ref = ensemble_log_probs({&a, &b}, row, row_pad, tgt_in);
+    const auto n = static_cast<std::int64_t>(hyp.size());
+    for (std::int64_t t = 0; t <= n && t < limit; ++t) {
+      const auto& p = ref[static_cast<std::size_t>(t)];
+      const auto best = static_cast<std::int32_t>(std::max_element(p.begin(), p.end()) - p.begin());
+      EXPECT_EQ(best, t < n ? hyp[static_cast<std::size_t>(t)] : data::kEosId) << "sentence " << s << " step " << t;
+    }
+    // Beam: each hypothesis's log-probability is the reference's (eos included unless cut).
+    for (const models::Hypothesis& h : nbest[static_cast<std::size_t>(s)]) {
+      const double log_prob = hypothesis_log_prob({&a, &b}, row, row_pad, h.tokens, limit);
+      EXPECT_NEAR(h.log_prob, log_prob, 1e-4 * (1 + std::abs(log_prob))) << "sentence " << s;
+    }
+  }
+  TransformerConfig other_vocab = tiny_config();
+  other_vocab.src_vocab = other_vocab.tgt_vocab = 30;
+  const Transformer c(other_vocab, 1);
+  EXPECT_THROW(models::Ensemble({&a, &c}), Error);
 }
 
 // A source near model.max_positions with a generous decode.max_extra_len: decoding stops at the

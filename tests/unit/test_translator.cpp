@@ -1,6 +1,7 @@
 // A checkpoint carries its run's vocabularies: translating needs nothing else, a vocabulary given
 // as well must be the same, a resume refuses vocabulary files that were replaced, and checkpoints
 // written before they held vocabularies still find the files.
+#include <fmt/core.h>
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -83,6 +84,32 @@ TEST_F(CheckpointVocabularies, TheCheckpointTranslatesWithoutTheVocabularyFiles)
                         "leave --vocab-tgt out",
                         path("run/vocab.model"), ckpt));
   EXPECT_EQ(translate(launch::Translator(ckpt, path("copy.model"), path("copy.model"))), with_files);
+}
+
+// An ensemble's members must hold the vocabularies of the first checkpoint: another one (of the
+// same size: nothing else would tell) or none is refused; the same model twice translates as alone.
+TEST_F(CheckpointVocabularies, EnsembleMembersShareTheVocabularies) {
+  const std::string ckpt = write_model(/*store=*/true);
+  const launch::Translator alone(ckpt, "", "");
+  launch::Translator twice(ckpt, "", "");
+  fs::copy_file(ckpt, path("copy.h5"));
+  twice.add_ensemble_member(path("copy.h5"));
+  EXPECT_EQ(translate(twice), translate(alone));
+  io::Checkpoint other = io::load_checkpoint(ckpt, /*weights_only=*/true);
+  other.vocabularies = {{"joint", train_vocab("de", "de").serialized()}};
+  io::save_checkpoint(path("other.h5"), other);
+  EXPECT_EQ(error_of([&] { twice.add_ensemble_member(path("other.h5")); }),
+            fmt::format("ensemble: checkpoint '{}' was trained with other vocabularies (/vocab) than '{}': the models "
+                        "of an ensemble must share them",
+                        path("other.h5"), ckpt));
+  other.vocabularies.clear();
+  io::save_checkpoint(path("none.h5"), other);
+  EXPECT_EQ(
+      error_of([&] { twice.add_ensemble_member(path("none.h5")); }),
+      fmt::format("ensemble: checkpoint '{}' holds no vocabulary (written by an earlier build): an ensemble needs "
+                  "checkpoints that hold theirs, to tell that they share one",
+                  path("none.h5")));
+  EXPECT_EQ(translate(twice), translate(alone));  // the refused ones were not added
 }
 
 // Checkpoints written before they held vocabularies: the files, as before.
