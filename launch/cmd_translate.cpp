@@ -75,6 +75,8 @@ Command add_translate_command(CLI::App& parent) {
     std::int64_t beam = 0, batch = 0, nbest = 0;
     double length_penalty = -1;
     std::string device = "cpu";
+    bool sample = false;
+    models::SamplingOptions sampling;
   };
   auto opt = std::make_shared<Options>();
   CLI::App* cmd = parent.add_subcommand(
@@ -96,17 +98,34 @@ Command add_translate_command(CLI::App& parent) {
   cmd->add_option("--vocab-tgt", opt->vocab_tgt,
                   "Target-side SentencePiece model of a run with one vocabulary per language (default: the one the "
                   "checkpoint holds, which one given must equal)");
-  cmd->add_option("--beam", opt->beam, "Beam size (default: decode.beam of the checkpoint's config)")
-      ->check(CLI::Range(1, 1000));
+  auto* beam = cmd->add_option("--beam", opt->beam, "Beam size (default: decode.beam of the checkpoint's config)")
+                   ->check(CLI::Range(1, 1000));
   cmd->add_option("--length-penalty", opt->length_penalty, "Length penalty alpha (default: from the config)")
       ->check(finite_range(0.0, 10.0));
   cmd->add_option("--batch", opt->batch, "Sentences decoded together (default: from the config)")
       ->check(CLI::Range(1, 100000));
-  cmd->add_option("--nbest", opt->nbest,
-                  "Write the N best translations of each sentence (1 to the beam size), one a line: 'LINE ||| "
-                  "translation ||| F0= log-probability ||| score' (LINE from 0; score: the length-normalized "
-                  "log-probability the beam ranks by), as Marian and Moses write n-best lists")
-      ->check(CLI::Range(1, 1000));
+  auto* nbest =
+      cmd->add_option("--nbest", opt->nbest,
+                      "Write the N best translations of each sentence (1 to the beam size), one a line: 'LINE ||| "
+                      "translation ||| F0= log-probability ||| score' (LINE from 0; score: the length-normalized "
+                      "log-probability the beam ranks by), as Marian and Moses write n-best lists")
+          ->check(CLI::Range(1, 1000));
+  auto* sample = cmd->add_flag("--sample", opt->sample,
+                               "Draw each token from the model's distribution instead of searching (one translation "
+                               "a sentence, for back-translation): the same seed gives the same draws, in any batch "
+                               "and under mpirun")
+                     ->excludes(beam)
+                     ->excludes(nbest);
+  cmd->add_option("--top-k", opt->sampling.top_k, "--sample: only from the K most likely tokens (0: all)")
+      ->check(CLI::Range(std::int64_t{0}, std::int64_t{1} << 30))
+      ->capture_default_str()
+      ->needs(sample);
+  cmd->add_option("--temperature", opt->sampling.temperature,
+                  "--sample: divides the log-probabilities (below 1: closer to greedy; above 1: more diverse)")
+      ->check(finite_range(1e-3, 1e3))
+      ->capture_default_str()
+      ->needs(sample);
+  cmd->add_option("--seed", opt->sampling.seed, "--sample: seed of the draws")->capture_default_str()->needs(sample);
   cmd->add_option("--device", opt->device,
                   "Decode on the cpu or on a GPU (cuda: the first GPU; under mpirun, local rank % GPUs)")
       ->check(CLI::IsMember({"cpu", "cuda"}));
@@ -139,6 +158,7 @@ Command add_translate_command(CLI::App& parent) {
             models::DecodeOptions dec = decode_options(cfg);
             if (opt->beam > 0) dec.beam = opt->beam;
             if (opt->length_penalty >= 0) dec.length_penalty = opt->length_penalty;
+            if (opt->sample) dec.sampling = opt->sampling;
             const std::int64_t batch = opt->batch > 0 ? opt->batch : cfg.integer("decode.batch_sentences");
             const std::vector<std::string> out_lines =
                 opt->nbest > 0 ? nbest_lines(translator, job.sources, dec, opt->nbest, opt->beam, batch, world.get())

@@ -132,7 +132,8 @@ models::TransformerConfig training_model_config(const io::Config& cfg, std::int6
 models::DecodeOptions decode_options(const io::Config& cfg) {
   return {.beam = cfg.integer("decode.beam"),
           .length_penalty = cfg.real("decode.length_penalty"),
-          .max_extra_len = cfg.integer("decode.max_extra_len")};
+          .max_extra_len = cfg.integer("decode.max_extra_len"),
+          .sampling = std::nullopt};
 }
 
 }  // namespace tessera::launch

@@ -628,7 +628,7 @@ std::optional<models::TokenRows> translate_ids(const models::Ensemble& ensemble,
   models::TokenRows out(sources.size());
   const auto mine = decode_own_batches(
       sources, batch_sentences, replicas, interrupt, [&](const data::Batch& b, const std::vector<std::int64_t>& idx) {
-        models::TokenRows hyps = models::translate_batch(ensemble, b.src, b.src_padding, opt);
+        models::TokenRows hyps = models::translate_batch(ensemble, b.src, b.src_padding, opt, idx);
         for (std::size_t i = 0; i < idx.size(); ++i) out[static_cast<std::size_t>(idx[i])] = std::move(hyps[i]);
       });
   if (!mine) return std::nullopt;

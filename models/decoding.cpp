@@ -7,6 +7,7 @@
 
 #include "data/vocab.h"
 #include "kernels/dispatch.h"
+#include "kernels/philox.h"
 
 namespace tessera::models {
 namespace {
@@ -104,8 +105,12 @@ std::int64_t Ensemble::max_positions() const {
   return n;
 }
 
-TokenRows greedy_decode(const Ensemble& models, const Tensor& src, const Tensor& src_padding,
-                        std::int64_t max_extra_len) {
+namespace {
+// One hypothesis a row, extended by pick(log-probabilities [vocab], sentence, step) until eos or
+// the length limit: greedy decoding and sampling.
+template <typename Pick>
+TokenRows decode_one_per_row(const Ensemble& models, const Tensor& src, const Tensor& src_padding,
+                             std::int64_t max_extra_len, const Pick& pick) {
   const std::int64_t batch = src.size(0), vocab = models.tgt_vocab();
   const auto limit = output_limits(models, src_padding, max_extra_len);
   EnsembleDecoder cache(models, src, src_padding);
@@ -119,7 +124,8 @@ TokenRows greedy_decode(const Ensemble& models, const Tensor& src, const Tensor&
     std::vector<std::int32_t> next;
     for (std::size_t r = 0; r < active.size(); ++r) {
       const auto s = static_cast<std::size_t>(active[r]);
-      const std::int32_t tok = argmax_row(logp.data<float>() + static_cast<std::int64_t>(r) * vocab, vocab);
+      const std::int32_t tok = pick(logp.data<float>() + static_cast<std::int64_t>(r) * vocab, active[r],
+                                    static_cast<std::int64_t>(out[s].size()));
       if (tok == kEosId) continue;
       out[s].push_back(tok);
       if (static_cast<std::int64_t>(out[s].size()) >= limit[s]) continue;  // length limit
@@ -132,6 +138,60 @@ TokenRows greedy_decode(const Ensemble& models, const Tensor& src, const Tensor&
     last = std::move(next);
   }
   return out;
+}
+}  // namespace
+
+TokenRows greedy_decode(const Ensemble& models, const Tensor& src, const Tensor& src_padding,
+                        std::int64_t max_extra_len) {
+  const std::int64_t vocab = models.tgt_vocab();
+  return decode_one_per_row(models, src, src_padding, max_extra_len,
+                            [&](const float* logp, std::int64_t, std::int64_t) { return argmax_row(logp, vocab); });
+}
+
+std::int32_t sample_token(const float* logp, std::int64_t vocab, const SamplingOptions& opt, std::int64_t sentence,
+                          std::int64_t step) {
+  TESSERA_CHECK(opt.temperature > 0 && opt.top_k >= 0, "sampling: temperature {} must be > 0 and top_k {} >= 0",
+                opt.temperature, opt.top_k);
+  std::vector<std::int32_t> ids(static_cast<std::size_t>(vocab));
+  std::iota(ids.begin(), ids.end(), 0);
+  const auto more_likely = [&](std::int32_t a, std::int32_t b) {
+    return logp[a] > logp[b] || (logp[a] == logp[b] && a < b);
+  };
+  const std::size_t k = opt.top_k > 0 ? std::min(ids.size(), static_cast<std::size_t>(opt.top_k)) : ids.size();
+  std::partial_sort(ids.begin(), ids.begin() + static_cast<std::ptrdiff_t>(k), ids.end(), more_likely);
+  // exp((log p - max) / T) in double: the most likely token weighs 1, none overflows.
+  std::vector<double> weight(k);
+  double total = 0;
+  for (std::size_t i = 0; i < k; ++i) {
+    weight[i] = std::exp((static_cast<double>(logp[ids[i]]) - static_cast<double>(logp[ids[0]])) / opt.temperature);
+    total += weight[i];
+  }
+  // A uniform double in [0, 1) from Philox keyed by the seed, counter (step, sentence): 53 bits.
+  const philox::Block b = philox::philox4x32_10(
+      static_cast<std::uint32_t>(step), static_cast<std::uint32_t>(static_cast<std::uint64_t>(step) >> 32),
+      static_cast<std::uint32_t>(sentence), static_cast<std::uint32_t>(static_cast<std::uint64_t>(sentence) >> 32),
+      static_cast<std::uint32_t>(opt.seed), static_cast<std::uint32_t>(opt.seed >> 32));
+  const double u =
+      static_cast<double>((static_cast<std::uint64_t>(b.v[0] >> 5) << 26) | (b.v[1] >> 6)) / 9007199254740992.0;
+  double target = u * total;
+  for (std::size_t i = 0; i < k; ++i) {
+    target -= weight[i];
+    if (target < 0) return ids[i];
+  }
+  return ids[0];  // u * total rounded to total: the most likely (weight 1 > 0 always)
+}
+
+TokenRows sample_decode(const Ensemble& models, const Tensor& src, const Tensor& src_padding,
+                        std::int64_t max_extra_len, const SamplingOptions& opt,
+                        const std::vector<std::int64_t>& sentence_ids) {
+  TESSERA_CHECK(sentence_ids.empty() || static_cast<std::int64_t>(sentence_ids.size()) == src.size(0),
+                "sample_decode: {} sentence ids for {} sentences", sentence_ids.size(), src.size(0));
+  const std::int64_t vocab = models.tgt_vocab();
+  return decode_one_per_row(
+      models, src, src_padding, max_extra_len, [&](const float* logp, std::int64_t row, std::int64_t step) {
+        const std::int64_t sentence = sentence_ids.empty() ? row : sentence_ids[static_cast<std::size_t>(row)];
+        return sample_token(logp, vocab, opt, sentence, step);
+      });
 }
 
 TokenRows greedy_decode_uncached(const Transformer& model, const Tensor& src, const Tensor& src_padding,
@@ -273,7 +333,8 @@ TokenRows beam_search(const Ensemble& models, const Tensor& src, const Tensor& s
 }
 
 TokenRows translate_batch(const Ensemble& models, const Tensor& src, const Tensor& src_padding,
-                          const DecodeOptions& opt) {
+                          const DecodeOptions& opt, const std::vector<std::int64_t>& sentence_ids) {
+  if (opt.sampling) return sample_decode(models, src, src_padding, opt.max_extra_len, *opt.sampling, sentence_ids);
   return opt.beam == 1 ? greedy_decode(models, src, src_padding, opt.max_extra_len)
                        : beam_search(models, src, src_padding, opt);
 }

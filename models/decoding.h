@@ -3,18 +3,34 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <vector>
 
 #include "models/transformer.h"
 
 namespace tessera::models {
 
-struct DecodeOptions {
-  std::int64_t beam = 4;            // 1: greedy
-  double length_penalty = 0.6;      // alpha of GNMT's ((5 + len) / 6)^alpha
-  std::int64_t max_extra_len = 50;  // a hypothesis may have at most source length + this many tokens
-                                    // (and at most model.max_positions)
+// Drawing each next token from the model's distribution instead of searching (back-translation
+// uses it for diverse sources): softmax(log p / temperature) over the top_k most likely tokens.
+struct SamplingOptions {
+  std::int64_t top_k = 0;    // 0: every token
+  double temperature = 1.0;  // > 0; below 1 sharpens the distribution, above 1 flattens it
+  std::uint64_t seed = 1;    // with the sentence's number, the draws (see sample_token)
 };
+
+struct DecodeOptions {
+  std::int64_t beam = 4;                    // 1: greedy
+  double length_penalty = 0.6;              // alpha of GNMT's ((5 + len) / 6)^alpha
+  std::int64_t max_extra_len = 50;          // a hypothesis may have at most source length + this many tokens
+                                            // (and at most model.max_positions)
+  std::optional<SamplingOptions> sampling;  // set: sample_decode, whatever the beam
+};
+
+// The token drawn from log-probabilities `logp` [vocab] for step `step` of sentence `sentence`: a
+// pure function of (seed, sentence, step), so a sentence draws the same tokens in any batch, on
+// any rank. Of equal log-probabilities, the lower id ranks first among the top k.
+std::int32_t sample_token(const float* logp, std::int64_t vocab, const SamplingOptions& opt, std::int64_t sentence,
+                          std::int64_t step);
 
 using TokenRows = std::vector<std::vector<std::int32_t>>;
 
@@ -52,9 +68,14 @@ TokenRows beam_search(const Ensemble& models, const Tensor& src, const Tensor& s
 // the search finished fewer); beam_search returns the first one's tokens.
 NBestRows beam_search_nbest(const Ensemble& models, const Tensor& src, const Tensor& src_padding,
                             const DecodeOptions& opt, std::int64_t n);
-// Dispatches on opt.beam (1: greedy).
+// One translation a sentence, each token drawn with sample_token; sentence_ids[b] numbers row b
+// (empty: 0, 1, ...).
+TokenRows sample_decode(const Ensemble& models, const Tensor& src, const Tensor& src_padding,
+                        std::int64_t max_extra_len, const SamplingOptions& opt,
+                        const std::vector<std::int64_t>& sentence_ids = {});
+// Dispatches on opt.sampling, then opt.beam (1: greedy); sentence_ids as for sample_decode.
 TokenRows translate_batch(const Ensemble& models, const Tensor& src, const Tensor& src_padding,
-                          const DecodeOptions& opt);
+                          const DecodeOptions& opt, const std::vector<std::int64_t>& sentence_ids = {});
 
 // Greedy decoding that reruns the whole decoder on the prefix at every step (no cache):
 // the reference the cached decoder is tested against.

@@ -2,7 +2,7 @@
 # `tessera translate` under mpirun: the ranks share the batches and rank 0 writes every
 # translation, the same file as one process writes; standard input (which mpirun gives rank 0
 # only), a missing checkpoint, and sentences or weights that differ between the ranks are refused
-# with one message; --nbest lists and ensembles, the same under mpirun. `tessera score` under mpirun: one
+# with one message; --nbest lists, ensembles and --sample draws, the same under mpirun. `tessera score` under mpirun: one
 # score, the same as one process's (with --checkpoint the ranks share the translation).
 # Usage: translate_mpi.sh TESSERA CHECKPOINT WORKDIR
 set -eu
@@ -68,6 +68,26 @@ once bad_output "cannot write '$work/no_such_dir/out.txt': folder" -i "$work/src
 printf '3 x 4\n' > "$work/bad.txt"
 once bad_line "'x' is not a symbol number" -i "$work/bad.txt"
 once gpu "none answers on this machine\|has no CUDA support\|head sizes 32, 64 or 128" -i "$work/src.txt" --device cuda
+
+# --sample: the draws follow the seed and the sentence, not the batch or the rank; top-k 1 is
+# greedy; another seed draws otherwise; --beam and --nbest do not go with it.
+sample="--sample --seed 5 --temperature 2"
+"$tessera" translate --checkpoint "$checkpoint" -i "$work/src.txt" -o "$work/sample_b1.txt" --batch 1 $sample
+"$tessera" translate --checkpoint "$checkpoint" -i "$work/src.txt" -o "$work/sample_b5.txt" --batch 5 $sample
+cmp "$work/sample_b1.txt" "$work/sample_b5.txt" || fail "--sample drew otherwise in batches of 1 and of 5"
+mpirun -np 3 --oversubscribe "$tessera" translate --checkpoint "$checkpoint" -i "$work/src.txt" -o "$work/sample_three.txt" \
+  --batch 4 $sample > "$work/sample.log" 2>&1 || { cat "$work/sample.log"; fail "mpirun --sample failed"; }
+cmp "$work/sample_b1.txt" "$work/sample_three.txt" || fail "--sample drew otherwise on 3 ranks"
+cmp -s "$work/sample_b1.txt" "$work/one.txt" && fail "--sample at temperature 2 drew exactly the greedy translations"
+"$tessera" translate --checkpoint "$checkpoint" -i "$work/src.txt" -o "$work/sample_seed6.txt" --batch 4 --sample --seed 6 --temperature 2
+cmp -s "$work/sample_b1.txt" "$work/sample_seed6.txt" && fail "--seed 6 drew the same as --seed 5"
+"$tessera" translate --checkpoint "$checkpoint" -i "$work/src.txt" -o "$work/sample_top1.txt" --batch 4 --sample --top-k 1
+cmp "$work/one.txt" "$work/sample_top1.txt" || fail "--sample --top-k 1 is not greedy decoding"
+for bad in "--sample --beam 4" "--sample --nbest 1" "--top-k 3"; do
+  status=0
+  "$tessera" translate --checkpoint "$checkpoint" -i "$work/src.txt" $bad > "$work/sample_bad.log" 2>&1 || status=$?
+  [ $status -ge 100 ] && grep -Eq "excludes|requires" "$work/sample_bad.log" || { cat "$work/sample_bad.log"; fail "'$bad' was not refused"; }
+done
 
 # An ensemble (--checkpoint A B): the same under mpirun; a model with itself translates as alone;
 # a model of other symbols is refused once; score --checkpoint A B scores the ensemble's output.

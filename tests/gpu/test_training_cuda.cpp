@@ -301,7 +301,7 @@ TEST_F(CudaTransformer, IncrementalDecodingMatchesCpu) {
 
 TEST_F(CudaTransformer, BeamSearchOnTheGpuFindsTheCpuHypotheses) {
   const models::Transformer cpu_model(inference_config(Device::cpu), 6), gpu_model(inference_config(Device::cuda), 6);
-  const models::DecodeOptions opt{.beam = 4, .length_penalty = 0.6, .max_extra_len = 5};
+  const models::DecodeOptions opt{.beam = 4, .length_penalty = 0.6, .max_extra_len = 5, .sampling = std::nullopt};
   const models::TokenRows c = models::beam_search(cpu_model, src, src_pad, opt);
   const models::TokenRows g = models::beam_search(gpu_model, src, src_pad, opt);
   ASSERT_EQ(g.size(), c.size());

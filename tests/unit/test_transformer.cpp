@@ -85,11 +85,13 @@ TEST(Transformer, CachedDecoderEqualsUncachedAndBeamOneEqualsGreedy) {
   const auto cached = models::greedy_decode(m, src, pad, 6);
   const auto uncached = models::greedy_decode_uncached(m, src, pad, 6);
   EXPECT_EQ(cached, uncached);
-  const auto beam1 = models::beam_search(m, src, pad, {.beam = 1, .length_penalty = 0.6, .max_extra_len = 6});
+  const auto beam1 = models::beam_search(
+      m, src, pad, {.beam = 1, .length_penalty = 0.6, .max_extra_len = 6, .sampling = std::nullopt});
   EXPECT_EQ(beam1, cached);
   // A wider beam finds hypotheses whose length-normalized score is at least as good; at least
   // it must return one hypothesis per sentence within the length limit.
-  const auto beam4 = models::beam_search(m, src, pad, {.beam = 4, .length_penalty = 0.6, .max_extra_len = 6});
+  const auto beam4 = models::beam_search(
+      m, src, pad, {.beam = 4, .length_penalty = 0.6, .max_extra_len = 6, .sampling = std::nullopt});
   ASSERT_EQ(beam4.size(), 5u);
   for (const auto& h : beam4) EXPECT_LE(h.size(), 7u + 6u);
 }
@@ -158,7 +160,7 @@ TEST(Transformer, BeamSearchNBestScoresAreTheModelsLogProbabilities) {
   }
   Tensor src, pad;
   random_sources(6, 6, 23, src, pad);
-  const models::DecodeOptions opt{.beam = 4, .length_penalty = 0.6, .max_extra_len = 4};
+  const models::DecodeOptions opt{.beam = 4, .length_penalty = 0.6, .max_extra_len = 4, .sampling = std::nullopt};
   int eos_endings = 0, cut = 0;
   const models::NBestRows nbest = models::beam_search_nbest(m, src, pad, opt, 3);
   const models::TokenRows best = models::beam_search(m, src, pad, opt);
@@ -207,7 +209,7 @@ TEST(Transformer, EnsembleDecodesByTheMeanOfTheModelsProbabilities) {
   EXPECT_EQ(models::greedy_decode(models::Ensemble({&a}), src, pad, extra), models::greedy_decode(a, src, pad, extra));
   const models::TokenRows greedy = models::greedy_decode(both, src, pad, extra);
   EXPECT_NE(greedy, models::greedy_decode(a, src, pad, extra)) << "the second model changed nothing: a weak test";
-  const models::DecodeOptions opt{.beam = 3, .length_penalty = 0.6, .max_extra_len = extra};
+  const models::DecodeOptions opt{.beam = 3, .length_penalty = 0.6, .max_extra_len = extra, .sampling = std::nullopt};
   const models::NBestRows nbest = models::beam_search_nbest(both, src, pad, opt, 3);
   for (std::int64_t s = 0; s < 5; ++s) {
     std::vector<std::int32_t> row(src.data<std::int32_t>() + s * len, src.data<std::int32_t>() + (s + 1) * len);
@@ -236,6 +238,62 @@ TEST(Transformer, EnsembleDecodesByTheMeanOfTheModelsProbabilities) {
   EXPECT_THROW(models::Ensemble({&a, &c}), Error);
 }
 
+// sample_token draws from softmax(log p / T) over the top k: the frequencies of 200,000 draws
+// (sentences 0.., step 3) are those probabilities within 5 standard deviations; a token of
+// probability 0 is never drawn; top_k 1 is the argmax, the lower id of a tie.
+TEST(Sampling, DrawsFromTheTemperedTopKDistribution) {
+  const std::vector<double> p = {0.05, 0.4, 0.25, 0.2, 0.1, 0.0};
+  std::vector<float> logp;
+  for (double x : p) logp.push_back(static_cast<float>(std::log(x)));  // log 0 = -inf
+  const auto check = [&](const models::SamplingOptions& opt, std::vector<double> expected) {
+    double total = 0;
+    for (double e : expected) total += e;
+    std::vector<double> count(p.size(), 0.0);
+    const int draws = 200000;
+    for (int i = 0; i < draws; ++i) ++count[static_cast<std::size_t>(models::sample_token(logp.data(), 6, opt, i, 3))];
+    for (std::size_t v = 0; v < p.size(); ++v) {
+      const double q = expected[v] / total, sd = std::sqrt(draws * q * (1 - q));
+      EXPECT_NEAR(count[v], draws * q, 5 * sd + 1e-9)
+          << "token " << v << ", top_k " << opt.top_k << ", T " << opt.temperature;
+    }
+  };
+  check({.top_k = 0, .temperature = 1.0, .seed = 7}, p);
+  check({.top_k = 0, .temperature = 0.5, .seed = 7}, {0.0025, 0.16, 0.0625, 0.04, 0.01, 0.0});  // p^2
+  check({.top_k = 2, .temperature = 1.0, .seed = 9}, {0.0, 0.4, 0.25, 0.0, 0.0, 0.0});
+  check({.top_k = 3, .temperature = 2.0, .seed = 9}, {0.0, std::sqrt(0.4), std::sqrt(0.25), std::sqrt(0.2), 0.0, 0.0});
+  // The draw is a function of (seed, sentence, step): the same triple, the same token.
+  const models::SamplingOptions opt{.top_k = 0, .temperature = 1.0, .seed = 3};
+  EXPECT_EQ(models::sample_token(logp.data(), 6, opt, 41, 2), models::sample_token(logp.data(), 6, opt, 41, 2));
+  std::vector<float> tie = {0.0f, -1.0f, -1.0f, -1.0f, 0.0f, -2.0f};
+  for (int i = 0; i < 100; ++i)
+    EXPECT_EQ(models::sample_token(tie.data(), 6, {.top_k = 1, .temperature = 1.0, .seed = 1}, i, 0), 0);
+}
+
+// Sampling from the top 1 is greedy decoding (one model or an ensemble); a sentence's draws follow
+// its number, not its row: two copies of a source numbered alike decode alike.
+TEST(Sampling, TopOneIsGreedyAndDrawsFollowTheSentenceNumber) {
+  const Transformer a(tiny_config(), 5), b(tiny_config(), 6);
+  Tensor src, pad;
+  random_sources(5, 6, 23, src, pad);
+  const models::SamplingOptions top1{.top_k = 1, .temperature = 1.0, .seed = 1};
+  EXPECT_EQ(models::sample_decode(a, src, pad, 5, top1), models::greedy_decode(a, src, pad, 5));
+  const models::Ensemble both({&a, &b});
+  EXPECT_EQ(models::sample_decode(both, src, pad, 5, top1), models::greedy_decode(both, src, pad, 5));
+  const models::SamplingOptions hot{.top_k = 0, .temperature = 3.0, .seed = 1};
+  const std::vector<std::int32_t> row(src.data<std::int32_t>(), src.data<std::int32_t>() + 6);
+  const std::vector<std::int32_t> row_pad(pad.data<std::int32_t>(), pad.data<std::int32_t>() + 6);
+  std::vector<std::int32_t> two = row, two_pad = row_pad;
+  two.insert(two.end(), row.begin(), row.end());
+  two_pad.insert(two_pad.end(), row_pad.begin(), row_pad.end());
+  const Tensor src2 = Tensor::from(two, {2, 6}), pad2 = Tensor::from(two_pad, {2, 6});
+  const models::TokenRows same = models::sample_decode(a, src2, pad2, 20, hot, {17, 17});
+  EXPECT_EQ(same[0], same[1]);
+  EXPECT_EQ(models::sample_decode(a, Tensor::from(row, {1, 6}), Tensor::from(row_pad, {1, 6}), 20, hot, {17})[0],
+            same[0]);
+  const models::TokenRows other = models::sample_decode(a, src2, pad2, 20, hot, {17, 18});
+  EXPECT_NE(other[0], other[1]) << "two draws of a hot distribution over 20 steps came out equal";
+}
+
 // A source near model.max_positions with a generous decode.max_extra_len: decoding stops at the
 // positional table's end (max_positions tokens) instead of failing the whole batch there.
 TEST(Transformer, DecodingStopsAtMaxPositions) {
@@ -247,7 +305,8 @@ TEST(Transformer, DecodingStopsAtMaxPositions) {
   const auto greedy = models::greedy_decode(m, src, pad, 50);
   EXPECT_EQ(greedy, models::greedy_decode_uncached(m, src, pad, 50));
   for (std::int64_t beam : {1, 4}) {
-    const auto hyps = models::beam_search(m, src, pad, {.beam = beam, .length_penalty = 0.6, .max_extra_len = 50});
+    const auto hyps = models::beam_search(
+        m, src, pad, {.beam = beam, .length_penalty = 0.6, .max_extra_len = 50, .sampling = std::nullopt});
     ASSERT_EQ(hyps.size(), 6u);
     std::size_t longest = 0;
     for (const auto& h : hyps) longest = std::max(longest, h.size());
