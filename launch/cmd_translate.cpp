@@ -17,15 +17,20 @@
 namespace tessera::launch {
 namespace {
 
+void check_not_an_input(const std::string& path, const std::vector<std::pair<const char*, std::string>>& inputs) {
+  std::error_code ec;
+  for (const auto& [what, input] : inputs)
+    if (!input.empty() && std::filesystem::equivalent(path, input, ec))
+      fail("translate: -o '{}' is {} '{}': writing the translations would overwrite it", path, what, input);
+}
+
 // Checked before the model is loaded: a translation of hours must not end in "cannot write", nor
 // overwrite a file it reads (`inputs`: the source, the checkpoint, the vocabularies).
 void check_writable_output(const std::string& path, const std::vector<std::pair<const char*, std::string>>& inputs) {
   namespace fs = std::filesystem;
   std::error_code ec;
   if (fs::is_directory(path, ec)) fail("translate: cannot write '{}': it is a directory", path);
-  for (const auto& [flag, input] : inputs)
-    if (!input.empty() && fs::equivalent(path, input, ec))
-      fail("translate: -o '{}' is {} '{}': writing the translations would overwrite it", path, flag, input);
+  check_not_an_input(path, inputs);
   const fs::path folder = fs::path(path).parent_path().empty() ? fs::path(".") : fs::path(path).parent_path();
   if (fs::exists(folder, ec) && !fs::is_directory(folder, ec))
     fail("translate: cannot write '{}': '{}' is not a folder", path, folder.string());
@@ -154,6 +159,10 @@ Command add_translate_command(CLI::App& parent) {
                 opt->input.empty() ? std::string("standard input") : fmt::format("input file '{}'", opt->input),
                 [&] { return opt->input.empty() ? read_stdin_lines() : data::read_lines(opt->input); });
             const Translator& translator = *job.translator;
+            // The vocabulary files an older checkpoint's translator found by itself (no option named them).
+            if (root && !opt->output.empty())
+              for (const std::string& file : translator.vocabulary_files())
+                check_not_an_input(opt->output, {{"the vocabulary file", file}});
             const io::Config& cfg = translator.config();
             models::DecodeOptions dec = decode_options(cfg);
             if (opt->beam > 0) dec.beam = opt->beam;

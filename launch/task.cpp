@@ -790,10 +790,10 @@ void Translator::find_vocabulary_files(const std::string& checkpoint, const std:
                     checkpoint, path, beside.string(), std::string(key) == "data.vocab" ? "--vocab" : "--vocab-tgt"));
   };
   const VocabPaths paths = vocab_paths(cfg_);
-  src_codec_ = TextCodec::sentencepiece(data::Vocab::load(find(paths.src, "data.vocab", vocab)));
-  tgt_codec_ = paths.joint()
-                   ? src_codec_
-                   : TextCodec::sentencepiece(data::Vocab::load(find(paths.tgt, "data.vocab_tgt", vocab_tgt)));
+  vocabulary_files_.push_back(find(paths.src, "data.vocab", vocab));
+  if (!paths.joint()) vocabulary_files_.push_back(find(paths.tgt, "data.vocab_tgt", vocab_tgt));
+  src_codec_ = TextCodec::sentencepiece(data::Vocab::load(vocabulary_files_.front()));
+  tgt_codec_ = paths.joint() ? src_codec_ : TextCodec::sentencepiece(data::Vocab::load(vocabulary_files_.back()));
 }
 
 std::vector<std::vector<std::int32_t>> Translator::encode(const std::vector<std::string>& lines, bool report) const {

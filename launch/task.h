@@ -158,6 +158,8 @@ class Translator {
   // task: the same symbols); its own config sizes its model. Decoding settings stay the first's.
   void add_ensemble_member(const std::string& checkpoint);
   const io::Config& config() const { return cfg_; }  // the first checkpoint's
+  // The vocabulary files it read: none when the checkpoint holds its vocabularies.
+  const std::vector<std::string>& vocabulary_files() const { return vocabulary_files_; }
   // Of the models' weights (hashed in full: a second or so for the big model).
   std::uint64_t weights_fingerprint() const;
 
@@ -170,6 +172,7 @@ class Translator {
   TextCodec src_codec_, tgt_codec_;
   std::string checkpoint_;                           // the first checkpoint
   std::map<std::string, std::string> vocabularies_;  // as stored in it
+  std::vector<std::string> vocabulary_files_;
   Device device_;
   std::vector<std::unique_ptr<models::Transformer>> models_;  // the first checkpoint's, then the ensemble's
 };

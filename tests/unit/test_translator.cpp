@@ -91,6 +91,7 @@ TEST_F(CheckpointVocabularies, TheCheckpointTranslatesWithoutTheVocabularyFiles)
 TEST_F(CheckpointVocabularies, EnsembleMembersShareTheVocabularies) {
   const std::string ckpt = write_model(/*store=*/true);
   const launch::Translator alone(ckpt, "", "");
+  EXPECT_TRUE(alone.vocabulary_files().empty());  // it read the stored ones
   launch::Translator twice(ckpt, "", "");
   fs::copy_file(ckpt, path("copy.h5"));
   twice.add_ensemble_member(path("copy.h5"));
@@ -115,7 +116,10 @@ TEST_F(CheckpointVocabularies, EnsembleMembersShareTheVocabularies) {
 // Checkpoints written before they held vocabularies: the files, as before.
 TEST_F(CheckpointVocabularies, WithoutStoredOnesTheFilesAreUsed) {
   const std::string ckpt = write_model(/*store=*/false);
-  const std::vector<std::string> with_files = translate(launch::Translator(ckpt, "", ""));
+  const launch::Translator first(ckpt, "", "");
+  // translate -o refuses to write over these (it would overwrite the run's vocabulary).
+  EXPECT_EQ(first.vocabulary_files(), std::vector<std::string>{path("run/vocab.model")});
+  const std::vector<std::string> with_files = translate(first);
   fs::rename(path("run"), path("moved"));  // found beside the checkpoint
   const std::string moved = path("moved/model.h5");
   EXPECT_EQ(translate(launch::Translator(moved, "", "")), with_files);
