@@ -18,7 +18,8 @@ Command add_train_command(CLI::App& parent) {
   cmd->add_option("--config,-c", opt->config, "YAML experiment config; keys not given keep their defaults");
   cmd->add_option("--set", opt->overrides, "Override one key, e.g. --set model.layers=2 (repeatable)");
   cmd->add_flag("--print-config", opt->print_config,
-                "Print the effective config with each key's description and range, then exit");
+                "Print the effective config with each key's description and range, then exit (each key is checked "
+                "alone; combinations of keys when training starts)");
   CLI::Option* resume = cmd->add_option("--resume", opt->resume_path,
                                         "Continue an interrupted run: from PATH, or without a value from the latest "
                                         "checkpoint_<step>.h5 in output.dir (none there: start from scratch)")

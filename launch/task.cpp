@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <bit>
+#include <cctype>
 #include <chrono>
 #include <exception>
 #include <filesystem>
@@ -354,7 +355,19 @@ TextCodec load_or_train_vocab(const io::Config& cfg, const std::string& path, co
   vo.vocab_size = cfg.integer("data.vocab_size");
   vo.model_type = cfg.string("data.vocab_type");
   vo.seed = static_cast<std::uint64_t>(cfg.integer("train.seed"));
-  TextCodec codec = TextCodec::sentencepiece(data::Vocab::train(vo));
+  // SentencePiece's own message names its limit, not our key: a size the text cannot fill (a tiny
+  // or nearly empty corpus) fails here.
+  const auto train = [&] {
+    try {
+      return data::Vocab::train(vo);
+    } catch (const Error& e) {
+      throw Error(
+          fmt::format("data: the {} vocabulary of data.vocab_size = {} could not be trained on '{}' (too "
+                      "little text for that size?): {}",
+                      side, vo.vocab_size, fmt::join(vo.inputs, "', '"), e.what()));
+    }
+  };
+  TextCodec codec = TextCodec::sentencepiece(train());
   fmt::print("data: trained a {} {} vocabulary of {} entries into {}\n", side, vo.model_type, codec.size(), path);
   return codec;
 }
@@ -513,6 +526,16 @@ TaskData load_task_data(const io::Config& cfg, dist::Communicator* world, const 
       text_fingerprint = reader.fingerprint();
     }
     valid = data::read_parallel(cfg.string("data.valid_src"), cfg.string("data.valid_tgt"));
+    // Said before a vocabulary is trained and the corpus encoded (minutes), not after.
+    const auto blank = [](const std::string& line) {
+      return std::all_of(line.begin(), line.end(), [](unsigned char c) { return std::isspace(c) != 0; });
+    };
+    bool any_pair = false;
+    for (std::size_t i = 0; i < valid.src.size() && !any_pair; ++i)
+      any_pair = !blank(valid.src[i]) && !blank(valid.tgt[i]);
+    if (!any_pair)
+      fail("data: the validation text ('{}', '{}', {} lines) has no pair with text on both sides",
+           cfg.string("data.valid_src"), cfg.string("data.valid_tgt"), valid.src.size());
     const std::map<std::string, std::string> stored =
         resume_checkpoint.empty() ? std::map<std::string, std::string>() : io::load_vocabularies(resume_checkpoint);
     check_vocabulary_kind(stored, cfg.boolean("data.joint_vocab"), resume_checkpoint);  // before training any
@@ -537,10 +560,16 @@ TaskData load_task_data(const io::Config& cfg, dist::Communicator* world, const 
       fmt::format("the validation text ('{}', '{}')", cfg.string("data.valid_src"), cfg.string("data.valid_tgt")));
   const std::int64_t max_len = cfg.integer("data.max_len");
   t.train_fingerprint = dist::broadcast_u64(text_fingerprint, world);
-  t.train = encode_training_pairs(cfg, t, world);
+  // The validation pairs first: a set that filtering empties is said before the corpus is encoded.
   EncodedPairs v = encode_pairs(t.src_codec, t.tgt_codec, valid, max_len, world);
+  if (v.examples.empty())
+    throw EveryRankError(fmt::format(
+        "data: no validation pairs left after filtering: of the {} lines of '{}' and '{}', {} are empty (on either "
+        "side) and {} longer than data.max_len = {}",
+        valid.src.size(), cfg.string("data.valid_src"), cfg.string("data.valid_tgt"), v.empty, v.too_long, max_len));
   for (std::int64_t line : v.kept_lines) t.valid_refs.push_back(valid.tgt[static_cast<std::size_t>(line)]);
   t.valid = report(std::move(v), "validation", max_len);
+  t.train = encode_training_pairs(cfg, t, world);
   return t;
 }
 
