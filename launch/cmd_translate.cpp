@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <limits>
 
 #include "data/corpus.h"
 #include "dist/mpi_communicator.h"
@@ -82,6 +83,7 @@ Command add_translate_command(CLI::App& parent) {
     std::string device = "cpu";
     bool sample = false;
     models::SamplingOptions sampling;
+    std::int64_t seed = 1;  // read as signed: "-1" must not wrap to 2^64 - 1
   };
   auto opt = std::make_shared<Options>();
   CLI::App* cmd = parent.add_subcommand(
@@ -105,8 +107,9 @@ Command add_translate_command(CLI::App& parent) {
                   "checkpoint holds, which one given must equal)");
   auto* beam = cmd->add_option("--beam", opt->beam, "Beam size (default: decode.beam of the checkpoint's config)")
                    ->check(CLI::Range(1, 1000));
-  cmd->add_option("--length-penalty", opt->length_penalty, "Length penalty alpha (default: from the config)")
-      ->check(finite_range(0.0, 10.0));
+  auto* length_penalty =
+      cmd->add_option("--length-penalty", opt->length_penalty, "Length penalty alpha (default: from the config)")
+          ->check(finite_range(0.0, 10.0));
   cmd->add_option("--batch", opt->batch, "Sentences decoded together (default: from the config)")
       ->check(CLI::Range(1, 100000));
   auto* nbest =
@@ -120,7 +123,8 @@ Command add_translate_command(CLI::App& parent) {
                                "a sentence, for back-translation): the same seed gives the same draws, in any batch "
                                "and under mpirun")
                      ->excludes(beam)
-                     ->excludes(nbest);
+                     ->excludes(nbest)
+                     ->excludes(length_penalty);
   cmd->add_option("--top-k", opt->sampling.top_k, "--sample: only from the K most likely tokens (0: all)")
       ->check(CLI::Range(std::int64_t{0}, std::int64_t{1} << 30))
       ->capture_default_str()
@@ -130,7 +134,10 @@ Command add_translate_command(CLI::App& parent) {
       ->check(finite_range(1e-3, 1e3))
       ->capture_default_str()
       ->needs(sample);
-  cmd->add_option("--seed", opt->sampling.seed, "--sample: seed of the draws")->capture_default_str()->needs(sample);
+  cmd->add_option("--seed", opt->seed, "--sample: seed of the draws")
+      ->check(CLI::Range(std::int64_t{0}, std::numeric_limits<std::int64_t>::max()))
+      ->capture_default_str()
+      ->needs(sample);
   cmd->add_option("--device", opt->device,
                   "Decode on the cpu or on a GPU (cuda: the first GPU; under mpirun, local rank % GPUs)")
       ->check(CLI::IsMember({"cpu", "cuda"}));
@@ -167,7 +174,10 @@ Command add_translate_command(CLI::App& parent) {
             models::DecodeOptions dec = decode_options(cfg);
             if (opt->beam > 0) dec.beam = opt->beam;
             if (opt->length_penalty >= 0) dec.length_penalty = opt->length_penalty;
-            if (opt->sample) dec.sampling = opt->sampling;
+            if (opt->sample) {
+              dec.sampling = opt->sampling;
+              dec.sampling->seed = static_cast<std::uint64_t>(opt->seed);
+            }
             const std::int64_t batch = opt->batch > 0 ? opt->batch : cfg.integer("decode.batch_sentences");
             const std::vector<std::string> out_lines =
                 opt->nbest > 0 ? nbest_lines(translator, job.sources, dec, opt->nbest, opt->beam, batch, world.get())

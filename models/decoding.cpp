@@ -152,18 +152,29 @@ std::int32_t sample_token(const float* logp, std::int64_t vocab, const SamplingO
                           std::int64_t step) {
   TESSERA_CHECK(opt.temperature > 0 && opt.top_k >= 0, "sampling: temperature {} must be > 0 and top_k {} >= 0",
                 opt.temperature, opt.top_k);
-  std::vector<std::int32_t> ids(static_cast<std::size_t>(vocab));
-  std::iota(ids.begin(), ids.end(), 0);
-  const auto more_likely = [&](std::int32_t a, std::int32_t b) {
-    return logp[a] > logp[b] || (logp[a] == logp[b] && a < b);
-  };
-  const std::size_t k = opt.top_k > 0 ? std::min(ids.size(), static_cast<std::size_t>(opt.top_k)) : ids.size();
-  std::partial_sort(ids.begin(), ids.begin() + static_cast<std::ptrdiff_t>(k), ids.end(), more_likely);
-  // exp((log p - max) / T) in double: the most likely token weighs 1, none overflows.
-  std::vector<double> weight(k);
+  // The candidates: every id but pad and bos, which are never an output (the model still gives them
+  // a little probability, which a high temperature would draw), or the top_k most likely of them.
+  std::vector<std::int32_t> ids;
+  ids.reserve(static_cast<std::size_t>(vocab));
+  for (std::int32_t v = 0; v < vocab; ++v)
+    if (v != data::kPadId && v != kBosId) ids.push_back(v);
+  if (opt.top_k > 0 && static_cast<std::size_t>(opt.top_k) < ids.size()) {
+    const auto k = static_cast<std::ptrdiff_t>(opt.top_k);
+    std::partial_sort(ids.begin(), ids.begin() + k, ids.end(), [&](std::int32_t a, std::int32_t b) {
+      return logp[a] > logp[b] || (logp[a] == logp[b] && a < b);
+    });
+    ids.resize(static_cast<std::size_t>(k));
+  }
+  // exp((log p - max) / T) in double: the most likely candidate weighs 1, none overflows.
+  std::size_t best = 0;
+  for (std::size_t i = 1; i < ids.size(); ++i)
+    if (logp[ids[i]] > logp[ids[best]]) best = i;
+  const double top = logp[ids[best]];
+  if (top == -std::numeric_limits<double>::infinity()) return kEosId;  // no candidate has any probability
+  std::vector<double> weight(ids.size());
   double total = 0;
-  for (std::size_t i = 0; i < k; ++i) {
-    weight[i] = std::exp((static_cast<double>(logp[ids[i]]) - static_cast<double>(logp[ids[0]])) / opt.temperature);
+  for (std::size_t i = 0; i < ids.size(); ++i) {
+    weight[i] = std::exp((static_cast<double>(logp[ids[i]]) - top) / opt.temperature);
     total += weight[i];
   }
   // A uniform double in [0, 1) from Philox keyed by the seed, counter (step, sentence): 53 bits.
@@ -174,11 +185,11 @@ std::int32_t sample_token(const float* logp, std::int64_t vocab, const SamplingO
   const double u =
       static_cast<double>((static_cast<std::uint64_t>(b.v[0] >> 5) << 26) | (b.v[1] >> 6)) / 9007199254740992.0;
   double target = u * total;
-  for (std::size_t i = 0; i < k; ++i) {
+  for (std::size_t i = 0; i < ids.size(); ++i) {
     target -= weight[i];
     if (target < 0) return ids[i];
   }
-  return ids[0];  // u * total rounded to total: the most likely (weight 1 > 0 always)
+  return ids[best];  // u * total rounded up to total: the most likely
 }
 
 TokenRows sample_decode(const Ensemble& models, const Tensor& src, const Tensor& src_padding,

@@ -28,7 +28,7 @@ struct DecodeOptions {
 
 // The token drawn from log-probabilities `logp` [vocab] for step `step` of sentence `sentence`: a
 // pure function of (seed, sentence, step), so a sentence draws the same tokens in any batch, on
-// any rank. Of equal log-probabilities, the lower id ranks first among the top k.
+// any rank. Never pad or bos; of equal log-probabilities, the lower id ranks first among the top k.
 std::int32_t sample_token(const float* logp, std::int64_t vocab, const SamplingOptions& opt, std::int64_t sentence,
                           std::int64_t step);
 

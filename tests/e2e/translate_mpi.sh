@@ -83,10 +83,10 @@ cmp -s "$work/sample_b1.txt" "$work/one.txt" && fail "--sample at temperature 2 
 cmp -s "$work/sample_b1.txt" "$work/sample_seed6.txt" && fail "--seed 6 drew the same as --seed 5"
 "$tessera" translate --checkpoint "$checkpoint" -i "$work/src.txt" -o "$work/sample_top1.txt" --batch 4 --sample --top-k 1
 cmp "$work/one.txt" "$work/sample_top1.txt" || fail "--sample --top-k 1 is not greedy decoding"
-for bad in "--sample --beam 4" "--sample --nbest 1" "--top-k 3"; do
+for bad in "--sample --beam 4" "--sample --nbest 1" "--sample --length-penalty 1" "--top-k 3" "--sample --seed -1"; do
   status=0
   "$tessera" translate --checkpoint "$checkpoint" -i "$work/src.txt" $bad > "$work/sample_bad.log" 2>&1 || status=$?
-  [ $status -ge 100 ] && grep -Eq "excludes|requires" "$work/sample_bad.log" || { cat "$work/sample_bad.log"; fail "'$bad' was not refused"; }
+  [ $status -ge 100 ] && grep -Eq "excludes|requires|not in range" "$work/sample_bad.log" || { cat "$work/sample_bad.log"; fail "'$bad' was not refused"; }
 done
 
 # An ensemble (--checkpoint A B): the same under mpirun; a model with itself translates as alone;

@@ -238,35 +238,38 @@ TEST(Transformer, EnsembleDecodesByTheMeanOfTheModelsProbabilities) {
   EXPECT_THROW(models::Ensemble({&a, &c}), Error);
 }
 
-// sample_token draws from softmax(log p / T) over the top k: the frequencies of 200,000 draws
-// (sentences 0.., step 3) are those probabilities within 5 standard deviations; a token of
-// probability 0 is never drawn; top_k 1 is the argmax, the lower id of a tie.
+// sample_token draws from softmax(log p / T) over the top k, never pad or bos: the frequencies of
+// 200,000 draws (sentences 0.., step 3) are those probabilities within 5 standard deviations; a
+// token of probability 0 is never drawn; top_k 1 is the argmax, the lower id of a tie.
 TEST(Sampling, DrawsFromTheTemperedTopKDistribution) {
-  const std::vector<double> p = {0.05, 0.4, 0.25, 0.2, 0.1, 0.0};
+  // ids 0-3: pad, unk, bos, eos (pad and bos are never drawn, whatever their probability)
+  const std::vector<double> p = {0.02, 0.05, 0.03, 0.1, 0.4, 0.25, 0.15, 0.0};
   std::vector<float> logp;
   for (double x : p) logp.push_back(static_cast<float>(std::log(x)));  // log 0 = -inf
+  const auto vocab = static_cast<std::int64_t>(p.size());
   const auto check = [&](const models::SamplingOptions& opt, std::vector<double> expected) {
     double total = 0;
     for (double e : expected) total += e;
     std::vector<double> count(p.size(), 0.0);
     const int draws = 200000;
-    for (int i = 0; i < draws; ++i) ++count[static_cast<std::size_t>(models::sample_token(logp.data(), 6, opt, i, 3))];
+    for (int i = 0; i < draws; ++i)
+      ++count[static_cast<std::size_t>(models::sample_token(logp.data(), vocab, opt, i, 3))];
     for (std::size_t v = 0; v < p.size(); ++v) {
       const double q = expected[v] / total, sd = std::sqrt(draws * q * (1 - q));
       EXPECT_NEAR(count[v], draws * q, 5 * sd + 1e-9)
           << "token " << v << ", top_k " << opt.top_k << ", T " << opt.temperature;
     }
   };
-  check({.top_k = 0, .temperature = 1.0, .seed = 7}, p);
-  check({.top_k = 0, .temperature = 0.5, .seed = 7}, {0.0025, 0.16, 0.0625, 0.04, 0.01, 0.0});  // p^2
-  check({.top_k = 2, .temperature = 1.0, .seed = 9}, {0.0, 0.4, 0.25, 0.0, 0.0, 0.0});
-  check({.top_k = 3, .temperature = 2.0, .seed = 9}, {0.0, std::sqrt(0.4), std::sqrt(0.25), std::sqrt(0.2), 0.0, 0.0});
+  check({.top_k = 0, .temperature = 1.0, .seed = 7}, {0, 0.05, 0, 0.1, 0.4, 0.25, 0.15, 0});
+  check({.top_k = 0, .temperature = 0.5, .seed = 7}, {0, 0.0025, 0, 0.01, 0.16, 0.0625, 0.0225, 0});  // p^2
+  check({.top_k = 2, .temperature = 1.0, .seed = 9}, {0, 0, 0, 0, 0.4, 0.25, 0, 0});
+  check({.top_k = 3, .temperature = 2.0, .seed = 9}, {0, 0, 0, 0, std::sqrt(0.4), std::sqrt(0.25), std::sqrt(0.15), 0});
   // The draw is a function of (seed, sentence, step): the same triple, the same token.
   const models::SamplingOptions opt{.top_k = 0, .temperature = 1.0, .seed = 3};
-  EXPECT_EQ(models::sample_token(logp.data(), 6, opt, 41, 2), models::sample_token(logp.data(), 6, opt, 41, 2));
-  std::vector<float> tie = {0.0f, -1.0f, -1.0f, -1.0f, 0.0f, -2.0f};
+  EXPECT_EQ(models::sample_token(logp.data(), vocab, opt, 41, 2), models::sample_token(logp.data(), vocab, opt, 41, 2));
+  const std::vector<float> tie = {1.0f, -1.0f, 1.0f, -1.0f, 0.0f, -2.0f, 0.0f, -3.0f};
   for (int i = 0; i < 100; ++i)
-    EXPECT_EQ(models::sample_token(tie.data(), 6, {.top_k = 1, .temperature = 1.0, .seed = 1}, i, 0), 0);
+    EXPECT_EQ(models::sample_token(tie.data(), vocab, {.top_k = 1, .temperature = 1.0, .seed = 1}, i, 0), 4);
 }
 
 // Sampling from the top 1 is greedy decoding (one model or an ensemble); a sentence's draws follow
