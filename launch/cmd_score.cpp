@@ -10,6 +10,7 @@
 // separates the lines of several systems).
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
@@ -116,6 +117,11 @@ void print_chrf(const eval::ChrfScore& s, std::size_t nrefs, const ScoreOptions&
 }
 
 int run_score(const ScoreOptions& opt) {
+  // Refused before anything is read or translated: a metric named twice would print twice.
+  for (std::size_t i = 0; i < opt.metrics.size(); ++i)
+    if (std::find(opt.metrics.begin(), opt.metrics.begin() + static_cast<std::ptrdiff_t>(i), opt.metrics[i]) !=
+        opt.metrics.begin() + static_cast<std::ptrdiff_t>(i))
+      fail("score: --metrics names '{}' twice", opt.metrics[i]);
   std::vector<std::string> hyps;
   std::vector<std::vector<std::string>> refs;
   std::string hyp_source;

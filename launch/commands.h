@@ -22,17 +22,19 @@ struct Command {
   bool one_process = false;
 };
 
-// A real number in [lo, hi]. CLI::Range lets NaN through (every comparison with it is false).
-inline CLI::Validator finite_range(double lo, double hi) {
+// A real number in [lo, hi] ((lo, hi] with lo_open). CLI::Range lets NaN through (every comparison
+// with it is false).
+inline CLI::Validator finite_range(double lo, double hi, bool lo_open = false) {
+  const std::string range = fmt::format("{}{}, {}]", lo_open ? "(" : "[", lo, hi);
   return CLI::Validator(
-      [lo, hi](const std::string& text) -> std::string {
+      [lo, hi, lo_open, range](const std::string& text) -> std::string {
         char* end = nullptr;
         const double v = std::strtod(text.c_str(), &end);
         if (text.empty() || *end != '\0' || !std::isfinite(v)) return fmt::format("'{}' is not a finite number", text);
-        if (v < lo || v > hi) return fmt::format("{} is not in [{}, {}]", text, lo, hi);
+        if (v < lo || (lo_open && v == lo) || v > hi) return fmt::format("{} is not in {}", text, range);
         return {};
       },
-      fmt::format("FLOAT in [{}, {}]", lo, hi));
+      "FLOAT in " + range);
 }
 
 Command add_train_command(CLI::App& parent);

@@ -469,7 +469,9 @@ class Run {
         break;
       }
     }
-    if (out_of_data)
+    if (out_of_data && step == first_step)  // worded as the other limits a resume finds reached
+      fmt::print("train: train.max_epochs = {} was reached before this resume: no step more\n", max_epochs);
+    else if (out_of_data)
       fmt::print("train: stopping after {} epoch{} (train.max_epochs)\n", max_epochs, max_epochs == 1 ? "" : "s");
     // The run is complete: a stop signal during this last validation skips it, the files below are
     // still written, and the exit status says the run was stopped.

@@ -36,7 +36,8 @@ grep -q "^step $((last + per_epoch)) | epoch 3 | " "$work/three.log" && grep -qx
 "$tessera" train $args --set train.max_epochs=3 --set train.log_every=1 --resume > "$work/again.log" 2>&1 ||
   { cat "$work/again.log"; fail "the resume of the finished run failed"; }
 grep -q '^step ' "$work/again.log" && { cat "$work/again.log"; fail "a run resumed at the end of its last epoch trained on"; }
-grep -qx "train: stopping after 3 epochs (train.max_epochs)" "$work/again.log" || fail "no stop message on the finished run"
+grep -qx "train: train.max_epochs = 3 was reached before this resume: no step more" "$work/again.log" ||
+  { cat "$work/again.log"; fail "no stop message on the finished run"; }
 
 # Two batches an update, an odd count an epoch: the last update takes one batch, and is logged
 # with its epoch (1), not the next.
