@@ -64,8 +64,11 @@ const io::Schema& tessera_schema() {
         .integer("train.valid_every", 1000, 0, 100000000, "steps between validations (0: only at the end)")
         .integer("train.valid_max_sentences", 0, 0, 100000000, "validate BLEU on at most this many sentences (0: all)")
         .integer("train.patience", 0, 0, 1000000,
-                 "stop early when this many validations in a row have not beaten the best BLEU (exact match for "
-                 "synthetic tasks) so far (0: never)")
+                 "stop early when this many validations in a row have not beaten the best train.best_metric score so "
+                 "far (0: never)")
+        .string("train.best_metric", "bleu", {"bleu", "chrf", "ppl"},
+                "the validation score that picks checkpoint_best.h5 and counts train.patience: BLEU (exact match for "
+                "synthetic tasks), chrF2, or perplexity (lower is better)")
         .string("train.device", "cpu", {"cpu", "cuda"},
                 "where the model trains: cpu, or cuda (one GPU per process, chosen by its rank on the machine)")
         .string("train.precision", "fp32", {"fp32", "bf16"},
@@ -98,7 +101,7 @@ const io::Schema& tessera_schema() {
               "steps between checkpoints (0: only at the end, on a signal and at a new best)")
         .integer("checkpoint.keep_last", 5, 0, 1000000, "step checkpoints kept; older ones are deleted (0: keep all)")
         .boolean("checkpoint.keep_best", true,
-                 "also keep checkpoint_best.h5: the best validation BLEU (or exact match) so far");
+                 "also keep checkpoint_best.h5: the best validation score (train.best_metric) so far");
     // ---- output
     s.string("output.dir", "checkpoints/run", {}, "folder for the checkpoint, config, vocabulary and metrics");
     return s;

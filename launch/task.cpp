@@ -497,6 +497,11 @@ TaskData load_task_data(const io::Config& cfg, dist::Communicator* world, const 
     const std::int64_t vocab = cfg.integer("data.synthetic_vocab"), lo = cfg.integer("data.synthetic_min_len"),
                        hi = cfg.integer("data.synthetic_max_len");
     check_config(lo <= hi, "config: data.synthetic_min_len = {} exceeds data.synthetic_max_len = {}", lo, hi);
+    check_config(
+        cfg.string("train.best_metric") != "chrf",
+        "config: train.best_metric = chrf needs a translation task: a synthetic task ('{}') is scored by exact "
+        "match (train.best_metric = bleu) or perplexity (ppl)",
+        task);
     check_fits_positions(cfg, "data.synthetic_max_len");
     const auto kind = data::parse_synthetic_task(task);
     t.src_codec = t.tgt_codec = TextCodec::symbols(vocab);

@@ -511,9 +511,21 @@ class Run {
     return result;
   }
 
+  // train.best_metric's score of a validation: BLEU (exact match for synthetic tasks), chrF2, or perplexity.
+  double best_metric_score(const TrainResult& r) const {
+    const std::string metric = cfg_.string("train.best_metric");
+    if (metric == "ppl") return r.valid_ppl;
+    if (metric == "chrf") return r.valid_chrf;
+    return task_.synthetic ? r.valid_accuracy : r.valid_bleu;
+  }
+  bool lower_is_better() const { return cfg_.string("train.best_metric") == "ppl"; }
+
   void print_early_stop(std::int64_t step) const {
-    const std::string best = task_.synthetic ? fmt::format("exact match than {:.2f}%", 100 * best_valid_)
-                                             : fmt::format("BLEU than {:.2f}", best_valid_);
+    const std::string metric = cfg_.string("train.best_metric");
+    const std::string best = metric == "ppl"    ? fmt::format("perplexity than {:.2f}", best_valid_)
+                             : metric == "chrf" ? fmt::format("chrF2 than {:.2f}", best_valid_)
+                             : task_.synthetic  ? fmt::format("exact match than {:.2f}%", 100 * best_valid_)
+                                                : fmt::format("BLEU than {:.2f}", best_valid_);
     fmt::print(
         "train: stopping early at step {}: {} validations in a row without a better {} (step {}; "
         "train.patience){}\n",
@@ -850,12 +862,12 @@ class Run {
       for (const auto& h : hyps) out.push_back(task_.tgt_codec.decode(h));
       const eval::BleuScore bleu = eval::corpus_bleu(out, {refs});
       result.valid_bleu = bleu.score;
-      result.valid_chrf = eval::corpus_chrf(out, {refs}).score;  // reported beside; BLEU picks the best
+      result.valid_chrf = eval::corpus_chrf(out, {refs}).score;
       extra = fmt::format("BLEU {:.2f} | chrF2 {:.2f} on {} sentences", bleu.score, result.valid_chrf, n);
     }
     const double secs = std::chrono::duration<double>(Clock::now() - t0).count();
-    const double score = task_.synthetic ? result.valid_accuracy : result.valid_bleu;
-    const bool best = std::isnan(best_valid_) || score > best_valid_;
+    const double score = best_metric_score(result);
+    const bool best = std::isnan(best_valid_) || (lower_is_better() ? score < best_valid_ : score > best_valid_);
     if (best) {
       best_valid_ = score;
       best_valid_step_ = step;
@@ -974,6 +986,7 @@ void check_resumable(const io::Config& cfg, const std::string& path) {
   // (the data order and dropout go on from the checkpoint's, as a bit-exact resume must).
   const std::map<std::string, std::string> why_not = {
       {"model.heads", "its weights would be split into other heads"},
+      {"train.best_metric", "the best score so far, its step and train.patience's count are of the run's metric"},
       {"train.seed", "it would not apply: the data order and dropout go on from the checkpoint's"}};
   for (const auto& [key, why] : why_not)
     if (saved.values().at(key) != cfg.values().at(key))

@@ -78,4 +78,27 @@ for f in "$work/sig/checkpoint_00000006.h5" "$work/fork/checkpoint_00000006.h5";
   h5dump -a /train/validations_since_best "$f" | sed -n 's/^ *(0): //p'
 done > "$work/fork.counts"
 [ "$(tr '\n' ' ' < "$work/fork.counts")" = "2 2 " ] || fail "the fork counted its repeat validation: $(cat "$work/fork.counts")"
-echo "PASS: stopped early at step 6 after 2 validations without progress; the count survives a resume; 0 turns it off"
+# train.best_metric = ppl: the same stop by perplexity (lower is better; an equal one is no better).
+"$tessera" train $args --set output.dir="$work/ppl" --set train.patience=2 --set train.best_metric=ppl > "$work/ppl.log" 2>&1 ||
+  { cat "$work/ppl.log"; fail "the ppl run failed"; }
+grep -Eq '^train: stopping early at step 6: 2 validations in a row without a better perplexity than [0-9.]+ \(step 2; train.patience\)' \
+  "$work/ppl.log" || { cat "$work/ppl.log"; fail "no early stop by perplexity at step 6"; }
+# ... and with learning: checkpoint_best.h5 is the step of the lowest validation perplexity.
+"$tessera" train $args --set output.dir="$work/ppl_learn" --set train.lr_factor=1 --set train.max_steps=8 \
+  --set train.best_metric=ppl > "$work/ppl_learn.log" 2>&1 || { cat "$work/ppl_learn.log"; fail "the learning ppl run failed"; }
+lowest=$(sed -n 's/^{"step": \([0-9]*\), "valid_loss": [^,]*, "valid_ppl": \([0-9.e+-]*\),.*/\2 \1/p' "$work/ppl_learn/metrics.jsonl" |
+  sort -g | head -n 1 | cut -d' ' -f2)
+best_step=$(h5dump -a /train/step "$work/ppl_learn/checkpoint_best.h5" | sed -n 's/^ *(0): //p')
+[ -n "$lowest" ] && [ "$best_step" = "$lowest" ] || fail "checkpoint_best.h5 is step $best_step, the lowest perplexity step $lowest"
+# Another metric on resume is refused (the best score and the count are of the run's metric);
+# chrF needs a translation task.
+status=0
+"$tessera" train $args --set output.dir="$work/ppl_learn" --set train.lr_factor=1 --set train.max_steps=10 --resume \
+  > "$work/metric_change.log" 2>&1 || status=$?
+[ $status -eq 1 ] && grep -q "another train.best_metric = ppl there, bleu in this config" "$work/metric_change.log" ||
+  { cat "$work/metric_change.log"; fail "a resume with another train.best_metric was not refused"; }
+status=0
+"$tessera" train $args --set output.dir="$work/chrf" --set train.best_metric=chrf > "$work/chrf.log" 2>&1 || status=$?
+[ $status -eq 1 ] && grep -q "train.best_metric = chrf needs a translation task" "$work/chrf.log" ||
+  { cat "$work/chrf.log"; fail "chrf on a synthetic task was not refused"; }
+echo "PASS: stopped early at step 6 after 2 validations without progress; the count survives a resume; 0 turns it off; by perplexity too"
