@@ -51,6 +51,9 @@ const io::Schema& tessera_schema() {
         .integer("train.max_epochs", 0, 0, 1000000, "stop after this many epochs (0: no limit)")
         .real("train.max_minutes", 0.0, 0.0, 1e7, "stop after this much wall time (0: no limit)")
         .real("train.lr_factor", 1.0, 0.0, 1000.0, "lr = factor * d_model^-0.5 * min(step^-0.5, step * warmup^-1.5)")
+        .real("train.lr_peak", 0.0, 0.0, 10.0,
+              "the learning rate at the end of warmup, the schedule's peak (fairseq's --lr): when set, it replaces "
+              "train.lr_factor by lr_peak * (d_model * warmup)^0.5 (0: off)")
         .integer("train.warmup", 4000, 1, 100000000, "warmup steps of the learning-rate schedule")
         .string("train.lr_schedule", "inverse_sqrt", {"inverse_sqrt", "linear"},
                 "after warmup: the paper's step^-0.5, or linear decay to 0 at train.max_steps")

@@ -375,11 +375,11 @@ class Run {
       const double gnorm = clip_gradients(clip);
       if (!std::isfinite(gnorm))
         stop_on_non_finite_gradients(step, gnorm, sums.data<double>()[0] / static_cast<double>(tokens));
-      lr_ = cfg_.string("train.lr_schedule") == "linear"
-                ? linear_decay_learning_rate(cfg_.real("train.lr_factor"), cfg_.integer("model.d_model"),
-                                             cfg_.integer("train.warmup"), max_steps, step)
-                : noam_learning_rate(cfg_.real("train.lr_factor"), cfg_.integer("model.d_model"),
-                                     cfg_.integer("train.warmup"), step);
+      lr_ =
+          cfg_.string("train.lr_schedule") == "linear"
+              ? linear_decay_learning_rate(lr_factor(cfg_), cfg_.integer("model.d_model"), cfg_.integer("train.warmup"),
+                                           max_steps, step)
+              : noam_learning_rate(lr_factor(cfg_), cfg_.integer("model.d_model"), cfg_.integer("train.warmup"), step);
       adam_.step(lr_);
       const double lr = lr_;
 
@@ -578,7 +578,8 @@ class Run {
     const auto show = [](double v) { return std::isnan(v) ? std::string("NaN") : fmt::format("{:.4f}", v); };
     throw EveryRankError(fmt::format(
         "step {}: the gradient norm is {} (loss {}): training stopped before this update, so no weights or "
-        "checkpoint hold it. Resume from the last checkpoint (--resume) with a smaller train.lr_factor or a longer "
+        "checkpoint hold it. Resume from the last checkpoint (--resume) with a smaller train.lr_factor (or lr_peak) or "
+        "a longer "
         "train.warmup{}",
         step, show(gnorm), show(loss), model_.config().bf16_compute ? ", or with train.precision: fp32" : ""));
   }
@@ -925,6 +926,13 @@ double noam_learning_rate(double factor, std::int64_t d_model, std::int64_t warm
   const double s = static_cast<double>(std::max<std::int64_t>(step, 1));
   return factor / std::sqrt(static_cast<double>(d_model)) *
          std::min(1.0 / std::sqrt(s), s * std::pow(static_cast<double>(warmup), -1.5));
+}
+
+double lr_factor(const io::Config& cfg) {
+  const double peak = cfg.real("train.lr_peak");
+  if (peak == 0) return cfg.real("train.lr_factor");
+  return peak * std::sqrt(static_cast<double>(cfg.integer("model.d_model")) *
+                          static_cast<double>(cfg.integer("train.warmup")));
 }
 
 double linear_decay_learning_rate(double factor, std::int64_t d_model, std::int64_t warmup, std::int64_t max_steps,
