@@ -149,6 +149,7 @@ int run_score(const ScoreOptions& opt) {
         });
     const io::Config& cfg = job.translator->config();
     const std::int64_t batch = opt.batch > 0 ? opt.batch : cfg.integer("decode.batch_sentences");
+    check_same_decoding(decode_options(cfg), batch, 0, world.get());
     hyps = job.translator->translate(job.sources, decode_options(cfg), batch, world.get());
     if (!root) return 0;
     hyp_source =

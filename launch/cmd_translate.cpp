@@ -135,7 +135,7 @@ Command add_translate_command(CLI::App& parent) {
       ->capture_default_str()
       ->needs(sample);
   cmd->add_option("--seed", opt->seed, "--sample: seed of the draws")
-      ->check(CLI::Range(std::int64_t{0}, std::numeric_limits<std::int64_t>::max()))
+      ->check(whole_number(0, std::numeric_limits<std::int64_t>::max()))
       ->capture_default_str()
       ->needs(sample);
   cmd->add_option("--device", opt->device,
@@ -179,6 +179,7 @@ Command add_translate_command(CLI::App& parent) {
               dec.sampling->seed = static_cast<std::uint64_t>(opt->seed);
             }
             const std::int64_t batch = opt->batch > 0 ? opt->batch : cfg.integer("decode.batch_sentences");
+            check_same_decoding(dec, batch, opt->nbest, world.get());
             const std::vector<std::string> out_lines =
                 opt->nbest > 0 ? nbest_lines(translator, job.sources, dec, opt->nbest, opt->beam, batch, world.get())
                                : translator.translate(job.sources, dec, batch, world.get());

@@ -5,6 +5,7 @@
 #include <fmt/core.h>
 
 #include <CLI/CLI.hpp>
+#include <charconv>
 #include <cmath>
 #include <cstdlib>
 #include <functional>
@@ -21,6 +22,20 @@ struct Command {
   // exit 0 at once; all of them would write the same files, or skew each other's timings.
   bool one_process = false;
 };
+
+// A whole number in [lo, hi], read exactly: CLI11's own conversion clamps one past int64's range
+// (9223372036854775808 became 9223372036854775807) and a range check then passes it.
+inline CLI::Validator whole_number(std::int64_t lo, std::int64_t hi) {
+  return CLI::Validator(
+      [lo, hi](const std::string& text) -> std::string {
+        std::int64_t v = 0;
+        const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
+        if (text.empty() || ec != std::errc() || end != text.data() + text.size() || v < lo || v > hi)
+          return fmt::format("'{}' is not a whole number in [{}, {}]", text, lo, hi);
+        return {};
+      },
+      fmt::format("INT in [{}, {}]", lo, hi));
+}
 
 // A real number in [lo, hi] ((lo, hi] with lo_open). CLI::Range lets NaN through (every comparison
 // with it is false).

@@ -292,19 +292,6 @@ void check_config(bool ok, fmt::format_string<Args...> f, Args&&... args) {
   if (!ok) throw io::ConfigError(fmt::format(f, std::forward<Args>(args)...));
 }
 
-// Inputs every rank reads for itself (node-local copies of "the same" file may differ): a rank whose
-// `fingerprint` of `what` is not rank 0's stops every rank with one message, rather than each rank
-// going on with other data (other ids, other sentence counts in an exchange).
-void check_same_on_every_rank(std::uint64_t fingerprint, dist::Communicator* world, const std::string& what) {
-  if (world == nullptr || world->size() < 2) return;
-  const std::uint64_t first = dist::broadcast_u64(fingerprint, world);
-  if (const std::int32_t other = dist::count_ranks(fingerprint != first, world); other > 0)
-    throw EveryRankError(fmt::format(
-        "{} differs between the ranks: {} of {} ranks read other contents than rank 0 (files that differ between "
-        "machines?): give every rank the same files",
-        what, other, world->size()));
-}
-
 std::uint64_t fingerprint_lines(const std::vector<std::string>& lines, std::uint64_t h = 0) {
   h = hash_combine(h, static_cast<std::uint64_t>(lines.size()));
   for (const auto& l : lines) h = hash_combine(h, l);
@@ -578,6 +565,31 @@ TaskData load_task_data(const io::Config& cfg, dist::Communicator* world, const 
   return t;
 }
 
+void check_same_on_every_rank(std::uint64_t fingerprint, dist::Communicator* world, const std::string& what,
+                              const std::string& how) {
+  if (world == nullptr || world->size() < 2) return;
+  const std::uint64_t first = dist::broadcast_u64(fingerprint, world);
+  if (const std::int32_t other = dist::count_ranks(fingerprint != first, world); other > 0)
+    throw EveryRankError(
+        fmt::format("{} differs between the ranks: {} of {} ranks {}", what, other, world->size(), how));
+}
+
+void check_same_decoding(const models::DecodeOptions& opt, std::int64_t batch_sentences, std::int64_t nbest,
+                         dist::Communicator* world) {
+  const models::SamplingOptions sampling = opt.sampling.value_or(models::SamplingOptions{});
+  std::uint64_t h = 0;
+  for (const std::uint64_t v :
+       {static_cast<std::uint64_t>(opt.beam), std::bit_cast<std::uint64_t>(opt.length_penalty),
+        static_cast<std::uint64_t>(opt.max_extra_len), static_cast<std::uint64_t>(batch_sentences),
+        static_cast<std::uint64_t>(nbest), static_cast<std::uint64_t>(opt.sampling.has_value()),
+        static_cast<std::uint64_t>(sampling.top_k), std::bit_cast<std::uint64_t>(sampling.temperature), sampling.seed})
+    h = hash_combine(h, v);
+  check_same_on_every_rank(h, world,
+                           "the decoding configuration (--beam, --length-penalty, --batch, --nbest, --sample, --top-k, "
+                           "--temperature, --seed, or the first checkpoint's decode settings)",
+                           "were given other ones than rank 0: give every rank the same command line");
+}
+
 namespace {
 bool interrupted_anywhere(const DecodeInterrupt& interrupt) {
   return dist::count_ranks(interrupt.requested(), interrupt.everyone) > 0;
@@ -732,8 +744,10 @@ void Translator::add_ensemble_member(const std::string& checkpoint) {
   const io::Config cfg = io::Config::parse(tessera_schema(), w.config_yaml, checkpoint);
   // The same token ids on both sides: the vocabularies both store, or the same synthetic symbols.
   const bool synthetic = cfg_.string("data.task") != "translation";
-  if (synthetic != (cfg.string("data.task") != "translation") ||
-      (synthetic && cfg.integer("data.synthetic_vocab") != cfg_.integer("data.synthetic_vocab")))
+  if (synthetic != (cfg.string("data.task") != "translation"))
+    fail("ensemble: checkpoint '{}' is a '{}' task's, '{}' a '{}' task's: they must read the same input", checkpoint,
+         cfg.string("data.task"), checkpoint_, cfg_.string("data.task"));
+  if (synthetic && cfg.integer("data.synthetic_vocab") != cfg_.integer("data.synthetic_vocab"))
     fail(
         "ensemble: checkpoint '{}' is a '{}' task's with {} symbols, '{}' a '{}' task's with {}: they must read the "
         "same input",
@@ -762,14 +776,17 @@ models::Ensemble Translator::ensemble() const {
   return models::Ensemble(std::move(models));
 }
 
-std::uint64_t Translator::weights_fingerprint() const {
-  std::uint64_t h = 0;
-  for (const auto& m : models_)
+std::vector<std::uint64_t> Translator::weights_fingerprints() const {
+  std::vector<std::uint64_t> out;
+  for (const auto& m : models_) {
+    std::uint64_t h = 0;
     for (const ag::Var& p : m->parameters()) {
       const Tensor host = p.value().to(Device::cpu);
       h = hash_combine(h, std::string_view(static_cast<const char*>(host.raw_data()), host.nbytes()));
     }
-  return h;
+    out.push_back(h);
+  }
+  return out;
 }
 
 void Translator::load_stored_vocabularies(const std::string& checkpoint,
@@ -886,9 +903,13 @@ TranslationJob load_translation_job(dist::Communicator* world, const std::vector
     for (const auto& ids : job.sources)
       h = hash_combine(h, std::string_view(reinterpret_cast<const char*>(ids.data()), ids.size() * sizeof(ids[0])));
     check_same_on_every_rank(h, world, input_name);
-    check_same_on_every_rank(job.translator->weights_fingerprint(), world,
-                             fmt::format("checkpoint{} '{}' (the weights)", checkpoints.size() > 1 ? "s" : "",
-                                         fmt::join(checkpoints, "', '")));
+    // The count first: a rank with other members would make other collectives below.
+    check_same_on_every_rank(checkpoints.size(), world,
+                             fmt::format("the number of checkpoints ({})", checkpoints.size()),
+                             "were given another number than rank 0: give every rank the same command line");
+    const std::vector<std::uint64_t> weights = job.translator->weights_fingerprints();
+    for (std::size_t i = 0; i < weights.size(); ++i)
+      check_same_on_every_rank(weights[i], world, fmt::format("checkpoint '{}' (its weights)", checkpoints[i]));
   }
   return job;
 }

@@ -96,6 +96,20 @@ EncodedPairs encode_files(const TextCodec& src_codec, const TextCodec& tgt_codec
 TaskData load_task_data(const io::Config& cfg, dist::Communicator* world = nullptr,
                         const std::string& resume_checkpoint = "");
 
+// What every rank reads or is given for itself (node-local copies of "the same" file may differ,
+// and so may an MPMD launch's command lines): a rank whose `fingerprint` of `what` is not rank 0's
+// stops every rank with one message, "WHAT differs between the ranks: N of M ranks HOW", rather
+// than each rank going on with other data (other ids, other sentence counts in an exchange).
+void check_same_on_every_rank(std::uint64_t fingerprint, dist::Communicator* world, const std::string& what,
+                              const std::string& how =
+                                  "read other contents than rank 0 (files that differ between "
+                                  "machines?): give every rank the same files");
+
+// The ranks share the batches by index (translate_ids): under an MPMD launch, where each rank has a
+// command line of its own, they must all decode alike (`batch_sentences`, `nbest` included).
+void check_same_decoding(const models::DecodeOptions& opt, std::int64_t batch_sentences, std::int64_t nbest,
+                         dist::Communicator* world);
+
 // Asked by translate_ids before each round of batches (one per replica): when `requested` says yes
 // on any rank of `everyone` (every rank that calls translate_ids), all of them stop, so that a stop
 // signal need not wait for a long validation to finish.
@@ -160,8 +174,8 @@ class Translator {
   const io::Config& config() const { return cfg_; }  // the first checkpoint's
   // The vocabulary files it read: none when the checkpoint holds its vocabularies.
   const std::vector<std::string>& vocabulary_files() const { return vocabulary_files_; }
-  // Of the models' weights (hashed in full: a second or so for the big model).
-  std::uint64_t weights_fingerprint() const;
+  // Of each model's weights, in checkpoint order (hashed in full: a second or so for the big model).
+  std::vector<std::uint64_t> weights_fingerprints() const;
 
  private:
   models::Ensemble ensemble() const;

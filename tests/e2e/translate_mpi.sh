@@ -83,10 +83,11 @@ cmp -s "$work/sample_b1.txt" "$work/one.txt" && fail "--sample at temperature 2 
 cmp -s "$work/sample_b1.txt" "$work/sample_seed6.txt" && fail "--seed 6 drew the same as --seed 5"
 "$tessera" translate --checkpoint "$checkpoint" -i "$work/src.txt" -o "$work/sample_top1.txt" --batch 4 --sample --top-k 1
 cmp "$work/one.txt" "$work/sample_top1.txt" || fail "--sample --top-k 1 is not greedy decoding"
-for bad in "--sample --beam 4" "--sample --nbest 1" "--sample --length-penalty 1" "--top-k 3" "--sample --seed -1"; do
+for bad in "--sample --beam 4" "--sample --nbest 1" "--sample --length-penalty 1" "--top-k 3" "--sample --seed -1" \
+  "--sample --seed 9223372036854775808"; do
   status=0
   "$tessera" translate --checkpoint "$checkpoint" -i "$work/src.txt" $bad > "$work/sample_bad.log" 2>&1 || status=$?
-  [ $status -ge 100 ] && grep -Eq "excludes|requires|not in range" "$work/sample_bad.log" || { cat "$work/sample_bad.log"; fail "'$bad' was not refused"; }
+  [ $status -ge 100 ] && grep -Eq "excludes|requires|not a whole number" "$work/sample_bad.log" || { cat "$work/sample_bad.log"; fail "'$bad' was not refused"; }
 done
 
 # An ensemble (--checkpoint A B): the same under mpirun; a model with itself translates as alone;
@@ -118,8 +119,13 @@ differ() {  # differ NAME PATTERN RANK0_ARGS -- RANK1_ARGS
 head -n 20 "$work/src.txt" > "$work/src_part.txt"
 differ differ_input "input file '$work/src.txt' differs between the ranks: 1 of 2 ranks read other contents" \
   translate --checkpoint "$checkpoint" -i "$work/src.txt" -- translate --checkpoint "$checkpoint" -i "$work/src_part.txt"
-differ differ_weights "checkpoint '$checkpoint' (the weights) differs between the ranks" \
+differ differ_weights "checkpoint '$checkpoint' (its weights) differs between the ranks" \
   translate --checkpoint "$checkpoint" -i "$work/src.txt" -- translate --checkpoint "$earlier" -i "$work/src.txt"
+# ... and so do command lines that differ (an MPMD launch): the decoding options, the ensemble's size.
+differ differ_options "the decoding configuration (--beam, --length-penalty, --batch, .*) differs between the ranks: 1 of 2 ranks were given other ones" \
+  translate --checkpoint "$checkpoint" -i "$work/src.txt" --batch 1 -- translate --checkpoint "$checkpoint" -i "$work/src.txt" --batch 7
+differ differ_members "the number of checkpoints (1) differs between the ranks" \
+  translate --checkpoint "$checkpoint" -i "$work/src.txt" -- translate --checkpoint "$checkpoint" "$earlier" -i "$work/src.txt"
 
 # score --checkpoint: the reverse task's reference is the source reversed.
 awk '{ for (i = NF; i > 0; i--) printf "%s%s", $i, (i > 1 ? " " : "\n") }' "$work/src.txt" > "$work/ref.txt"
