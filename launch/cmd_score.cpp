@@ -121,7 +121,7 @@ int run_score(const ScoreOptions& opt) {
   for (std::size_t i = 0; i < opt.metrics.size(); ++i)
     if (std::find(opt.metrics.begin(), opt.metrics.begin() + static_cast<std::ptrdiff_t>(i), opt.metrics[i]) !=
         opt.metrics.begin() + static_cast<std::ptrdiff_t>(i))
-      fail("score: --metrics names '{}' twice", opt.metrics[i]);
+      throw EveryRankError(fmt::format("score: --metrics names '{}' twice", opt.metrics[i]));
   std::vector<std::string> hyps;
   std::vector<std::vector<std::string>> refs;
   std::string hyp_source;

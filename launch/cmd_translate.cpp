@@ -2,6 +2,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <charconv>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -83,7 +84,7 @@ Command add_translate_command(CLI::App& parent) {
     std::string device = "cpu";
     bool sample = false;
     models::SamplingOptions sampling;
-    std::int64_t seed = 1;  // read as signed: "-1" must not wrap to 2^64 - 1
+    std::string seed = "1";  // read as text and converted here: CLI11 reads "010" as octal
   };
   auto opt = std::make_shared<Options>();
   CLI::App* cmd = parent.add_subcommand(
@@ -120,8 +121,8 @@ Command add_translate_command(CLI::App& parent) {
           ->check(CLI::Range(1, 1000));
   auto* sample = cmd->add_flag("--sample", opt->sample,
                                "Draw each token from the model's distribution instead of searching (one translation "
-                               "a sentence, for back-translation): the same seed gives the same draws, in any batch "
-                               "and under mpirun")
+                               "a sentence, for back-translation): the same seed gives the same draws, under mpirun "
+                               "too (across --batch sizes, but for last-bit differences of the probabilities)")
                      ->excludes(beam)
                      ->excludes(nbest)
                      ->excludes(length_penalty);
@@ -176,7 +177,9 @@ Command add_translate_command(CLI::App& parent) {
             if (opt->length_penalty >= 0) dec.length_penalty = opt->length_penalty;
             if (opt->sample) {
               dec.sampling = opt->sampling;
-              dec.sampling->seed = static_cast<std::uint64_t>(opt->seed);
+              std::int64_t seed = 0;  // checked by whole_number
+              std::from_chars(opt->seed.data(), opt->seed.data() + opt->seed.size(), seed);
+              dec.sampling->seed = static_cast<std::uint64_t>(seed);
             }
             const std::int64_t batch = opt->batch > 0 ? opt->batch : cfg.integer("decode.batch_sentences");
             check_same_decoding(dec, batch, opt->nbest, world.get());

@@ -66,7 +66,7 @@ Command add_vocab_command(CLI::App& parent) {
       ->excludes(from);
   cmd->add_option("--character-coverage", opt->character_coverage,
                   "Share of characters covered by the vocabulary (rarer ones map to <unk>)")
-      ->check(finite_range(0.0, 1.0, /*lo_open=*/true))
+      ->check(finite_range(0.98, 1.0))  // SentencePiece's own range
       ->capture_default_str()
       ->excludes(from);
   cmd->add_option("--input-sentence-size", opt->input_sentence_size,

@@ -899,14 +899,15 @@ TranslationJob load_translation_job(dist::Communicator* world, const std::vector
   });
   // The ranks share the sentences out by index and each decodes with its own copy of the model.
   if (world != nullptr && world->size() > 1) {
+    // The count first: a rank with other members would make other collectives below (and may cut
+    // the input at another max_positions).
+    check_same_on_every_rank(checkpoints.size(), world,
+                             fmt::format("the number of checkpoints ({})", checkpoints.size()),
+                             "were given another number than rank 0: give every rank the same command line");
     std::uint64_t h = hash_combine(0, static_cast<std::uint64_t>(job.sources.size()));
     for (const auto& ids : job.sources)
       h = hash_combine(h, std::string_view(reinterpret_cast<const char*>(ids.data()), ids.size() * sizeof(ids[0])));
     check_same_on_every_rank(h, world, input_name);
-    // The count first: a rank with other members would make other collectives below.
-    check_same_on_every_rank(checkpoints.size(), world,
-                             fmt::format("the number of checkpoints ({})", checkpoints.size()),
-                             "were given another number than rank 0: give every rank the same command line");
     const std::vector<std::uint64_t> weights = job.translator->weights_fingerprints();
     for (std::size_t i = 0; i < weights.size(); ++i)
       check_same_on_every_rank(weights[i], world, fmt::format("checkpoint '{}' (its weights)", checkpoints[i]));

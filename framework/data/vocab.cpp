@@ -79,8 +79,8 @@ Vocab Vocab::train(const VocabTrainOptions& opt) {
                 "vocab: model_type '{}' is not one of bpe, unigram", opt.model_type);
   TESSERA_CHECK(opt.vocab_size > 4, "vocab: vocab_size {} is too small (ids 0-3 are <pad>, <unk>, <s>, </s>)",
                 opt.vocab_size);
-  TESSERA_CHECK(opt.character_coverage > 0.0 && opt.character_coverage <= 1.0,
-                "vocab: character_coverage {} is not in (0, 1]", opt.character_coverage);
+  TESSERA_CHECK(opt.character_coverage >= 0.98 && opt.character_coverage <= 1.0,
+                "vocab: character_coverage {} is not in [0.98, 1] (SentencePiece's range)", opt.character_coverage);
   TESSERA_CHECK(opt.input_sentence_size > 0, "vocab: input_sentence_size {} must be positive", opt.input_sentence_size);
 
   std::int64_t total = 0;

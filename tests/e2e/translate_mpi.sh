@@ -81,6 +81,11 @@ cmp "$work/sample_b1.txt" "$work/sample_three.txt" || fail "--sample drew otherw
 cmp -s "$work/sample_b1.txt" "$work/one.txt" && fail "--sample at temperature 2 drew exactly the greedy translations"
 "$tessera" translate --checkpoint "$checkpoint" -i "$work/src.txt" -o "$work/sample_seed6.txt" --batch 4 --sample --seed 6 --temperature 2
 cmp -s "$work/sample_b1.txt" "$work/sample_seed6.txt" && fail "--seed 6 drew the same as --seed 5"
+"$tessera" translate --checkpoint "$checkpoint" -i "$work/src.txt" -o "$work/sample_seed05.txt" --batch 4 --sample --seed 05 --temperature 2
+cmp "$work/sample_b1.txt" "$work/sample_seed05.txt" || fail "--seed 05 is not --seed 5"
+"$tessera" translate --checkpoint "$checkpoint" -i "$work/src.txt" -o "$work/sample_seed010.txt" --batch 4 --sample --seed 010 --temperature 2
+"$tessera" translate --checkpoint "$checkpoint" -i "$work/src.txt" -o "$work/sample_seed8.txt" --batch 4 --sample --seed 8 --temperature 2
+cmp -s "$work/sample_seed010.txt" "$work/sample_seed8.txt" && fail "--seed 010 was read as octal (8)"
 "$tessera" translate --checkpoint "$checkpoint" -i "$work/src.txt" -o "$work/sample_top1.txt" --batch 4 --sample --top-k 1
 cmp "$work/one.txt" "$work/sample_top1.txt" || fail "--sample --top-k 1 is not greedy decoding"
 for bad in "--sample --beam 4" "--sample --nbest 1" "--sample --length-penalty 1" "--top-k 3" "--sample --seed -1" \
