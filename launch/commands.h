@@ -37,19 +37,17 @@ inline CLI::Validator whole_number(std::int64_t lo, std::int64_t hi) {
       fmt::format("INT in [{}, {}]", lo, hi));
 }
 
-// A real number in [lo, hi] ((lo, hi] with lo_open). CLI::Range lets NaN through (every comparison
-// with it is false).
-inline CLI::Validator finite_range(double lo, double hi, bool lo_open = false) {
-  const std::string range = fmt::format("{}{}, {}]", lo_open ? "(" : "[", lo, hi);
+// A real number in [lo, hi]. CLI::Range lets NaN through (every comparison with it is false).
+inline CLI::Validator finite_range(double lo, double hi) {
   return CLI::Validator(
-      [lo, hi, lo_open, range](const std::string& text) -> std::string {
+      [lo, hi](const std::string& text) -> std::string {
         char* end = nullptr;
         const double v = std::strtod(text.c_str(), &end);
         if (text.empty() || *end != '\0' || !std::isfinite(v)) return fmt::format("'{}' is not a finite number", text);
-        if (v < lo || (lo_open && v == lo) || v > hi) return fmt::format("{} is not in {}", text, range);
+        if (v < lo || v > hi) return fmt::format("{} is not in [{}, {}]", text, lo, hi);
         return {};
       },
-      "FLOAT in " + range);
+      fmt::format("FLOAT in [{}, {}]", lo, hi));
 }
 
 Command add_train_command(CLI::App& parent);

@@ -116,7 +116,7 @@ def main():
                 row["hidden_share"] = max(0.0, 1.0 - wait / serial)
         results.append(row)
     # The baseline is the layout of fewest processes (the first of them): one process where the sweep
-    # has it. Efficiency is the speed-up per process added beyond it: 100% is linear scaling.
+    # has it. Efficiency is the speed-up divided by the ratio of process counts: 100% is linear scaling.
     base = min(results, key=lambda r: r["processes"])
     for r in results:
         r["speedup"] = r["tokens_per_s"] / base["tokens_per_s"]

@@ -292,6 +292,14 @@ void check_config(bool ok, fmt::format_string<Args...> f, Args&&... args) {
   if (!ok) throw io::ConfigError(fmt::format(f, std::forward<Args>(args)...));
 }
 
+// Of the vocabularies' bytes as a checkpoint stores them (0 for synthetic tasks).
+std::uint64_t vocabularies_fingerprint(const io::Config& cfg, const TaskData& t) {
+  std::uint64_t h = 0;
+  for (const auto& [name, bytes] : checkpoint_vocabularies(cfg, t.src_codec, t.tgt_codec))
+    h = hash_combine(hash_combine(h, name), bytes);
+  return h;
+}
+
 std::uint64_t fingerprint_lines(const std::vector<std::string>& lines, std::uint64_t h = 0) {
   h = hash_combine(h, static_cast<std::uint64_t>(lines.size()));
   for (const auto& l : lines) h = hash_combine(h, l);
@@ -411,8 +419,7 @@ data::ExampleSet encode_training_pairs(const io::Config& cfg, const TaskData& t,
 
   std::uint64_t key = hash_combine(hash_combine(kEncodedCacheVersion, TESSERA_SENTENCEPIECE_VERSION), fingerprint);
   key = hash_combine(key, static_cast<std::uint64_t>(max_len));
-  for (const auto& [name, bytes] : checkpoint_vocabularies(cfg, t.src_codec, t.tgt_codec))
-    key = hash_combine(hash_combine(key, name), bytes);
+  key = hash_combine(key, vocabularies_fingerprint(cfg, t));
   const std::string dir =
       cfg.string("data.cache_dir").empty() ? cfg.string("output.dir") : cfg.string("data.cache_dir");
   const std::string path = (std::filesystem::path(dir) / fmt::format("encoded_train_{:016x}.bin", key)).string();
@@ -541,10 +548,7 @@ TaskData load_task_data(const io::Config& cfg, dist::Communicator* world, const 
     check_checkpoint_vocabularies(stored, checkpoint_vocabularies(cfg, t.src_codec, t.tgt_codec), resume_checkpoint,
                                   paths);
   });
-  std::uint64_t vocab_fingerprint = 0;
-  for (const auto& [name, bytes] : checkpoint_vocabularies(cfg, t.src_codec, t.tgt_codec))
-    vocab_fingerprint = hash_combine(hash_combine(vocab_fingerprint, name), bytes);
-  check_same_on_every_rank(vocab_fingerprint, world,
+  check_same_on_every_rank(vocabularies_fingerprint(cfg, t), world,
                            paths.joint() ? fmt::format("the vocabulary '{}'", paths.src)
                                          : fmt::format("the vocabularies '{}', '{}'", paths.src, paths.tgt));
   check_same_on_every_rank(
@@ -765,9 +769,10 @@ void Translator::add_ensemble_member(const std::string& checkpoint) {
         checkpoint, checkpoint_);
   models::TransformerConfig mc = model_config(cfg, src_codec_.size(), tgt_codec_.size());
   mc.device = device_;
-  models_.push_back(std::make_unique<models::Transformer>(mc, 0));
-  std::vector<ag::Var> params = models_.back()->parameters();
+  auto model = std::make_unique<models::Transformer>(mc, 0);
+  std::vector<ag::Var> params = model->parameters();
   io::assign_weights(w, checkpoint, params);
+  models_.push_back(std::move(model));  // only once its weights are in
 }
 
 models::Ensemble Translator::ensemble() const {

@@ -483,7 +483,7 @@ class Run {
       result.stop_signal = signal_that_interrupted();
     // Saved again when this validation came after the step's checkpoint (a run that ended on
     // max_epochs or max_minutes saved it in the loop): its record must say the step is validated.
-    if (last_saved_step_ != step || saved_validated_step_ != last_validated_step_) save_step_checkpoint();
+    if (!step_checkpoint_current()) save_step_checkpoint();
     result.steps = step;
     result.checkpoint = (dir_ / "model.h5").string();
     write_checkpoint(result.checkpoint, false);
@@ -495,11 +495,14 @@ class Run {
   }
 
  private:
-  // A stop signal ends the session after step_: its checkpoint holds the run.
+  // Whether checkpoint_<step_>.h5 holds this state, its record of the last validated step included.
+  bool step_checkpoint_current() const {
+    return last_saved_step_ == step_ && saved_validated_step_ == last_validated_step_;
+  }
+
+  // A stop signal ends the session after step_: its checkpoint holds the run (saved again unless current).
   TrainResult stopped_by_signal(int sig, TrainResult result) {
-    // Saved (again) unless the step's checkpoint holds it, its validation record included.
-    const bool saved = last_saved_step_ == step_ && saved_validated_step_ == last_validated_step_;
-    const std::string path = saved ? step_checkpoint_path(step_) : save_step_checkpoint();
+    const std::string path = step_checkpoint_current() ? step_checkpoint_path(step_) : save_step_checkpoint();
     fmt::print(
         "train: {} received: stopped after step {}; {} holds the run (resume with --resume); exiting with "
         "status {}\n",
@@ -511,21 +514,25 @@ class Run {
     return result;
   }
 
-  // train.best_metric's score of a validation: BLEU (exact match for synthetic tasks), chrF2, or perplexity.
-  double best_metric_score(const TrainResult& r) const {
+  // train.best_metric, resolved once: which result field it reads, how it prints, which way is better.
+  struct BestMetric {
+    double TrainResult::*field;
+    const char* name;
+    double shown_scale;  // exact match prints as a percentage
+    bool lower_is_better;
+  };
+  BestMetric best_metric() const {
     const std::string metric = cfg_.string("train.best_metric");
-    if (metric == "ppl") return r.valid_ppl;
-    if (metric == "chrf") return r.valid_chrf;
-    return task_.synthetic ? r.valid_accuracy : r.valid_bleu;
+    if (metric == "ppl") return {&TrainResult::valid_ppl, "perplexity", 1.0, true};
+    if (metric == "chrf") return {&TrainResult::valid_chrf, "chrF2", 1.0, false};
+    if (task_.synthetic) return {&TrainResult::valid_accuracy, "exact match", 100.0, false};
+    return {&TrainResult::valid_bleu, "BLEU", 1.0, false};
   }
-  bool lower_is_better() const { return cfg_.string("train.best_metric") == "ppl"; }
 
   void print_early_stop(std::int64_t step) const {
-    const std::string metric = cfg_.string("train.best_metric");
-    const std::string best = metric == "ppl"    ? fmt::format("perplexity than {:.2f}", best_valid_)
-                             : metric == "chrf" ? fmt::format("chrF2 than {:.2f}", best_valid_)
-                             : task_.synthetic  ? fmt::format("exact match than {:.2f}%", 100 * best_valid_)
-                                                : fmt::format("BLEU than {:.2f}", best_valid_);
+    const BestMetric m = best_metric();
+    const std::string best =
+        fmt::format("{} than {:.2f}{}", m.name, m.shown_scale * best_valid_, m.shown_scale == 100.0 ? "%" : "");
     fmt::print(
         "train: stopping early at step {}: {} validations in a row without a better {} (step {}; "
         "train.patience){}\n",
@@ -578,10 +585,9 @@ class Run {
     const auto show = [](double v) { return std::isnan(v) ? std::string("NaN") : fmt::format("{:.4f}", v); };
     throw EveryRankError(fmt::format(
         "step {}: the gradient norm is {} (loss {}): training stopped before this update, so no weights or "
-        "checkpoint hold it. Resume from the last checkpoint (--resume) with a smaller train.lr_factor (or lr_peak) or "
-        "a longer "
-        "train.warmup{}",
-        step, show(gnorm), show(loss), model_.config().bf16_compute ? ", or with train.precision: fp32" : ""));
+        "checkpoint hold it. Resume from the last checkpoint (--resume) with a smaller {} or a longer train.warmup{}",
+        step, show(gnorm), show(loss), cfg_.real("train.lr_peak") > 0 ? "train.lr_peak" : "train.lr_factor",
+        model_.config().bf16_compute ? ", or with train.precision: fp32" : ""));
   }
 
   void metric(const std::string& line) {
@@ -867,8 +873,9 @@ class Run {
       extra = fmt::format("BLEU {:.2f} | chrF2 {:.2f} on {} sentences", bleu.score, result.valid_chrf, n);
     }
     const double secs = std::chrono::duration<double>(Clock::now() - t0).count();
-    const double score = best_metric_score(result);
-    const bool best = std::isnan(best_valid_) || (lower_is_better() ? score < best_valid_ : score > best_valid_);
+    const BestMetric by = best_metric();
+    const double score = result.*by.field;
+    const bool best = std::isnan(best_valid_) || (by.lower_is_better ? score < best_valid_ : score > best_valid_);
     if (best) {
       best_valid_ = score;
       best_valid_step_ = step;

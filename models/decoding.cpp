@@ -113,13 +113,13 @@ TokenRows decode_one_per_row(const Ensemble& models, const Tensor& src, const Te
                              std::int64_t max_extra_len, const Pick& pick) {
   const std::int64_t batch = src.size(0), vocab = models.tgt_vocab();
   const auto limit = output_limits(models, src_padding, max_extra_len);
-  EnsembleDecoder cache(models, src, src_padding);
+  EnsembleDecoder decoder(models, src, src_padding);
   TokenRows out(static_cast<std::size_t>(batch));
   std::vector<std::int64_t> active(static_cast<std::size_t>(batch));  // sentence of each cache row
   std::iota(active.begin(), active.end(), 0);
   std::vector<std::int32_t> last(static_cast<std::size_t>(batch), kBosId);
   while (!active.empty()) {
-    const Tensor logp = cache.step(last);
+    const Tensor logp = decoder.step(last);
     std::vector<std::int64_t> keep_rows, keep_sent;
     std::vector<std::int32_t> next;
     for (std::size_t r = 0; r < active.size(); ++r) {
@@ -133,7 +133,7 @@ TokenRows decode_one_per_row(const Ensemble& models, const Tensor& src, const Te
       keep_sent.push_back(active[r]);
       next.push_back(tok);
     }
-    if (keep_rows.size() != active.size() && !keep_rows.empty()) cache.select_rows(keep_rows);  // drop finished rows
+    if (keep_rows.size() != active.size() && !keep_rows.empty()) decoder.select_rows(keep_rows);  // drop finished rows
     active = std::move(keep_sent);
     last = std::move(next);
   }
@@ -250,29 +250,29 @@ NBestRows beam_search_nbest(const Ensemble& models, const Tensor& src, const Ten
   std::vector<std::int64_t> expand;
   for (std::int64_t b = 0; b < batch; ++b)
     for (std::int64_t j = 0; j < k; ++j) expand.push_back(b);
-  EnsembleDecoder cache(models, src, src_padding, expand);
+  EnsembleDecoder decoder(models, src, src_padding, expand);
 
   struct Hyp {
     std::vector<std::int32_t> tokens;
-    double score;  // sum of log-probabilities
+    double log_prob;  // sum of its tokens' log-probabilities
   };
   std::vector<std::vector<Hyp>> beams(static_cast<std::size_t>(batch));
   std::vector<std::vector<Hypothesis>> finished(static_cast<std::size_t>(batch));
   for (auto& bm : beams) {
     bm.assign(static_cast<std::size_t>(k), Hyp{{}, neg_inf});
-    bm[0].score = 0.0;
+    bm[0].log_prob = 0.0;
   }
   std::vector<std::int64_t> active(static_cast<std::size_t>(batch));
   std::iota(active.begin(), active.end(), 0);
   std::vector<std::int32_t> last(static_cast<std::size_t>(batch * k), kBosId);
 
   struct Cand {
-    double score;
+    double log_prob;
     std::int64_t beam;
     std::int32_t token;
   };
   for (std::int64_t step = 0; !active.empty(); ++step) {
-    const Tensor logp = cache.step(last);
+    const Tensor logp = decoder.step(last);
     std::vector<std::int64_t> keep_rows, keep_active;
     std::vector<std::int32_t> next_last;
     for (std::size_t a = 0; a < active.size(); ++a) {
@@ -283,13 +283,14 @@ NBestRows beam_search_nbest(const Ensemble& models, const Tensor& src, const Ten
       cands.reserve(static_cast<std::size_t>(k * vocab));
       for (std::int64_t j = 0; j < k; ++j) {
         const Hyp& h = beams[s][static_cast<std::size_t>(j)];
-        if (h.score == neg_inf) continue;
+        if (h.log_prob == neg_inf) continue;
         const float* row = logp.data<float>() + (static_cast<std::int64_t>(a) * k + j) * vocab;
-        for (std::int64_t v = 0; v < vocab; ++v) cands.push_back({h.score + row[v], j, static_cast<std::int32_t>(v)});
+        for (std::int64_t v = 0; v < vocab; ++v)
+          cands.push_back({h.log_prob + row[v], j, static_cast<std::int32_t>(v)});
       }
       const std::size_t top = std::min(cands.size(), static_cast<std::size_t>(2 * k));
       std::partial_sort(cands.begin(), cands.begin() + static_cast<std::ptrdiff_t>(top), cands.end(),
-                        [](const Cand& x, const Cand& y) { return x.score > y.score; });
+                        [](const Cand& x, const Cand& y) { return x.log_prob > y.log_prob; });
       std::vector<Hyp> next;
       for (std::size_t c = 0; c < top && static_cast<std::int64_t>(next.size()) < k; ++c) {
         const Cand& cd = cands[c];
@@ -299,12 +300,13 @@ NBestRows beam_search_nbest(const Ensemble& models, const Tensor& src, const Ten
           if (cd.token != kEosId) toks.push_back(cd.token);
           if (static_cast<std::int64_t>(c) < k) {
             const auto len = static_cast<std::int64_t>(toks.size()) + 1;  // + eos
-            finished[s].push_back({std::move(toks), cd.score, cd.score / length_penalty(len, opt.length_penalty)});
+            finished[s].push_back(
+                {std::move(toks), cd.log_prob, cd.log_prob / length_penalty(len, opt.length_penalty)});
           }
           continue;
         }
         toks.push_back(cd.token);
-        next.push_back({std::move(toks), cd.score});
+        next.push_back({std::move(toks), cd.log_prob});
         keep_rows.push_back(static_cast<std::int64_t>(a) * k + cd.beam);
         next_last.push_back(cd.token);
       }
@@ -322,12 +324,12 @@ NBestRows beam_search_nbest(const Ensemble& models, const Tensor& src, const Ten
       beams[s] = std::move(next);
       keep_active.push_back(active[a]);
     }
-    if (!keep_active.empty()) cache.select_rows(keep_rows);
+    if (!keep_active.empty()) decoder.select_rows(keep_rows);
     active = std::move(keep_active);
     last = std::move(next_last);
   }
 
-  // Best first; stable, so that of equal scores the one finished first leads (as max_element chose).
+  // Best first; stable, so that of equal scores the one finished first leads.
   for (auto& f : finished) {
     std::stable_sort(f.begin(), f.end(), [](const Hypothesis& x, const Hypothesis& y) { return x.score > y.score; });
     if (static_cast<std::int64_t>(f.size()) > n) f.resize(static_cast<std::size_t>(n));
