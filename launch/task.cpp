@@ -300,9 +300,12 @@ std::uint64_t vocabularies_fingerprint(const io::Config& cfg, const TaskData& t)
   return h;
 }
 
-std::uint64_t fingerprint_lines(const std::vector<std::string>& lines, std::uint64_t h = 0) {
-  h = hash_combine(h, static_cast<std::uint64_t>(lines.size()));
-  for (const auto& l : lines) h = hash_combine(h, l);
+// Of rows of text or of token ids (their bytes, row by row): what each rank read, to compare.
+template <typename Rows>
+std::uint64_t fingerprint_rows(const Rows& rows, std::uint64_t h = 0) {
+  h = hash_combine(h, static_cast<std::uint64_t>(rows.size()));
+  for (const auto& r : rows)
+    h = hash_combine(h, std::string_view(reinterpret_cast<const char*>(r.data()), r.size() * sizeof(r[0])));
   return h;
 }
 
@@ -552,7 +555,7 @@ TaskData load_task_data(const io::Config& cfg, dist::Communicator* world, const 
                            paths.joint() ? fmt::format("the vocabulary '{}'", paths.src)
                                          : fmt::format("the vocabularies '{}', '{}'", paths.src, paths.tgt));
   check_same_on_every_rank(
-      fingerprint_lines(valid.tgt, fingerprint_lines(valid.src)), world,
+      fingerprint_rows(valid.tgt, fingerprint_rows(valid.src)), world,
       fmt::format("the validation text ('{}', '{}')", cfg.string("data.valid_src"), cfg.string("data.valid_tgt")));
   const std::int64_t max_len = cfg.integer("data.max_len");
   t.train_fingerprint = dist::broadcast_u64(text_fingerprint, world);
@@ -909,10 +912,7 @@ TranslationJob load_translation_job(dist::Communicator* world, const std::vector
     check_same_on_every_rank(checkpoints.size(), world,
                              fmt::format("the number of checkpoints ({})", checkpoints.size()),
                              "were given another number than rank 0: give every rank the same command line");
-    std::uint64_t h = hash_combine(0, static_cast<std::uint64_t>(job.sources.size()));
-    for (const auto& ids : job.sources)
-      h = hash_combine(h, std::string_view(reinterpret_cast<const char*>(ids.data()), ids.size() * sizeof(ids[0])));
-    check_same_on_every_rank(h, world, input_name);
+    check_same_on_every_rank(fingerprint_rows(job.sources), world, input_name);
     const std::vector<std::uint64_t> weights = job.translator->weights_fingerprints();
     for (std::size_t i = 0; i < weights.size(); ++i)
       check_same_on_every_rank(weights[i], world, fmt::format("checkpoint '{}' (its weights)", checkpoints[i]));
