@@ -111,4 +111,14 @@ status=0
   -i "$work/valid.en" > "$work/err.txt" 2>&1 || status=$?
 [ $status -eq 1 ] && grep -q "\-\-vocab-tgt '$work/aside/vocab.src.model' is not the vocabulary" "$work/err.txt" ||
   { cat "$work/err.txt"; fail "a wrong --vocab-tgt was not refused by name (status $status)"; }
+# An ensemble of this translation model and a synthetic task's is refused, naming both tasks.
+"$tessera" train --set data.task=reverse --set model.layers=1 --set model.d_model=32 --set model.d_ff=64 \
+  --set model.heads=2 --set data.synthetic_train_size=10 --set data.synthetic_valid_size=2 --set train.max_steps=1 \
+  --set output.dir="$work/reverse" > "$work/reverse.log" 2>&1 || { cat "$work/reverse.log"; fail "training the reverse model"; }
+status=0
+"$tessera" translate --checkpoint "$work/moved/model.h5" "$work/reverse/model.h5" -i "$work/valid.en" -o "$work/ens.de" \
+  > "$work/err.txt" 2>&1 || status=$?
+[ $status -eq 1 ] && grep -q "ensemble: checkpoint '$work/reverse/model.h5' is a 'reverse' task's, '$work/moved/model.h5' a 'translation' task's" "$work/err.txt" ||
+  { cat "$work/err.txt"; fail "an ensemble of a translation and a synthetic model was not refused (status $status)"; }
+[ -e "$work/ens.de" ] && fail "the refused ensemble wrote an output"
 echo PASS

@@ -134,6 +134,14 @@ differ differ_members "the number of checkpoints (1) differs between the ranks" 
 
 # score --checkpoint: the reverse task's reference is the source reversed.
 awk '{ for (i = NF; i > 0; i--) printf "%s%s", $i, (i > 1 ? " " : "\n") }' "$work/src.txt" > "$work/ref.txt"
+# score --checkpoint compares the decoding configuration between the ranks too: no score.
+status=0
+timeout 60 mpirun --oversubscribe -np 1 "$tessera" score --ref "$work/ref.txt" --checkpoint "$checkpoint" --src "$work/src.txt" \
+  --batch 1 : -np 1 "$tessera" score --ref "$work/ref.txt" --checkpoint "$checkpoint" --src "$work/src.txt" --batch 7 \
+  > "$work/score_differ.log" 2>&1 || status=$?
+[ $status -ne 0 ] && [ $status -ne 124 ] && [ "$(grep -c "the decoding configuration (--beam, .*) differs between the ranks" \
+  "$work/score_differ.log")" -eq 1 ] && ! grep -q '^BLEU' "$work/score_differ.log" ||
+  { cat "$work/score_differ.log"; fail "score with other --batch on each rank: not refused once (status $status)"; }
 "$tessera" score --ref "$work/ref.txt" --checkpoint "$checkpoint" --src "$work/src.txt" --batch 4 > "$work/score_one.txt"
 grep -q '^BLEU = ' "$work/score_one.txt" || fail "score --checkpoint printed no score"
 mpirun -np 3 --oversubscribe "$tessera" score --ref "$work/ref.txt" --checkpoint "$checkpoint" --src "$work/src.txt" \
