@@ -90,6 +90,20 @@ lowest=$(sed -n 's/^{"step": \([0-9]*\), "valid_loss": [^,]*, "valid_ppl": \([0-
   sort -g | head -n 1 | cut -d' ' -f2)
 best_step=$(h5dump -a /train/step "$work/ppl_learn/checkpoint_best.h5" | sed -n 's/^ *(0): //p')
 [ -n "$lowest" ] && [ "$best_step" = "$lowest" ] || fail "checkpoint_best.h5 is step $best_step, the lowest perplexity step $lowest"
+# ... and by exact match (higher is better; the default train.best_metric) on a task small enough
+# that it rises and falls within 40 steps: checkpoint_best.h5 is the first step of the highest.
+"$tessera" train $args --set output.dir="$work/acc_learn" --set train.lr_factor=2 --set train.warmup=10 \
+  --set train.valid_every=4 --set checkpoint.every=0 --set data.synthetic_vocab=3 --set data.synthetic_min_len=1 \
+  --set data.synthetic_max_len=3 --set data.synthetic_valid_size=40 --set model.dropout=0 > "$work/acc_learn.log" 2>&1 ||
+  { cat "$work/acc_learn.log"; fail "the learning exact-match run failed"; }
+sed -n 's/^{"step": \([0-9]*\), "valid_loss": .*"valid_accuracy": \([0-9.e+-]*\),.*/\2 \1/p' "$work/acc_learn/metrics.jsonl" \
+  > "$work/acc_learn.scores"
+[ "$(cut -d' ' -f1 "$work/acc_learn.scores" | sort -u | wc -l)" -gt 1 ] ||
+  { cat "$work/acc_learn.scores"; fail "the exact match never changed: the check below proves nothing"; }
+highest=$(sort -s -k1,1gr "$work/acc_learn.scores" | head -n 1 | cut -d' ' -f2)
+best_step=$(h5dump -a /train/step "$work/acc_learn/checkpoint_best.h5" | sed -n 's/^ *(0): //p')
+[ -n "$highest" ] && [ "$best_step" = "$highest" ] ||
+  { cat "$work/acc_learn.scores"; fail "checkpoint_best.h5 is step $best_step, the first highest exact match step $highest"; }
 # Another metric on resume is refused (the best score and the count are of the run's metric);
 # chrF needs a translation task.
 status=0
