@@ -202,6 +202,48 @@ TEST_F(CheckpointTest, AverageKeepsTheVocabulariesAndRefusesOthers) {
       fmt::format("average: '{}' was trained with other vocabularies (/vocab) than '{}'", path("b.h5"), path("a.h5")));
 }
 
+// The mean of each element, accumulated in float64 and rounded once to float32; a weights-only
+// result with the first file's config, the last one's step and no optimizer state.
+TEST_F(CheckpointTest, AverageIsTheElementwiseMean) {
+  std::vector<std::string> files;
+  std::vector<io::Checkpoint> inputs;
+  for (int i = 0; i < 3; ++i) {
+    io::Checkpoint c = sample_checkpoint();
+    c.step = 10 * (i + 1);
+    c.config_yaml = fmt::format("model:\n  layers: {}\n", i + 1);
+    for (auto& [name, t] : c.model) {
+      float* d = t.data<float>();
+      // Values whose float32 sum would round: 1 + a few ulps, and spread signs.
+      for (std::int64_t j = 0; j < t.numel(); ++j)
+        d[j] =
+            (j % 2 == 0 ? 1.0f : -3.0f) + static_cast<float>((i + 1) * (j + 1)) * 1.1920929e-7f + static_cast<float>(i);
+    }
+    files.push_back(path(fmt::format("in{}.h5", i)));
+    io::save_checkpoint(files.back(), c);
+    inputs.push_back(std::move(c));
+  }
+  const io::Checkpoint avg = io::average_checkpoints(files);
+  EXPECT_EQ(avg.step, 30);
+  EXPECT_EQ(avg.config_yaml, inputs[0].config_yaml);
+  EXPECT_TRUE(avg.exp_avg.empty() && avg.exp_avg_sq.empty() && !avg.state.has_value());
+  ASSERT_EQ(avg.model.size(), inputs[0].model.size());
+  for (const auto& [name, t] : avg.model) {
+    ASSERT_EQ(t.shape(), inputs[0].model.at(name).shape()) << name;
+    for (std::int64_t j = 0; j < t.numel(); ++j) {
+      double sum = 0;
+      for (const io::Checkpoint& c : inputs) sum += static_cast<double>(c.model.at(name).data<float>()[j]);
+      EXPECT_EQ(t.data<float>()[j], static_cast<float>(sum / 3.0)) << name << "[" << j << "]";
+    }
+  }
+  // The first two of them: another mean (not the first file's weights).
+  const io::Checkpoint two = io::average_checkpoints({files[0], files[1]});
+  const float* first = inputs[0].model.at("embed_tokens.weight").data<float>();
+  const float* second = inputs[1].model.at("embed_tokens.weight").data<float>();
+  EXPECT_EQ(two.model.at("embed_tokens.weight").data<float>()[0],
+            static_cast<float>((static_cast<double>(first[0]) + second[0]) / 2.0));
+  EXPECT_NE(two.model.at("embed_tokens.weight").data<float>()[0], first[0]);
+}
+
 TEST_F(CheckpointTest, LargeTensorsRoundTrip) {
   io::Checkpoint c;
   c.model = {{"big", filled({3, 1 << 21}, 0.0f)}};  // 24 MiB
