@@ -22,12 +22,15 @@ fail() { echo "FAIL: $*"; exit 1; }
 export OMP_NUM_THREADS=1 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 mpi() { np=$1 && shift; mpirun -np "$np" --oversubscribe "$@"; }
 common="--config $config --set model.dropout=0 --set train.log_every=1 --set train.valid_every=0 --set data.synthetic_train_size=2000 --set data.synthetic_valid_size=50 --set checkpoint.keep_best=false"
-losses() { sed -n 's/^{"step": \([0-9]*\), "epoch": [0-9]*, "loss": \([^,]*\),.*/\1 \2/p' "$1" | awk '{l[$1]=$2} END {for (s in l) print s, l[s]}' | sort -k1,1; }
-# same_losses A B FIRST: every step >= FIRST present in both, |a - b| <= 1e-5 |a|
+# Per step: the loss and the global gradient norm (Adam hides a gradient scaled by a constant from
+# the losses, e.g. replicated parameters counted once per tensor-parallel rank; the norm shows it).
+losses() { sed -n 's/^{"step": \([0-9]*\), "epoch": [0-9]*, "loss": \([^,]*\),.*, "grad_norm": \([^,]*\),.*/\1 \2 \3/p' "$1" | awk '{l[$1]=$2 " " $3} END {for (s in l) print s, l[s]}' | sort -k1,1; }
+# same_losses A B FIRST: every step >= FIRST present in both, loss and gradient norm each |a - b| <= 1e-5 |a|
 same_losses() {
   losses "$1" > "$work/a.txt" && losses "$2" > "$work/b.txt"
   join "$work/a.txt" "$work/b.txt" | awk -v first="$3" -v name="$2" '
-    $1 >= first { n++; d = $2 - $3; if (d < 0) d = -d; m = $2 < 0 ? -$2 : $2; if (d > 1e-5 * m) { bad++; print "step " $1 ": " $2 " vs " $3 } }
+    function differ(a, b) { d = a - b; if (d < 0) d = -d; m = a < 0 ? -a : a; return d > 1e-5 * m }
+    $1 >= first { n++; if (differ($2, $4) || differ($3, $5)) { bad++; print "step " $1 ": loss " $2 " vs " $4 ", gradient norm " $3 " vs " $5 } }
     END { if (n == 0 || bad > 0) { print "FAIL: " name ": " bad + 0 " of " n + 0 " steps differ"; exit 1 } print name ": " n " steps equal" }'
 }
 
