@@ -58,7 +58,8 @@ status=0
 echo "1 2 3 4 5 6 7 8 9 10" > "$work/src.txt"
 echo "10 9 8 7 6 5 4 3 2 1" > "$work/ref.txt"
 for ckpt in "$work/avg.h5" "$dir/checkpoint_best.h5" "$dir/checkpoint_00000040.h5"; do
-  "$tessera" translate --checkpoint "$ckpt" -i "$work/src.txt" | grep -q '^[0-9 ]*$' || fail "translate with $ckpt"
+  "$tessera" translate --checkpoint "$ckpt" -i "$work/src.txt" > "$work/hyp.txt" || fail "translate with $ckpt"
+  grep -qx '[0-9][0-9 ]*' "$work/hyp.txt" || { cat "$work/hyp.txt"; fail "translate with $ckpt wrote no symbols"; }
   "$tessera" score --checkpoint "$ckpt" --src "$work/src.txt" --ref "$work/ref.txt" | grep -q '^BLEU = ' || fail "score with $ckpt"
 done
 

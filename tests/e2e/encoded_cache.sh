@@ -49,6 +49,13 @@ steps encoded > "$work/encoded.steps"
 cat "$work/resumed.steps"
 [ "$(wc -l < "$work/resumed.steps")" -eq 2 ] || fail "the resume did not log steps 5 and 6"
 cmp "$work/resumed.steps" "$work/encoded.steps" || { cat "$work/encoded.steps"; fail "the cached pairs trained otherwise"; }
+# ... to the last digit: the logged losses and gradient norms (shortest round-trip decimals), and the weights.
+grep '"loss"' "$work/run/metrics.jsonl" | sed 's/, "tokens_per_s".*//' | tail -n 2 > "$work/resumed.exact"
+grep '"loss"' "$work/run_nocache/metrics.jsonl" | sed 's/, "tokens_per_s".*//' | tail -n 2 > "$work/encoded.exact"
+grep -q '^{"step": 6, .*"grad_norm": ' "$work/resumed.exact" && cmp "$work/resumed.exact" "$work/encoded.exact" ||
+  { cat "$work/resumed.exact" "$work/encoded.exact"; fail "the cached pairs trained otherwise in the last digits"; }
+h5diff "$work/run/checkpoint_00000006.h5" "$work/run_nocache/checkpoint_00000006.h5" /model /model > /dev/null ||
+  fail "the cached pairs' run has other weights at step 6"
 
 # Another text (one word changed): another file, the first one kept.
 sed '3s/^[^ ]*/Zebras/' "$en" > "$work/changed.en"

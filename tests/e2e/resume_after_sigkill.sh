@@ -33,7 +33,7 @@ ls "$work/killed"
 run "$work/killed" --resume > "$work/resumed.log"
 grep "resumed from" "$work/resumed.log"
 resumed_step=$(sed -n 's/.*resumed from .* at step \([0-9]*\).*/\1/p' "$work/resumed.log")
-[ "$resumed_step" -ge 20 ] && [ "$resumed_step" -lt 60 ]
+[ "$resumed_step" -ge 20 ] && [ "$resumed_step" -lt 60 ] || { echo "FAIL: resumed at step $resumed_step, not from a checkpoint of 20 to 59"; exit 1; }
 
 # Per-step losses (the last line written for each step wins: steps the killed run did after its
 # last checkpoint are done again by the resumed run).
