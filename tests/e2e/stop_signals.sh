@@ -1,7 +1,7 @@
 #!/bin/sh
 # SIGTERM and SIGINT: training finishes its step, writes a checkpoint, exits with 128 + signal;
-# --resume then carries on from that checkpoint to the end. A SIGTERM before the first step saves
-# nothing and exits at once; the log reaches its file line by line.
+# --resume then carries on from that checkpoint to the end; a second signal exits at once. A SIGTERM
+# before the first step saves nothing and exits at once; the log reaches its file line by line.
 # Usage: stop_signals.sh TESSERA CONFIG WORKDIR
 set -eu
 tessera=$1 config=$2 work=$3
@@ -36,6 +36,22 @@ for pair in TERM:15 INT:2; do
   grep -q "resumed from .* at step $step " "$work/$sig.resumed.log"
   grep -q "saved .*model.h5 after $((step + 3)) steps" "$work/$sig.resumed.log"
 done
+# A second signal ends the process at once: SIGINT asks for a checkpoint (exit 130 when it is
+# written), a SIGTERM 0.2 s later, well inside a step of a model this size, kills it (143), and no
+# checkpoint is written. (Two different signals: two of one kind could merge into one.)
+setsid "$tessera" train --config "$config" --set output.dir="$work/twice" --set train.max_steps=100000 \
+  --set train.log_every=1 --set train.valid_every=0 --set checkpoint.every=0 --set model.d_model=256 \
+  --set model.d_ff=2048 --set train.batch_tokens=4000 > "$work/twice.log" 2>&1 &
+pid=$!
+wait_for_line '^step 1 ' "$work/twice.log" $pid
+kill -s INT $pid
+sleep 0.2
+kill -s TERM $pid
+status=0
+wait $pid || status=$?
+[ $status -eq 143 ] || { tail -n 3 "$work/twice.log"; echo "FAIL: a second signal gave exit status $status, not 143 at once"; exit 1; }
+grep -q 'received: stopped after step' "$work/twice.log" && { echo "FAIL: the second signal waited for the checkpoint"; exit 1; }
+[ "$(ls "$work/twice" | grep -c '\.h5$')" -eq 0 ] || { echo "FAIL: a checkpoint was written after the second signal"; exit 1; }
 # A SIGTERM during the final validation (beam 4 over 2,000 sentences: seconds): the validation is
 # not scored, the run's files are written, and the log says why the exit status is 143.
 "$tessera" train --config "$config" --set output.dir="$work/final" --set train.max_steps=20 --set train.log_every=10 \
