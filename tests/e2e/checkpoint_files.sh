@@ -80,6 +80,19 @@ expect_error "cannot resume from '[^']*checkpoint_00000050\.h5': its model does 
   "$tessera" train $common --set output.dir="$work/other" --set model.d_model=32 --set model.layers=1 \
   --resume "$dir/checkpoint_00000050.h5"
 grep -q '^data: ' "$work/err.txt" && fail "the data was prepared before a resume of another shape was refused"
+# ... and so is each other key that shapes the model: the layer norms' place, the embeddings'
+# sharing, the output's tying, the synthetic symbols, a corpus task for a synthetic task's model.
+expect_error "its model does not have this config's shape (model\.d_ff = 256 there, 128 in this config; model\.norm = pre there, post in this config; model\.share_embeddings = true there, false in this config; model\.tie_output = true there, false in this config; data\.synthetic_vocab = 20 there, 30 in this config)" \
+  "$tessera" train $common --set output.dir="$work/other" --set model.d_ff=128 --set model.norm=post \
+  --set model.share_embeddings=false --set model.tie_output=false --set data.synthetic_vocab=30 \
+  --resume "$dir/checkpoint_00000050.h5"
+grep -q '^data: ' "$work/err.txt" && fail "the data was prepared before a resume of another shape was refused"
+expect_error "its model does not have this config's shape (data\.task = reverse there, translation in this config)" \
+  "$tessera" train $common --set output.dir="$work/other" --set data.task=translation --set data.train_src="$config" \
+  --set data.train_tgt="$config" --set data.valid_src="$config" --set data.valid_tgt="$config" \
+  --resume "$dir/checkpoint_00000050.h5"
+grep -q '^data: ' "$work/err.txt" && fail "the data was prepared before a resume as a corpus task was refused"
+[ -e "$work/other" ] && fail "a refused resume created the new output.dir: $(ls -A "$work/other")"
 [ -e "$work/other" ] && fail "a refused resume created the new output.dir"
 # Another head count (the same weights, other heads) or seed (it would not apply) is refused too.
 expect_error "cannot resume from '[^']*checkpoint_00000050\.h5' with another model\.heads = 4 there, 2 in this config: its weights would be split into other heads; another train\.seed = 1 there, 7 in this config: it would not apply" \
