@@ -2,7 +2,8 @@
 # `tessera train` under mpirun on 4 processes (oversubscribed on small machines):
 #  - tp=2, dp=2 and tp=2 x dp=2 give the single process's losses at each of 20 steps (float32, 1e-5);
 #  - a checkpoint written at tp=2 x dp=2 resumes at tp=1 x dp=1 and at tp=2 x dp=1 (and one from
-#    tp=1 at tp=2 x dp=2), continuing with the same losses; at tp=2 x dp=2 bit-exactly;
+#    tp=1 at tp=2 x dp=2), continuing with the same losses; at tp=2 x dp=2 bit-exactly, and at
+#    tp=1 x dp=2 with dropout on; all-reduces after backward (parallel.overlap false) change nothing;
 #  - a corrupted byte in one rank's slice is caught on resume;
 #  - tensor x data that is not the process count stops every rank, the error printed once;
 #  - so does a NaN gradient on one rank of two (data-parallel);
@@ -68,6 +69,21 @@ h5diff "$work/tp2_dp2/model.h5" "$work/resume_tp2dp2_to_tp2dp2/model.h5" /model 
 resume tp2dp2_to_single "$work/tp2_dp2/checkpoint_00000010.h5" 1 1
 resume tp2dp2_to_tp2 "$work/tp2_dp2/checkpoint_00000010.h5" 2 1
 resume single_to_tp2dp2 "$work/single/checkpoint_00000010.h5" 2 2
+# All-reduces after backward (parallel.overlap false) give the same steps as overlapped ones.
+mpi 2 "$tessera" train $common --set train.max_steps=20 --set parallel.data=2 --set parallel.overlap=false \
+  --set output.dir="$work/serial" > "$work/serial.log" 2>&1 || { cat "$work/serial.log"; fail "parallel.overlap false"; }
+same_losses "$work/single/metrics.jsonl" "$work/serial/metrics.jsonl" 1
+# With dropout on (each replica's masks its own): a resume at tp=1 x dp=2 is bit-exact too.
+dropout="--set model.dropout=0.1 --set train.max_steps=20 --set checkpoint.every=10 --set parallel.data=2"
+mpi 2 "$tessera" train $common $dropout --set output.dir="$work/drop" > "$work/drop.log" 2>&1 ||
+  { cat "$work/drop.log"; fail "dp=2 with dropout"; }
+mpi 2 "$tessera" train $common $dropout --set output.dir="$work/drop_resumed" --resume "$work/drop/checkpoint_00000010.h5" \
+  > "$work/drop_resumed.log" 2>&1 || { cat "$work/drop_resumed.log"; fail "dp=2 with dropout: resume"; }
+losses "$work/drop/metrics.jsonl" | awk '$1 > 10' > "$work/a.txt"
+losses "$work/drop_resumed/metrics.jsonl" | awk '$1 > 10' > "$work/b.txt"
+[ "$(wc -l < "$work/a.txt")" -eq 10 ] && cmp "$work/a.txt" "$work/b.txt" || fail "dp=2 resume with dropout is not bit-exact"
+losses "$work/tp1_dp2/metrics.jsonl" | cmp -s - "$work/a.txt" && fail "dropout 0.1 trained as dropout 0: the check above proves little"
+h5diff "$work/drop/model.h5" "$work/drop_resumed/model.h5" /model /model > /dev/null || fail "dp=2 resume with dropout: final weights differ"
 
 # Each rank reads only its slices, yet a corrupted byte in any block is caught (the blocks'
 # checksums are combined across the group): rank 1's half of a column-split weight here.
