@@ -3,8 +3,10 @@
 #include <algorithm>
 #include <cstdlib>
 
+#include "common/hash.h"
 #include "dist/local_communicator.h"
 #include "dist/mpi_communicator.h"
+#include "launch/task.h"
 #include "tensor/allocator.h"
 #ifdef TESSERA_WITH_CUDA
 #include "dist/device_communicator.h"
@@ -69,7 +71,7 @@ void root_first(dist::Communicator* world, const std::function<void()>& load) {
   world->barrier();  // rank 0 waits for the others' loading without the timeout, too
 }
 
-ProcessGrid make_process_grid(const io::Config& cfg) {
+ProcessGrid make_process_grid(const io::Config& cfg, std::string_view command_line) {
   const auto tp = static_cast<int>(cfg.integer("parallel.tensor"));
   const auto dp = static_cast<int>(cfg.integer("parallel.data"));
   const bool gpu = cfg.string("train.device") == "cuda";
@@ -86,6 +88,13 @@ ProcessGrid make_process_grid(const io::Config& cfg) {
   dist::set_collective_timeout(cfg.real("parallel.timeout_s"));
   g.rank = world->rank();
   g.size = world->size();
+  // Each rank reads its own config file and command line: node-local copies of "the same" file,
+  // or an MPMD launch. Another parallel layout, seed, batch size or step count on one rank would
+  // make other collectives (heap corruption, a hang) or train replicas apart in silence.
+  check_same_on_every_rank(hash_combine(hash_combine(0, cfg.to_yaml(false)), command_line), world.get(),
+                           "the effective config (the config file with its --set overrides, and --resume)",
+                           "were given another one than rank 0 (config files that differ between machines?): give "
+                           "every rank the same config file and command line");
   g.local_rank = world->mpi()->local_rank();
   if (tp * dp != g.size)
     throw io::ConfigError(fmt::format(

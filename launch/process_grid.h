@@ -6,6 +6,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <string_view>
 
 #include "dist/communicator.h"
 #include "io/config.h"
@@ -37,7 +38,9 @@ void root_first(dist::Communicator* world, const std::function<void()>& load);
 // single process without MPI. Throws (on every rank alike) when tensor x data is not the number
 // of processes. With train.device = cuda each rank takes GPU local_rank % (GPUs it sees), no two ranks
 // may share a physical GPU, and the groups
-// carry CUDA tensors over NCCL (CPU tensors still over MPI).
-ProcessGrid make_process_grid(const io::Config& cfg);
+// carry CUDA tensors over NCCL (CPU tensors still over MPI). Under MPI, first of all, every rank
+// must have the same effective config and `command_line` (the rest of what it was started with,
+// e.g. train's --resume), else every rank throws one EveryRankError.
+ProcessGrid make_process_grid(const io::Config& cfg, std::string_view command_line = {});
 
 }  // namespace tessera::launch

@@ -58,6 +58,15 @@ extern "C" void on_stop_signal(int sig) {
 // The signal that interrupted a validation: this process's own, or a peer's (taken as SIGTERM).
 int signal_that_interrupted() { return g_stop_signal != 0 ? static_cast<int>(g_stop_signal) : SIGTERM; }
 
+// The signal a rank stops for: its own, else its peers' (`signalled` ranks got one, `interrupted` of
+// them SIGINT): SIGINT when all of those were SIGINT (a Ctrl-C reaching every rank, or one), so
+// that rank 0's message and exit status name it; else SIGTERM.
+int agreed_signal(int own, std::int32_t signalled, std::int32_t interrupted) {
+  if (own != 0) return own;
+  if (signalled == 0) return 0;
+  return interrupted == signalled ? SIGINT : SIGTERM;
+}
+
 // Installs the handlers for the lifetime of one training run.
 class StopSignals {
  public:
@@ -285,8 +294,10 @@ class Run {
     std::int64_t& step = step_;
     // A stop signal during the data preparation (minutes on a large corpus): this session has
     // trained nothing, so there is nothing to save; every rank agrees and returns at once.
-    if (dist::count_ranks(g_stop_signal != 0, grid_.world.get()) > 0) {
-      result.stop_signal = signal_that_interrupted();
+    const int own_early = g_stop_signal;
+    if (const std::int32_t signalled = dist::count_ranks(own_early != 0, grid_.world.get()); signalled > 0) {
+      result.stop_signal =
+          agreed_signal(own_early, signalled, dist::count_ranks(own_early == SIGINT, grid_.world.get()));
       result.steps = step;
       fmt::print("train: {} received before the first step of this session: nothing to save; exiting with status {}\n",
                  result.stop_signal == SIGINT ? "SIGINT" : "SIGTERM", 128 + result.stop_signal);
@@ -388,13 +399,14 @@ class Run {
       // this agreed decision may be acted on: a signal arriving after the all-reduce waits for the next
       // step, or this rank would checkpoint (a collective) while the others go on training.
       const int own_signal = g_stop_signal;
-      Tensor stop =
-          Tensor::from(std::vector<std::int32_t>{own_signal != 0, max_seconds > 0 && elapsed >= max_seconds}, {2});
+      Tensor stop = Tensor::from(
+          std::vector<std::int32_t>{own_signal != 0, max_seconds > 0 && elapsed >= max_seconds, own_signal == SIGINT},
+          {3});
       if (grid_.size > 1) grid_.world->all_reduce(stop, dist::ReduceOp::sum);
       const bool out_of_time = stop.data<std::int32_t>()[1] > 0;
-      // A peer's signal stops this rank as a SIGTERM would, without counting as this process's own
+      // A peer's signal stops this rank as its own would, without counting as this process's own
       // first signal (a second one of its own still ends it at once).
-      int stop_signal = own_signal != 0 ? own_signal : stop.data<std::int32_t>()[0] > 0 ? SIGTERM : 0;
+      int stop_signal = agreed_signal(own_signal, stop.data<std::int32_t>()[0], stop.data<std::int32_t>()[2]);
       if (fault_at("TESSERA_FAULT_SIGNAL", step)) std::raise(SIGTERM);
       // The update that took the last batch of train.max_epochs ends the run as max_steps would.
       const bool last_of_data =
@@ -1032,7 +1044,8 @@ void write_effective_config(const io::Config& cfg, const fs::path& dir) {
 }  // namespace
 
 TrainResult run_training(const io::Config& cfg, const TrainOptions& options) {
-  ProcessGrid grid = make_process_grid(cfg);
+  ProcessGrid grid =
+      make_process_grid(cfg, fmt::format("--resume {} {}", options.resume ? "on" : "off", options.resume_path));
   // The model's own constraints (heads divide d_model and the tensor-parallel size, ...) fail
   // now, on every rank alike, before data is read.
   try {

@@ -12,7 +12,8 @@
 #    ranks waiting for rank 0 to train a vocabulary do not time out; at tp=2 the checkpoint stores
 #    the vocabulary as one process does and resumes; a vocabulary or validation text that differs
 #    between the ranks stops the job with one message;
-#  - a SIGTERM on one rank stops every rank at the same step, with one checkpoint;
+#  - a SIGTERM on one rank stops every rank at the same step, with one checkpoint; a SIGINT on rank 1
+#    is named by rank 0 and gives the job's exit status 130;
 #  - a tensor-parallel save failing on one rank ends the job with its error, no temporary left;
 #  - killing one rank of four ends the whole job within 60 s with a non-zero status.
 # Usage: distributed_training.sh TESSERA CONFIG WORKDIR
@@ -150,24 +151,41 @@ mpi 2 "$tessera" train $common $text --set data.vocab="$work/other.model" --set 
   --set train.max_steps=8 --set output.dir="$work/text_tp2" --resume > "$work/text_tp2_other.log" 2>&1 || status=$?
 [ $status -ne 0 ] && [ "$(grep -c "vocabulary '$work/other.model' is not the one it was trained with" "$work/text_tp2_other.log")" -eq 1 ] \
   || { cat "$work/text_tp2_other.log"; fail "a tp=2 resume with another vocabulary was not refused exactly once"; }
-# Files every rank reads for itself that differ between the ranks (node-local copies; here each
-# rank is given its own): the vocabulary, the validation text. One message, before any step.
-differ() {  # differ NAME PATTERN RANK0_ARGS -- RANK1_ARGS
-  name=$1 pattern=$2 && shift 2
-  a="" && while [ "$1" != "--" ]; do a="$a $1" && shift; done && shift
-  status=0
-  timeout 120 mpirun --oversubscribe -np 1 "$tessera" train $common $text --set parallel.data=2 \
-    --set output.dir="$work/$name" $a : -np 1 "$tessera" train $common $text --set parallel.data=2 \
-    --set output.dir="$work/$name" "$@" > "$work/$name.log" 2>&1 || status=$?
-  [ $status -ne 0 ] && [ $status -ne 124 ] && [ "$(grep -c "$pattern" "$work/$name.log")" -eq 1 ] \
-    && ! grep -q '^step ' "$work/$name.log" || { cat "$work/$name.log"; fail "$name: not refused once before training"; }
+# Files every rank reads for itself that differ between the ranks (node-local copies of the same
+# path; here each rank runs in a folder of its own, where a relative path names its own file): the
+# vocabulary, the validation text. One message, before any step.
+refused_once() {  # refused_once NAME PATTERN: the job in $work/NAME.log failed, PATTERN once, no step
+  [ $status -ne 0 ] && [ $status -ne 124 ] && [ "$(grep -c "$2" "$work/$1.log")" -eq 1 ] \
+    && ! grep -q '^step ' "$work/$1.log" || { cat "$work/$1.log"; fail "$1: not refused once before training"; }
 }
-differ differ_vocab "the vocabulary '$work/text1/vocab.model' differs between the ranks: 1 of 2 ranks" \
-  --set data.vocab="$work/text1/vocab.model" -- --set data.vocab="$work/other.model"
+differ() {  # differ NAME PATTERN FILE RANK0_COPY RANK1_COPY ARGS...: FILE (relative) is each rank's copy
+  name=$1 pattern=$2 file=$3 && mkdir -p "$work/$name/r0" "$work/$name/r1"
+  cp "$4" "$work/$name/r0/$file" && cp "$5" "$work/$name/r1/$file" && shift 5
+  status=0
+  timeout 120 mpirun --oversubscribe -np 1 -wdir "$work/$name/r0" "$tessera" train $common $text --set parallel.data=2 \
+    --set output.dir="$work/$name/out" "$@" : -np 1 -wdir "$work/$name/r1" "$tessera" train $common $text \
+    --set parallel.data=2 --set output.dir="$work/$name/out" "$@" > "$work/$name.log" 2>&1 || status=$?
+  refused_once "$name" "$pattern"
+}
+differ differ_vocab "the vocabulary 'vocab.model' differs between the ranks: 1 of 2 ranks" \
+  vocab.model "$work/text1/vocab.model" "$work/other.model" --set data.vocab=vocab.model
 sed "1s/^/ein /" "$corpus.de" > "$work/valid_other.de"
-differ differ_valid "the validation text ('$corpus.en', '$corpus.de') differs between the ranks" \
-  --set data.vocab="$work/text1/vocab.model" -- --set data.vocab="$work/text1/vocab.model" \
-  --set data.valid_tgt="$work/valid_other.de"
+differ differ_valid "the validation text ('$corpus.en', 'valid.de') differs between the ranks" \
+  valid.de "$corpus.de" "$work/valid_other.de" --set data.vocab="$work/text1/vocab.model" --set data.valid_tgt=valid.de
+# ... and so do the configs themselves (an MPMD launch here; config files that differ between
+# machines alike): another seed under tensor parallelism corrupted the heap in an all-reduce.
+# Refused before the output folder is made.
+status=0
+timeout 120 mpirun --oversubscribe -np 1 "$tessera" train $common --set parallel.tensor=2 --set output.dir="$work/differ_config" \
+  : -np 1 "$tessera" train $common --set parallel.tensor=2 --set output.dir="$work/differ_config" --set train.seed=7 \
+  > "$work/differ_config.log" 2>&1 || status=$?
+refused_once differ_config "the effective config (the config file with its --set overrides, and --resume) differs between the ranks: 1 of 2 ranks were given another one than rank 0"
+[ ! -e "$work/differ_config" ] || fail "a refused start made its output folder"
+status=0
+timeout 120 mpirun --oversubscribe -np 1 "$tessera" train $common --set parallel.data=2 --set output.dir="$work/tp2_dp2" \
+  --set train.max_steps=30 --resume : -np 1 "$tessera" train $common --set parallel.data=2 --set output.dir="$work/tp2_dp2" \
+  --set train.max_steps=30 > "$work/differ_resume.log" 2>&1 || status=$?
+refused_once differ_resume "the effective config (the config file with its --set overrides, and --resume) differs between the ranks"
 # The replicas split the validation (loss batches, decoding batches). On the same weights (resumed
 # at the last step: validation only) the loss is one process's bit for bit (per-batch sums added
 # in batch order), and so is BLEU.
@@ -237,6 +255,27 @@ TESSERA_FAULT_SIGNAL=1:4 mpi 2 "$tessera" train $common --set train.max_steps=10
 grep -q '^valid 4: interrupted by a stop signal' "$dir.log" || fail "the validation at step 4 was not interrupted"
 grep -q '^train: SIGTERM received: stopped after step 4;' "$dir.log" || fail "SIGTERM before a validation: not stopped after step 4"
 [ -f "$dir/checkpoint_00000004.h5" ] || fail "SIGTERM before a validation: no checkpoint_00000004.h5"
+
+# SIGINT (a Ctrl-C) on rank 1 alone: rank 0 stops at the same step for it, and its message and
+# exit status name SIGINT, not SIGTERM; the job exits 130.
+dir="$work/sigint_peer"
+mpi 2 "$tessera" train $common --set train.max_steps=1000000 --set parallel.data=2 --set checkpoint.every=0 \
+  --set output.dir="$dir" > "$dir.log" 2>&1 &
+job=$!
+i=0
+until grep -q '^step 3 ' "$dir.log"; do
+  i=$((i + 1))
+  [ $i -lt 1200 ] || { kill -9 $job; fail "SIGINT on rank 1: no step 3 after 120 s"; }
+  sleep 0.1
+done
+for p in $(pgrep -x tessera); do  # rank 1 of this job, by its environment and command line
+  tr '\0' '\n' < "/proc/$p/environ" 2>/dev/null | grep -qx 'OMPI_COMM_WORLD_RANK=1' &&
+    tr '\0' ' ' < "/proc/$p/cmdline" 2>/dev/null | grep -q "output.dir=$dir " && kill -s INT "$p"
+done
+status=0
+wait $job || status=$?
+[ $status -eq 130 ] && grep -q '^train: SIGINT received: stopped after step [0-9]*; .*exiting with status 130$' "$dir.log" ||
+  { tail -n 5 "$dir.log"; fail "SIGINT on rank 1: exit status $status, or rank 0 did not name SIGINT"; }
 
 # A tensor-parallel save failing on one rank (injected, as a full disk there): that rank says why
 # and ends the job at once, leaving no temporary file (it used to unwind into HDF5's collective
