@@ -335,7 +335,19 @@ void check_fits_positions(const io::Config& cfg, const char* length_key) {
 TextCodec load_or_train_vocab(const io::Config& cfg, const std::string& path, const char* key,
                               std::vector<std::string> inputs, const char* side) {
   if (std::filesystem::exists(path)) {
-    TextCodec codec = TextCodec::sentencepiece(data::Vocab::load(path));
+    const auto load = [&] {
+      try {
+        return data::Vocab::load(path);
+      } catch (const Error& e) {
+        if (!cfg.string(key).empty()) throw;
+        // One a start trained here (an earlier build wrote it in place: a kill could cut it short).
+        throw Error(fmt::format(
+            "{} (the vocabulary trained on first use into output.dir; delete it, and the next start trains it again, "
+            "or --resume writes back the one its checkpoint holds)",
+            e.what()));
+      }
+    };
+    TextCodec codec = TextCodec::sentencepiece(load());
     fmt::print("data: {} vocabulary {} ({} entries)\n", side, path, codec.size());
     // One trained on first use is kept: a changed data.vocab_size (on resume, say) does not retrain it.
     if (cfg.string(key).empty() && codec.size() != cfg.integer("data.vocab_size"))

@@ -2,6 +2,7 @@
 
 #include <sentencepiece_processor.h>
 #include <sentencepiece_trainer.h>
+#include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
@@ -98,8 +99,11 @@ Vocab Vocab::train(const VocabTrainOptions& opt) {
     if (ec) fail("vocab: cannot create directory '{}': {}", prefix.parent_path().string(), ec.message());
   }
 
+  // Written under a temporary prefix and renamed once complete: a start killed while SentencePiece
+  // writes leaves no truncated P.model that the next start would take for a trained vocabulary.
+  const std::string tmp_prefix = fmt::format("{}.tmp{}", opt.model_prefix, ::getpid());
   const std::unordered_map<std::string, std::string> args = {
-      {"model_prefix", opt.model_prefix},
+      {"model_prefix", tmp_prefix},
       {"vocab_size", std::to_string(opt.vocab_size)},
       {"model_type", opt.model_type},
       {"character_coverage", fmt::format("{}", opt.character_coverage)},
@@ -116,9 +120,16 @@ Vocab Vocab::train(const VocabTrainOptions& opt) {
   };
   VectorSentenceIterator it(&sentences);
   const auto status = sentencepiece::SentencePieceTrainer::Train(args, &it);
-  if (!status.ok())
+  std::error_code ec;
+  if (!status.ok()) {
+    for (const char* ext : {".model", ".vocab"}) std::filesystem::remove(tmp_prefix + ext, ec);
     fail("vocab: SentencePiece training failed (model_type={}, vocab_size={}, {} sentences): {}", opt.model_type,
          opt.vocab_size, sentences.size(), status.ToString());
+  }
+  for (const char* ext : {".vocab", ".model"}) {  // the .model last: its presence means a trained vocabulary
+    std::filesystem::rename(tmp_prefix + ext, opt.model_prefix + ext, ec);
+    if (ec) fail("vocab: cannot write '{}{}': {}", opt.model_prefix, ext, ec.message());
+  }
   return load(opt.model_prefix + ".model");
 }
 

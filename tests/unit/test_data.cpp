@@ -268,6 +268,11 @@ TEST_F(VocabTest, TrainsWithRequestedSizeAndFiles) {
   EXPECT_TRUE(fs::exists(dir_ / "bpe.model"));
   EXPECT_TRUE(fs::exists(dir_ / "bpe.vocab"));
   EXPECT_EQ(vocab_->path(), (dir_ / "bpe.model").string());
+  // Written under a temporary prefix and renamed: nothing else is left in the folder.
+  std::vector<std::string> files;
+  for (const auto& e : fs::directory_iterator(dir_)) files.push_back(e.path().filename().string());
+  std::sort(files.begin(), files.end());
+  EXPECT_EQ(files, (std::vector<std::string>{"bpe.model", "bpe.vocab"}));
 }
 
 TEST_F(VocabTest, SpecialIds) {
@@ -392,6 +397,10 @@ TEST(Vocab, TooLargeVocabularyIsAClearError) {
     EXPECT_NE(msg.find("vocab_size=5000"), std::string::npos) << msg;
     EXPECT_NE(msg.find("Vocabulary size too high (5000)"), std::string::npos) << msg;
   }
+  // A failed training leaves no file behind (a .model would be taken for a trained vocabulary).
+  std::vector<std::string> files;
+  for (const auto& e : fs::directory_iterator(dir.path(""))) files.push_back(e.path().filename().string());
+  EXPECT_EQ(files, std::vector<std::string>{"small.txt"});
 }
 
 TEST(Vocab, BadOptions) {
