@@ -806,18 +806,7 @@ class Run {
       if (!params[i].grad().defined()) continue;
       (model_.shard_dim(i) == dist::ShardDim::replicated ? replicated : sharded).push_back(params[i].grad());
     }
-    Tensor sq =
-        Tensor::from(std::vector<double>{kernels::sum_of_squares(replicated), kernels::sum_of_squares(sharded)}, {2});
-    grid_.tensor->all_reduce(sq, dist::ReduceOp::sum);
-    const double norm = std::sqrt(sq.data<double>()[0] / grid_.tensor->size() + sq.data<double>()[1]);
-    if (clip > 0 && norm > clip) {
-      for (const ag::Var& p : model_.parameters()) {
-        if (!p.grad().defined()) continue;
-        Tensor g = p.grad();
-        kernels::scale_inplace(g, clip / norm);
-      }
-    }
-    return norm;
+    return clip_gradient_norm(replicated, sharded, *grid_.tensor, clip);
   }
 
   // false: interrupted by a stop signal on some rank (every rank returns false alike).
@@ -940,6 +929,19 @@ class Run {
 };
 
 }  // namespace
+
+double clip_gradient_norm(const std::vector<Tensor>& replicated, const std::vector<Tensor>& sharded,
+                          dist::Communicator& tensor_group, double clip) {
+  Tensor sq =
+      Tensor::from(std::vector<double>{kernels::sum_of_squares(replicated), kernels::sum_of_squares(sharded)}, {2});
+  tensor_group.all_reduce(sq, dist::ReduceOp::sum);
+  const double norm = std::sqrt(sq.data<double>()[0] / tensor_group.size() + sq.data<double>()[1]);
+  if (clip > 0 && norm > clip) {
+    for (const std::vector<Tensor>* group : {&replicated, &sharded})
+      for (Tensor g : *group) kernels::scale_inplace(g, clip / norm);
+  }
+  return norm;
+}
 
 double noam_learning_rate(double factor, std::int64_t d_model, std::int64_t warmup, std::int64_t step) {
   const double s = static_cast<double>(std::max<std::int64_t>(step, 1));

@@ -10,7 +10,9 @@
 #include <utility>
 #include <vector>
 
+#include "dist/communicator.h"
 #include "io/config.h"
+#include "tensor/tensor.h"
 
 namespace tessera::launch {
 
@@ -42,6 +44,12 @@ double lr_factor(const io::Config& cfg);
 // to a minimum instead of still moving at the end).
 double linear_decay_learning_rate(double factor, std::int64_t d_model, std::int64_t warmup, std::int64_t max_steps,
                                   std::int64_t step);
+
+// The global norm of the gradients, sqrt(sum of squares), and when `clip` > 0 and the norm exceeds
+// it every gradient scaled by clip / norm (in place). Under tensor parallelism the sharded ones'
+// squares are summed over `tensor_group`, the replicated ones (the same on every rank) count once.
+double clip_gradient_norm(const std::vector<Tensor>& replicated, const std::vector<Tensor>& sharded,
+                          dist::Communicator& tensor_group, double clip);
 
 // Trains; on SIGTERM / SIGINT finishes the step, writes a checkpoint and returns with stop_signal set.
 TrainResult run_training(const io::Config& cfg, const TrainOptions& options = {});
