@@ -55,16 +55,21 @@ extern "C" void on_stop_signal(int sig) {
   g_stop_signal = sig;
 }
 
-// The signal that interrupted a validation: this process's own, or a peer's (taken as SIGTERM).
-int signal_that_interrupted() { return g_stop_signal != 0 ? static_cast<int>(g_stop_signal) : SIGTERM; }
-
 // The signal a rank stops for: its own, else its peers' (`signalled` ranks got one, `interrupted` of
 // them SIGINT): SIGINT when all of those were SIGINT (a Ctrl-C reaching every rank, or one), so
-// that rank 0's message and exit status name it; else SIGTERM.
+// that rank 0's message and exit status name it; else SIGTERM; 0 when no rank got one.
 int agreed_signal(int own, std::int32_t signalled, std::int32_t interrupted) {
   if (own != 0) return own;
   if (signalled == 0) return 0;
   return interrupted == signalled ? SIGINT : SIGTERM;
+}
+
+// The same, counted over `world` (a collective: every rank at once), where the ranks already agreed
+// to stop (before the first step, or a validation they all cut short): SIGTERM if no rank holds one.
+int agreed_stop_signal(dist::Communicator* world) {
+  const int own = g_stop_signal;
+  const int sig = agreed_signal(own, dist::count_ranks(own != 0, world), dist::count_ranks(own == SIGINT, world));
+  return sig != 0 ? sig : SIGTERM;
 }
 
 // Installs the handlers for the lifetime of one training run.
@@ -294,10 +299,8 @@ class Run {
     std::int64_t& step = step_;
     // A stop signal during the data preparation (minutes on a large corpus): this session has
     // trained nothing, so there is nothing to save; every rank agrees and returns at once.
-    const int own_early = g_stop_signal;
-    if (const std::int32_t signalled = dist::count_ranks(own_early != 0, grid_.world.get()); signalled > 0) {
-      result.stop_signal =
-          agreed_signal(own_early, signalled, dist::count_ranks(own_early == SIGINT, grid_.world.get()));
+    if (dist::count_ranks(g_stop_signal != 0, grid_.world.get()) > 0) {
+      result.stop_signal = agreed_stop_signal(grid_.world.get());
       result.steps = step;
       fmt::print("train: {} received before the first step of this session: nothing to save; exiting with status {}\n",
                  result.stop_signal == SIGINT ? "SIGINT" : "SIGTERM", 128 + result.stop_signal);
@@ -312,7 +315,7 @@ class Run {
           "train: step {} has not been validated (a stop signal cut its validation short, or train.valid_every "
           "changed): validating it first\n",
           step);
-      if (!validate(step, result)) return stopped_by_signal(signal_that_interrupted(), std::move(result));
+      if (!validate(step, result)) return stopped_by_signal(agreed_stop_signal(grid_.world.get()), std::move(result));
       stop_early = patience > 0 && validations_since_best_ >= patience;
       if (stop_early) print_early_stop(step);
     }
@@ -464,7 +467,7 @@ class Run {
       const auto pause_start = Clock::now();
       if (valid_every > 0 && step % valid_every == 0 && step != max_steps && !out_of_time && stop_signal == 0) {
         // Interrupted on every rank alike (its decoding agrees on it): stop as after a signal here.
-        if (!validate(step, result)) stop_signal = signal_that_interrupted();
+        if (!validate(step, result)) stop_signal = agreed_stop_signal(grid_.world.get());
         // Every rank validates the same model on the same data, so all stop at the same step.
         no_progress = patience > 0 && validations_since_best_ >= patience;
       }
@@ -492,7 +495,7 @@ class Run {
     // A fork's repeat of the validation its checkpoint already counted does not count again.
     const bool on_schedule = valid_every > 0 && step % valid_every == 0 && checkpoint_validated_step_ != step;
     if (last_validated_step_ != step && !validate(step, result, on_schedule))
-      result.stop_signal = signal_that_interrupted();
+      result.stop_signal = agreed_stop_signal(grid_.world.get());
     // Saved again when this validation came after the step's checkpoint (a run that ended on
     // max_epochs or max_minutes saved it in the loop): its record must say the step is validated.
     if (!step_checkpoint_current()) save_step_checkpoint();

@@ -237,6 +237,14 @@ TEST(Corpus, ParallelReaderFingerprint) {
 namespace {
 
 // One small joint BPE model shared by the Vocab tests (training takes a moment).
+// A folder's file names, sorted.
+std::vector<std::string> files_in(const fs::path& dir) {
+  std::vector<std::string> names;
+  for (const auto& entry : fs::directory_iterator(dir)) names.push_back(entry.path().filename().string());
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
 class VocabTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
@@ -269,10 +277,7 @@ TEST_F(VocabTest, TrainsWithRequestedSizeAndFiles) {
   EXPECT_TRUE(fs::exists(dir_ / "bpe.vocab"));
   EXPECT_EQ(vocab_->path(), (dir_ / "bpe.model").string());
   // Written under a temporary prefix and renamed: nothing else is left in the folder.
-  std::vector<std::string> files;
-  for (const auto& e : fs::directory_iterator(dir_)) files.push_back(e.path().filename().string());
-  std::sort(files.begin(), files.end());
-  EXPECT_EQ(files, (std::vector<std::string>{"bpe.model", "bpe.vocab"}));
+  EXPECT_EQ(files_in(dir_), (std::vector<std::string>{"bpe.model", "bpe.vocab"}));
 }
 
 TEST_F(VocabTest, SpecialIds) {
@@ -398,9 +403,7 @@ TEST(Vocab, TooLargeVocabularyIsAClearError) {
     EXPECT_NE(msg.find("Vocabulary size too high (5000)"), std::string::npos) << msg;
   }
   // A failed training leaves no file behind (a .model would be taken for a trained vocabulary).
-  std::vector<std::string> files;
-  for (const auto& e : fs::directory_iterator(dir.path(""))) files.push_back(e.path().filename().string());
-  EXPECT_EQ(files, std::vector<std::string>{"small.txt"});
+  EXPECT_EQ(files_in(dir.path("")), std::vector<std::string>{"small.txt"});
 }
 
 TEST(Vocab, BadOptions) {
@@ -532,13 +535,6 @@ void rewrite_checksum(const std::string& path) {
   const auto crc = static_cast<std::uint32_t>(
       crc32_z(crc32_z(0, nullptr, 0), reinterpret_cast<const Bytef*>(bytes.data()), bytes.size()));
   patch(path, static_cast<std::int64_t>(bytes.size()), std::string(reinterpret_cast<const char*>(&crc), 4));
-}
-
-std::vector<std::string> files_in(const fs::path& dir) {
-  std::vector<std::string> names;
-  for (const auto& entry : fs::directory_iterator(dir)) names.push_back(entry.path().filename().string());
-  std::sort(names.begin(), names.end());
-  return names;
 }
 
 }  // namespace

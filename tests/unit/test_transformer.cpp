@@ -442,15 +442,14 @@ TEST(LearningRate, LinearDecayAfterTheSameWarmup) {
 // so the norm becomes the clip and the direction stays; at or below it (or clip 0) nothing changes.
 TEST(GradientClipping, ScalesTheGlobalNormToTheClipKeepingTheDirection) {
   dist::LocalCommunicator one;
-  const auto values = [](const Tensor& t) { return t.to_doubles(); };
   Tensor a = Tensor::from(std::vector<float>{3, 0, -4}, {3}), b = Tensor::from(std::vector<float>{12}, {1});
   EXPECT_DOUBLE_EQ(launch::clip_gradient_norm({a}, {b}, one, 0.0), 13.0);  // sqrt(9 + 16 + 144)
   EXPECT_DOUBLE_EQ(launch::clip_gradient_norm({a}, {b}, one, 13.0), 13.0);
-  EXPECT_EQ(values(a), (std::vector<double>{3, 0, -4}));
-  EXPECT_EQ(values(b), std::vector<double>{12});
+  EXPECT_EQ(a.to_doubles(), (std::vector<double>{3, 0, -4}));
+  EXPECT_EQ(b.to_doubles(), std::vector<double>{12});
   EXPECT_DOUBLE_EQ(launch::clip_gradient_norm({a}, {b}, one, 6.5), 13.0);  // returns the norm before clipping
-  EXPECT_EQ(values(a), (std::vector<double>{1.5, 0, -2}));
-  EXPECT_EQ(values(b), std::vector<double>{6});
+  EXPECT_EQ(a.to_doubles(), (std::vector<double>{1.5, 0, -2}));
+  EXPECT_EQ(b.to_doubles(), std::vector<double>{6});
   EXPECT_DOUBLE_EQ(launch::clip_gradient_norm({a}, {b}, one, 0.0), 6.5);
 }
 
