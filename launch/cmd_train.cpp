@@ -1,6 +1,7 @@
 #include <fmt/core.h>
 
 #include "launch/commands.h"
+#include "launch/process_grid.h"
 #include "launch/schema.h"
 #include "launch/trainer.h"
 
@@ -27,7 +28,7 @@ Command add_train_command(CLI::App& parent) {
   return {cmd, [opt, resume] {
             const io::Config cfg = io::Config::load(tessera_schema(), opt->config, opt->overrides);
             if (opt->print_config) {
-              fmt::print("{}", cfg.to_yaml(true));
+              if (launcher_rank() == 0) fmt::print("{}", cfg.to_yaml(true));  // once under mpirun
               return 0;
             }
             const TrainResult result =

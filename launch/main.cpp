@@ -3,6 +3,7 @@
 
 #include <cstdio>
 #include <exception>
+#include <sstream>
 
 #include "common/error.h"
 #include "dist/mpi_communicator.h"
@@ -26,7 +27,15 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   const std::vector<Command> commands = {add_train_command(app), add_translate_command(app), add_score_command(app),
                                          add_vocab_command(app), add_average_command(app),   add_bench_command(app)};
-  CLI11_PARSE(app, argc, argv);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    // Under mpirun every rank is given the same command line: one prints the help or the version.
+    // An error is printed by each (an MPMD launch may give only some ranks a bad one).
+    if (e.get_exit_code() != 0 || launcher_rank() == 0) return app.exit(e);
+    std::ostringstream quiet;
+    return app.exit(e, quiet, quiet);
+  }
   try {
     for (const auto& c : commands)
       if (c.app->parsed()) return c.one_process && launcher_rank() != 0 ? 0 : c.run();
