@@ -318,6 +318,7 @@ class Run {
       if (!validate(step, result)) return stopped_by_signal(agreed_stop_signal(grid_.world.get()), std::move(result));
       stop_early = patience > 0 && validations_since_best_ >= patience;
       if (stop_early) print_early_stop(step);
+      window_start = Clock::now();  // the first log window counts training only, as the others
     }
     // A run that stopped early stays stopped (as at max_steps), unless train.patience is raised.
     if (!stop_early && patience > 0 && validations_since_best_ >= patience) {
