@@ -416,7 +416,8 @@ class Run {
       const bool last_of_data =
           max_epochs > 0 &&
           (out_of_data || (batcher_.epoch() >= max_epochs - 1 && batcher_.position() == batcher_.batches_per_epoch()));
-      if (step % log_every == 0 || step == max_steps || out_of_time || last_of_data) {
+      // The step a signal stops at is logged too: its window's losses would be in no log line.
+      if (step % log_every == 0 || step == max_steps || out_of_time || last_of_data || stop_signal != 0) {
         const double wsecs = std::chrono::duration<double>(Clock::now() - window_start).count();
         const double session = std::chrono::duration<double>(Clock::now() - start_).count();
         const std::int64_t steps_left =

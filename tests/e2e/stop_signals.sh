@@ -1,7 +1,8 @@
 #!/bin/sh
 # SIGTERM and SIGINT: training finishes its step, writes a checkpoint, exits with 128 + signal;
-# --resume then carries on from that checkpoint to the end; a second signal exits at once. A SIGTERM
-# before the first step saves nothing and exits at once; the log reaches its file line by line.
+# --resume then carries on from that checkpoint to the end; a second signal exits at once; the step
+# stopped at is logged. A SIGTERM before the first step saves nothing and exits at once; the log
+# reaches its file line by line.
 # Usage: stop_signals.sh TESSERA CONFIG WORKDIR
 set -eu
 tessera=$1 config=$2 work=$3
@@ -66,6 +67,15 @@ tail -n 3 "$work/final.log"
 [ $status -eq 143 ] && grep -q "train: SIGTERM received during the final validation (not scored); exiting with status 143" \
   "$work/final.log" || { echo "FAIL: a SIGTERM during the final validation (status $status)"; exit 1; }
 [ -f "$work/final/model.h5" ] || { echo "FAIL: no model.h5 after a SIGTERM during the final validation"; exit 1; }
+# The step a signal stops at is logged, also off train.log_every (a SIGTERM injected after step 7's
+# stop agreement stops after step 8; log_every 5): no step's loss is missing from the metrics.
+status=0
+TESSERA_FAULT_SIGNAL=0:7 "$tessera" train --config "$config" --set output.dir="$work/logged" --set train.log_every=5 \
+  --set train.valid_every=0 --set checkpoint.every=0 > "$work/logged.log" 2>&1 || status=$?
+[ $status -eq 143 ] && grep -q "SIGTERM received: stopped after step 8;" "$work/logged.log" ||
+  { cat "$work/logged.log"; echo "FAIL: the injected SIGTERM did not stop the run after step 8 (status $status)"; exit 1; }
+[ "$(grep -o '"step": [0-9]*,' "$work/logged/metrics.jsonl" | tr -d '\n')" = '"step": 5,"step": 8,' ] && grep -q '^step 8 | ' "$work/logged.log" ||
+  { cat "$work/logged.log"; echo "FAIL: the step the signal stopped at was not logged"; exit 1; }
 # A SIGTERM during the data preparation (injected at "step 0"): this session trained nothing, so it
 # saves nothing and exits 143 at once instead of training a step first.
 status=0
