@@ -3,9 +3,9 @@
 
 #include <cerrno>
 #include <charconv>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <iostream>
 #include <limits>
 
@@ -41,6 +41,38 @@ void check_writable_output(const std::string& path, const std::vector<std::pair<
   // The file itself where it exists (it is replaced), else its folder (it is created there).
   const std::string target = fs::exists(path, ec) ? path : folder.string();
   if (::access(target.c_str(), W_OK) != 0) fail("translate: cannot write '{}': {}", path, std::strerror(errno));
+}
+
+// Writes the lines to `path` (empty: standard output). A file is written whole or not at all: into
+// a temporary beside it, renamed over it once complete, so a full disk leaves the old one as it
+// was. Anything else is written in place: a device or a pipe, and a link (/dev/stdout is one,
+// to wherever standard output goes: replacing what it names would cut the caller's file).
+void write_translations(const std::string& path, const std::vector<std::string>& lines) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  const std::string name = path.empty() ? std::string("standard output") : fmt::format("'{}'", path);
+  const fs::file_status status = fs::symlink_status(path, ec);
+  const bool replace = !path.empty() && (status.type() == fs::file_type::not_found || fs::is_regular_file(status));
+  const std::string tmp = replace ? fmt::format("{}.tmp{}", path, ::getpid()) : std::string();
+  std::FILE* f = path.empty() ? stdout : std::fopen(replace ? tmp.c_str() : path.c_str(), "w");
+  if (f == nullptr) fail("translate: cannot write {}: {}", name, std::strerror(errno));
+  bool complete = true;
+  for (const std::string& l : lines)
+    if (std::fwrite(l.data(), 1, l.size(), f) != l.size() || std::fputc('\n', f) == EOF) {
+      complete = false;
+      break;
+    }
+  int error = complete && std::fflush(f) == 0 ? 0 : errno;
+  if (f != stdout && std::fclose(f) != 0 && error == 0) error = errno;
+  if (error == 0 && replace) {
+    if (fs::is_regular_file(status)) fs::permissions(tmp, status.permissions(), ec);  // the old file's, kept
+    fs::rename(tmp, path, ec);
+    error = ec.value();
+  }
+  if (error == 0) return;
+  if (replace) fs::remove(tmp, ec);
+  fail("translate: writing the translations to {} failed: {}{}", name, std::strerror(error),
+       replace ? fmt::format(" ({} is as it was)", name) : std::string());
 }
 
 // Standard input's lines, checked as read_lines checks a file's ("\r" ends dropped, UTF-8).
@@ -187,15 +219,7 @@ Command add_translate_command(CLI::App& parent) {
                 opt->nbest > 0 ? nbest_lines(translator, job.sources, dec, opt->nbest, opt->beam, batch, world.get())
                                : translator.translate(job.sources, dec, batch, world.get());
             if (!root) return 0;
-            std::ofstream file;
-            if (!opt->output.empty()) {
-              file.open(opt->output);
-              TESSERA_CHECK(file.good(), "translate: cannot write '{}': {}", opt->output, std::strerror(errno));
-            }
-            std::ostream& out = opt->output.empty() ? std::cout : file;
-            for (const auto& l : out_lines) out << l << '\n';
-            out.flush();
-            TESSERA_CHECK(out.good(), "translate: writing the translations failed");
+            write_translations(opt->output, out_lines);
             return 0;
           }};
 }
