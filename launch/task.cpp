@@ -14,6 +14,8 @@
 #include <limits>
 #include <numeric>
 #include <sstream>
+#include <string>
+#include <string_view>
 
 #include "common/hash.h"
 #include "data/corpus.h"
@@ -366,15 +368,15 @@ TextCodec load_or_train_vocab(const io::Config& cfg, const std::string& path, co
   vo.model_type = cfg.string("data.vocab_type");
   vo.seed = static_cast<std::uint64_t>(cfg.integer("train.seed"));
   // SentencePiece's own message names its limit, not our key: a size the text cannot fill (a tiny
-  // or nearly empty corpus) fails here.
+  // or nearly empty corpus) fails in its training (the hint is for that failure alone).
   const auto train = [&] {
     try {
       return data::Vocab::train(vo);
     } catch (const Error& e) {
-      throw Error(
-          fmt::format("data: the {} vocabulary of data.vocab_size = {} could not be trained on '{}' (too "
-                      "little text for that size?): {}",
-                      side, vo.vocab_size, fmt::join(vo.inputs, "', '"), e.what()));
+      const bool in_training = std::string_view(e.what()).find("SentencePiece training failed") != std::string::npos;
+      throw Error(fmt::format("data: the {} vocabulary of data.vocab_size = {} could not be trained on '{}'{}: {}",
+                              side, vo.vocab_size, fmt::join(vo.inputs, "', '"),
+                              in_training ? " (too little text for that size?)" : "", e.what()));
     }
   };
   TextCodec codec = TextCodec::sentencepiece(train());

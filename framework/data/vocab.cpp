@@ -4,8 +4,10 @@
 #include <sentencepiece_trainer.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <limits>
 #include <random>
 #include <string>
@@ -18,6 +20,12 @@
 namespace tessera::data {
 
 namespace {
+
+// Lines of a file (its newline characters), read as bytes.
+std::int64_t count_lines(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::count(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>(), '\n');
+}
 
 // Hands the sampled sentences to the trainer without a temporary file.
 class VectorSentenceIterator : public sentencepiece::SentenceIterator {
@@ -126,6 +134,21 @@ Vocab Vocab::train(const VocabTrainOptions& opt) {
     fail("vocab: SentencePiece training failed (model_type={}, vocab_size={}, {} sentences): {}", opt.model_type,
          opt.vocab_size, sentences.size(), status.ToString());
   }
+  // SentencePiece does not report a failed write (a full disk): read both files back first, so a
+  // truncated one is neither renamed into place nor taken for a trained vocabulary by later starts.
+  std::string unreadable;
+  try {
+    const Vocab written = load(tmp_prefix + ".model");
+    const std::int64_t lines = count_lines(tmp_prefix + ".vocab");
+    if (lines != written.size())
+      unreadable = fmt::format("'{}.vocab' holds {} of its {} lines", opt.model_prefix, lines, written.size());
+  } catch (const Error& e) {
+    unreadable = e.what();
+  }
+  if (!unreadable.empty()) {
+    for (const char* ext : {".model", ".vocab"}) std::filesystem::remove(tmp_prefix + ext, ec);
+    fail("vocab: writing the vocabulary '{}.model' failed (a full disk?): {}", opt.model_prefix, unreadable);
+  }
   for (const char* ext : {".vocab", ".model"}) {  // the .model last: its presence means a trained vocabulary
     std::filesystem::rename(tmp_prefix + ext, opt.model_prefix + ext, ec);
     if (ec) fail("vocab: cannot write '{}{}': {}", opt.model_prefix, ext, ec.message());
@@ -137,7 +160,13 @@ Vocab Vocab::load(const std::string& path) {
   Vocab v;
   std::error_code ec;
   if (!std::filesystem::exists(path, ec)) fail("cannot read vocabulary '{}': No such file or directory", path);
-  const auto status = v.sp_->Load(path);
+  if (std::filesystem::is_directory(path, ec)) fail("cannot read vocabulary '{}': it is a folder", path);
+  sentencepiece::util::Status status;
+  try {  // SentencePiece's reader throws on some errors instead of returning them
+    status = v.sp_->Load(path);
+  } catch (const std::exception& e) {
+    fail("cannot read vocabulary '{}': {}", path, e.what());
+  }
   if (!status.ok()) fail("cannot read vocabulary '{}': {}", path, status.ToString());
   v.path_ = path;
   v.check_special_ids();
