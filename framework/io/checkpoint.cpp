@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -420,6 +421,15 @@ class Reader {
     if (!ok) fail("checkpoint '{}': {}{}", path_, what, h5_error());
   }
 
+  // Training stops before a non-finite update, so its checkpoints hold finite numbers only: one
+  // that does not (edited, or written by another tool) would translate into empty lines in silence.
+  void check_finite(const Tensor& t, const std::string& where) const {
+    const float* v = t.data<float>();
+    const float* bad = std::find_if(v, v + t.numel(), [](float x) { return !std::isfinite(x); });
+    if (bad != v + t.numel())
+      fail("checkpoint '{}': dataset '{}' holds a non-finite value ({}) at element {}", path_, where, *bad, bad - v);
+  }
+
  private:
   void require_attr(hid_t obj, const char* name) const {
     check(H5Aexists(obj, name) > 0, fmt::format("attribute '{}' is missing", name));
@@ -444,6 +454,7 @@ class Reader {
     check(H5Dread(ds.id(), H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, t.raw_data()) >= 0,
           fmt::format("cannot read dataset '{}' (truncated or corrupted file?)", where));
     verify(ds.id(), where, checksum(t.raw_data(), static_cast<std::size_t>(t.numel()) * sizeof(float)));
+    check_finite(t, where);
     return t;
   }
 
@@ -836,6 +847,7 @@ ShardedCheckpoint load_checkpoint_sharded(const std::string& path, const std::ma
       r.check(H5Dread(ds.id(), H5T_NATIVE_FLOAT, mspace.id(), fspace.id(), H5P_DEFAULT, block.raw_data()) >= 0,
               fmt::format("cannot read dataset '{}' (truncated or corrupted file?)", where));
       r.verify(ds.id(), where, group_crc(block, dim, group.comm(), parts));
+      r.check_finite(block, where);  // of this rank's block (the element counts within it)
       out.emplace(name, std::move(block));
     }
     return out;

@@ -9,6 +9,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 
 #include "io/checkpoint.h"
 #include "optim/adam.h"
@@ -299,6 +300,29 @@ TEST_F(CheckpointTest, CorruptedDataFailsItsChecksum) {
       << msg;
   // A weights-only load does not read the optimizer group, so it still succeeds.
   EXPECT_EQ(io::load_checkpoint(path("c.h5"), true).model.size(), 2u);
+}
+
+// A checkpoint holding a NaN or an infinity (with a checksum that matches) is refused, naming the
+// dataset and the element: the weights would translate into empty lines without a word.
+TEST_F(CheckpointTest, NonFiniteValuesAreRefused) {
+  for (const float bad : {std::numeric_limits<float>::quiet_NaN(), -std::numeric_limits<float>::infinity()}) {
+    io::Checkpoint c = sample_checkpoint();
+    c.model.at("encoder.layers.0.fc1.weight").data<float>()[7] = bad;
+    io::save_checkpoint(path("c.h5"), c);
+    const std::string msg = error_of([&] { io::load_checkpoint(path("c.h5"), true); });
+    EXPECT_NE(msg.find(fmt::format("checkpoint '{}': dataset '/model/encoder.layers.0.fc1.weight' holds a non-finite "
+                                   "value ({}) at element 7",
+                                   path("c.h5"), bad)),
+              std::string::npos)
+        << msg;
+  }
+  io::Checkpoint c = sample_checkpoint();
+  c.exp_avg_sq.at("embed_tokens.weight").data<float>()[0] = std::numeric_limits<float>::infinity();
+  io::save_checkpoint(path("c.h5"), c);
+  EXPECT_NE(error_of([&] {
+              io::load_checkpoint(path("c.h5"));
+            }).find("dataset '/optimizer/exp_avg_sq/embed_tokens.weight' holds a non-finite value (inf) at element 0"),
+            std::string::npos);
 }
 
 TEST_F(CheckpointTest, ParametersMustFitTheModel) {
