@@ -64,8 +64,10 @@ Command add_average_command(CLI::App& parent) {
             check_same_heads(opt->inputs);
             const io::Checkpoint avg = io::average_checkpoints(opt->inputs);
             io::save_checkpoint(opt->output, avg);
-            fmt::print("average: wrote {} ({} tensors, the mean of {} checkpoints)\n", opt->output, avg.model.size(),
-                       opt->inputs.size());
+            // One input: its weights alone (a weights-only copy), said as such.
+            fmt::print("average: wrote {} ({} tensors, {})\n", opt->output, avg.model.size(),
+                       opt->inputs.size() == 1 ? std::string("the weights of 1 checkpoint")
+                                               : fmt::format("the mean of {} checkpoints", opt->inputs.size()));
             return 0;
           },
           /*one_process=*/true};

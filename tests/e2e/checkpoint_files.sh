@@ -40,7 +40,11 @@ h5dump -a /train/step "$dir/checkpoint_00000050.h5" | grep -q '(0): 50' || fail 
 h5dump -a /model/embed_tokens.weight/crc32 "$dir/model.h5" | grep -q '(0): [0-9]' || fail "no crc32 attribute"
 
 # Average two checkpoints; the result translates and scores.
-"$tessera" average "$dir/checkpoint_00000040.h5" "$dir/checkpoint_00000050.h5" -o "$work/avg.h5"
+"$tessera" average "$dir/checkpoint_00000040.h5" "$dir/checkpoint_00000050.h5" -o "$work/avg.h5" | grep -q ', the mean of 2 checkpoints)$' ||
+  fail "average of two did not say so"
+# One checkpoint: its weights alone (a weights-only copy), said as such.
+"$tessera" average "$dir/checkpoint_00000040.h5" -o "$work/one.h5" | grep -q ', the weights of 1 checkpoint)$' ||
+  fail "average of one did not say so"
 # The same file twice (it would weigh double) and an output that is an input (a full checkpoint
 # replaced by weights only) are refused, and nothing is written.
 cp "$dir/checkpoint_00000040.h5" "$work/c40.h5"
