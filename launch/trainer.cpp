@@ -1116,6 +1116,8 @@ TrainResult run_training(const io::Config& cfg, const TrainOptions& options) {
   }
   if (grid.root()) {
     std::error_code ec;
+    if (fs::exists(dir, ec) && !fs::is_directory(dir, ec))
+      fail("output.dir '{}' is a file, not a folder", dir.string());
     std::filesystem::create_directories(dir, ec);
     if (ec) fail("cannot create output.dir '{}': {}", dir.string(), ec.message());
     fmt::print("config (effective):\n{}", cfg.to_yaml(false));
