@@ -16,6 +16,7 @@
 #include <sstream>
 #include <string>
 #include <string_view>
+#include <thread>
 
 #include "common/hash.h"
 #include "data/corpus.h"
@@ -55,8 +56,12 @@ std::vector<std::int32_t> TextCodec::encode(const std::string& text) const {
     } catch (const std::exception&) {
       v = -1;
     }
-    TESSERA_CHECK(v >= 0 && v < symbols_, "synthetic task input: '{}' is not a symbol number in [0, {})", word,
-                  symbols_);
+    if (v < 0 || v >= symbols_) {
+      std::string shown;  // control bytes written out: a NUL would end the message there
+      for (const unsigned char c : word)
+        shown += c < 0x20 || c == 0x7f ? fmt::format("\\x{:02x}", c) : std::string(1, static_cast<char>(c));
+      fail("synthetic task input: '{}' is not a symbol number in [0, {})", shown, symbols_);
+    }
     ids.push_back(static_cast<std::int32_t>(v + data::kFirstSymbol));
   }
   return ids;
@@ -286,6 +291,17 @@ data::ExampleSet report(EncodedPairs&& e, const std::string& what, std::int64_t 
              e.examples.size(), what, static_cast<double>(e.examples.bytes()) / 1e6, e.examples.wide() ? 32 : 16,
              e.empty, e.too_long, max_len);
   return std::move(e.examples);
+}
+
+// For the tests: with TESSERA_FAULT_TEXT_READ=FILE, rank 0 creates FILE once it has read the
+// training text through and waits (at most 60 s) until FILE is gone: the test changes the text in
+// between, as another process could while a start reads it.
+void pause_for_text_change_fault() {
+  const char* marker = std::getenv("TESSERA_FAULT_TEXT_READ");
+  if (marker == nullptr) return;
+  std::ofstream(marker) << "read\n";
+  for (int i = 0; i < 600 && std::filesystem::exists(marker); ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
 }
 
 // A config error: every rank reads the same config and meets it alike, so one rank prints it.
@@ -551,6 +567,7 @@ TaskData load_task_data(const io::Config& cfg, dist::Communicator* world, const 
       data::ParallelReader reader(train_src, train_tgt);
       reader.skip_rest();
       text_fingerprint = reader.fingerprint();
+      pause_for_text_change_fault();
     }
     valid = data::read_parallel(cfg.string("data.valid_src"), cfg.string("data.valid_tgt"));
     // Said before a vocabulary is trained and the corpus encoded (minutes), not after.
@@ -884,7 +901,12 @@ std::vector<std::vector<std::int32_t>> Translator::encode(const std::vector<std:
   const auto limit = static_cast<std::size_t>(ensemble().max_positions() - 1);
   std::vector<std::vector<std::int32_t>> sources;
   for (const auto& line : lines) {
-    auto ids = src_codec_.encode(line);
+    std::vector<std::int32_t> ids;
+    try {
+      ids = src_codec_.encode(line);
+    } catch (const Error& e) {
+      fail("input line {}: {}", sources.size() + 1, e.what());
+    }
     // Cut rather than fail the whole batch.
     if (ids.size() > limit) {
       if (report)

@@ -113,17 +113,21 @@ done
 [ "$(caches "$shared" | wc -l)" -eq 3 ] || fail "not 3 files in the shared folder: $(caches "$shared")"
 grep -q "longer than data.max_len=20 skipped" "$work/shared_c.log" || fail "data.max_len=20 did not apply"
 
-# Text that changes between rank 0's first read and the encoding (a FIFO that gives the corpus,
-# then a changed copy): refused, nothing cached.
-mkfifo "$work/fifo.en"
-(cat "$en" > "$work/fifo.en"; sleep 2; cat "$work/changed.en" > "$work/fifo.en") > /dev/null 2>&1 &
-writer=$!
-if "$tessera" train --config "$work/a/config.yaml" --set data.train_src="$work/fifo.en" --set output.dir="$work/fifo_run" \
-  --set data.cache_dir= > "$work/fifo.log" 2>&1; then
-  cat "$work/fifo.log"; fail "text that changed during the start was encoded"
-fi
-kill "$writer" 2> /dev/null || true
-grep -q "data: the training text ('$work/fifo.en', '$de') changed while this start read it: start again once the files are in place" \
+# Text that changes between rank 0's first read and the encoding (rank 0 waits after its read,
+# TESSERA_FAULT_TEXT_READ, while the file is replaced by a changed copy): refused, nothing cached.
+cp "$en" "$work/moving.en"
+TESSERA_FAULT_TEXT_READ="$work/read.marker" "$tessera" train --config "$work/a/config.yaml" \
+  --set data.train_src="$work/moving.en" --set output.dir="$work/fifo_run" --set data.cache_dir= > "$work/fifo.log" 2>&1 &
+pid=$!
+i=0
+until [ -e "$work/read.marker" ]; do
+  i=$((i + 1))
+  [ $i -lt 600 ] || { kill "$pid"; cat "$work/fifo.log"; fail "rank 0 did not read the text within 60 s"; }
+  sleep 0.1
+done
+cp "$work/changed.en" "$work/moving.en" && rm "$work/read.marker"
+if wait "$pid"; then cat "$work/fifo.log"; fail "text that changed during the start was encoded"; fi
+grep -q "data: the training text ('$work/moving.en', '$de') changed while this start read it: start again once the files are in place" \
   "$work/fifo.log" || { cat "$work/fifo.log"; fail "no clear error for text that changed during the start"; }
 [ -z "$(caches "$work/fifo_run")" ] || fail "pairs of changed text were cached"
 
