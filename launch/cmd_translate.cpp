@@ -1,4 +1,5 @@
 #include <fmt/core.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -43,36 +44,64 @@ void check_writable_output(const std::string& path, const std::vector<std::pair<
   if (::access(target.c_str(), W_OK) != 0) fail("translate: cannot write '{}': {}", path, std::strerror(errno));
 }
 
-// Writes the lines to `path` (empty: standard output). A file is written whole or not at all: into
-// a temporary beside it, renamed over it once complete, so a full disk leaves the old one as it
-// was. Anything else is written in place: a device or a pipe, and a link (/dev/stdout is one,
-// to wherever standard output goes: replacing what it names would cut the caller's file).
-void write_translations(const std::string& path, const std::vector<std::string>& lines) {
-  namespace fs = std::filesystem;
-  std::error_code ec;
-  const std::string name = path.empty() ? std::string("standard output") : fmt::format("'{}'", path);
-  const fs::file_status status = fs::symlink_status(path, ec);
-  const bool replace = !path.empty() && (status.type() == fs::file_type::not_found || fs::is_regular_file(status));
-  const std::string tmp = replace ? fmt::format("{}.tmp{}", path, ::getpid()) : std::string();
-  std::FILE* f = path.empty() ? stdout : std::fopen(replace ? tmp.c_str() : path.c_str(), "w");
-  if (f == nullptr) fail("translate: cannot write {}: {}", name, std::strerror(errno));
-  bool complete = true;
+// The lines, each ended by a newline, then flushed: 0, or the errno of the first failure.
+int write_lines(std::FILE* f, const std::vector<std::string>& lines) {
   for (const std::string& l : lines)
-    if (std::fwrite(l.data(), 1, l.size(), f) != l.size() || std::fputc('\n', f) == EOF) {
-      complete = false;
-      break;
-    }
-  int error = complete && std::fflush(f) == 0 ? 0 : errno;
-  if (f != stdout && std::fclose(f) != 0 && error == 0) error = errno;
-  if (error == 0 && replace) {
-    if (fs::is_regular_file(status)) fs::permissions(tmp, status.permissions(), ec);  // the old file's, kept
-    fs::rename(tmp, path, ec);
-    error = ec.value();
+    if (std::fwrite(l.data(), 1, l.size(), f) != l.size() || std::fputc('\n', f) == EOF) return errno;
+  return std::fflush(f) == 0 ? 0 : errno;
+}
+
+// Writes `path` whole or not at all: into a temporary of its own beside it (mkstemp: a fresh name,
+// never a file or link already there), renamed over it once complete, with the old file's mode
+// and owner. False, having written nothing, where a rename would change more than the content (a
+// link, a device or a pipe, a file with other hard links) or cannot be done (a folder this user
+// may not create files in; another user's file in a sticky folder): the caller writes in place.
+bool replace_whole(const std::string& path, const std::string& name, const std::vector<std::string>& lines) {
+  struct stat old {};
+  const bool exists = ::lstat(path.c_str(), &old) == 0;
+  if (exists && (!S_ISREG(old.st_mode) || old.st_nlink > 1)) return false;
+  std::string tmp = path + ".tmpXXXXXX";
+  const int fd = ::mkstemp(tmp.data());
+  if (fd < 0) return false;
+  const mode_t mask = ::umask(0);
+  ::umask(mask);
+  [[maybe_unused]] const int mode_set = ::fchmod(fd, exists ? old.st_mode & 07777 : 0666 & ~mask);
+  if (exists && (old.st_uid != ::geteuid() || old.st_gid != ::getegid())) {  // root writing another's file
+    [[maybe_unused]] const int owner_kept = ::fchown(fd, old.st_uid, old.st_gid);
   }
-  if (error == 0) return;
-  if (replace) fs::remove(tmp, ec);
-  fail("translate: writing the translations to {} failed: {}{}", name, std::strerror(error),
-       replace ? fmt::format(" ({} is as it was)", name) : std::string());
+  std::FILE* f = ::fdopen(fd, "w");
+  int error = f == nullptr ? errno : write_lines(f, lines);
+  if (f == nullptr) ::close(fd);
+  if (f != nullptr && std::fclose(f) != 0 && error == 0) error = errno;
+  if (error == 0 && ::rename(tmp.c_str(), path.c_str()) != 0) {
+    error = errno;
+    if (error == EPERM || error == EACCES) {
+      ::unlink(tmp.c_str());
+      return false;
+    }
+  }
+  if (error == 0) return true;
+  ::unlink(tmp.c_str());
+  fail("translate: writing the translations to {} failed: {} ({})", name, std::strerror(error),
+       exists ? fmt::format("{} is as it was", name) : std::string("nothing written"));
+}
+
+// Writes the lines to `path` (empty: standard output): a file whole or not at all (replace_whole),
+// else in place. Standard output named as a path (/dev/stdout, or the file it was redirected to)
+// is written through standard output, after what the caller wrote there (opened anew, it would be
+// truncated and written from its start).
+void write_translations(const std::string& path, const std::vector<std::string>& lines) {
+  const std::string name = path.empty() ? std::string("standard output") : fmt::format("'{}'", path);
+  struct stat target {
+  }, out{};
+  const bool is_stdout = path.empty() || (::stat(path.c_str(), &target) == 0 && ::fstat(STDOUT_FILENO, &out) == 0 &&
+                                          target.st_dev == out.st_dev && target.st_ino == out.st_ino);
+  if (!is_stdout && replace_whole(path, name, lines)) return;
+  std::FILE* f = is_stdout ? stdout : std::fopen(path.c_str(), "w");
+  if (f == nullptr) fail("translate: cannot write {}: {}", name, std::strerror(errno));
+  int error = write_lines(f, lines);
+  if (f != stdout && std::fclose(f) != 0 && error == 0) error = errno;
+  if (error != 0) fail("translate: writing the translations to {} failed: {}", name, std::strerror(error));
 }
 
 // Standard input's lines, checked as read_lines checks a file's ("\r" ends dropped, UTF-8).

@@ -540,15 +540,16 @@ TaskData load_task_data(const io::Config& cfg, dist::Communicator* world, const 
   }
   for (const char* key : {"data.train_src", "data.train_tgt", "data.valid_src", "data.valid_tgt"})
     check_config(!cfg.string(key).empty(), "config: data.task is 'translation' but {} is not set", key);
-  // The training text is read several times (checked, a vocabulary trained on it, encoded): a pipe
-  // (<(...), a FIFO) would be empty the second time, or block.
-  for (const char* key : {"data.train_src", "data.train_tgt"}) {
+  // The training text is read several times (checked, a vocabulary trained on it, encoded), and
+  // every rank reads the validation text: a pipe (<(...), a FIFO) would be empty the second time,
+  // or block.
+  for (const char* key : {"data.train_src", "data.train_tgt", "data.valid_src", "data.valid_tgt"}) {
     std::error_code ec;
     const std::filesystem::file_status status = std::filesystem::status(cfg.string(key), ec);
     check_config(!std::filesystem::is_fifo(status) && !std::filesystem::is_character_file(status) &&
                      !std::filesystem::is_socket(status),
-                 "config: {} = '{}' is a pipe or a device, not a file: the training text is read more than once "
-                 "(give a file; a .gz is read as it is)",
+                 "config: {} = '{}' is a pipe or a device, not a file: the text is read more than once, and by "
+                 "every rank (give a file; a .gz is read as it is)",
                  key, cfg.string(key));
   }
   check_vocab_keys(cfg);

@@ -416,8 +416,8 @@ class Run {
       const bool last_of_data =
           max_epochs > 0 &&
           (out_of_data || (batcher_.epoch() >= max_epochs - 1 && batcher_.position() == batcher_.batches_per_epoch()));
-      // The step a signal stops at is logged too: its window's losses would be in no log line.
-      if (step % log_every == 0 || step == max_steps || out_of_time || last_of_data || stop_signal != 0) {
+      // The log line of the window ending at this step (tok/s and TFLOP/s of its training time).
+      const auto log_window = [&] {
         const double wsecs = std::chrono::duration<double>(Clock::now() - window_start).count();
         const double session = std::chrono::duration<double>(Clock::now() - start_).count();
         const std::int64_t steps_left =
@@ -462,7 +462,11 @@ class Run {
         window_padded = window_slots = 0;
         window_flops = 0;
         window_start = Clock::now();
-      }
+      };
+      // Also the step a stop ends the session at (a signal, also one during its validation, or
+      // train.patience): its window's losses would be in no log line.
+      const bool logged = step % log_every == 0 || step == max_steps || out_of_time || last_of_data || stop_signal != 0;
+      if (logged) log_window();
       bool no_progress = false;
       // Validation and checkpoint time is not training time: the log window's tok/s and TFLOP/s
       // leave it out (its start moves on by as much).
@@ -475,6 +479,7 @@ class Run {
       }
       if (checkpoint_every > 0 && step % checkpoint_every == 0 && step != max_steps) save_step_checkpoint();
       window_start += Clock::now() - pause_start;
+      if (!logged && (stop_signal != 0 || no_progress)) log_window();
       if (stop_signal != 0) return stopped_by_signal(stop_signal, std::move(result));
       if (out_of_time) {
         fmt::print("train: stopping at step {}: train.max_minutes = {} reached\n", step,

@@ -140,7 +140,10 @@ Vocab Vocab::train(const VocabTrainOptions& opt) {
   try {
     const Vocab written = load(tmp_prefix + ".model");
     const std::int64_t lines = count_lines(tmp_prefix + ".vocab");
-    if (lines != written.size())
+    if (written.size() != opt.vocab_size)  // SentencePiece gives the size asked for, or fails
+      unreadable =
+          fmt::format("'{}.model' holds {} of its {} pieces", opt.model_prefix, written.size(), opt.vocab_size);
+    else if (lines != written.size())
       unreadable = fmt::format("'{}.vocab' holds {} of its {} lines", opt.model_prefix, lines, written.size());
   } catch (const Error& e) {
     unreadable = e.what();

@@ -423,11 +423,13 @@ class Reader {
 
   // Training stops before a non-finite update, so its checkpoints hold finite numbers only: one
   // that does not (edited, or written by another tool) would translate into empty lines in silence.
-  void check_finite(const Tensor& t, const std::string& where) const {
+  // `block`: which part of the dataset `t` is, when a part (the element is counted within it).
+  void check_finite(const Tensor& t, const std::string& where, const std::string& block = "") const {
     const float* v = t.data<float>();
     const float* bad = std::find_if(v, v + t.numel(), [](float x) { return !std::isfinite(x); });
     if (bad != v + t.numel())
-      fail("checkpoint '{}': dataset '{}' holds a non-finite value ({}) at element {}", path_, where, *bad, bad - v);
+      fail("checkpoint '{}': dataset '{}' holds a non-finite value ({}) at element {}{}", path_, where, *bad, bad - v,
+           block);
   }
 
  private:
@@ -847,7 +849,9 @@ ShardedCheckpoint load_checkpoint_sharded(const std::string& path, const std::ma
       r.check(H5Dread(ds.id(), H5T_NATIVE_FLOAT, mspace.id(), fspace.id(), H5P_DEFAULT, block.raw_data()) >= 0,
               fmt::format("cannot read dataset '{}' (truncated or corrupted file?)", where));
       r.verify(ds.id(), where, group_crc(block, dim, group.comm(), parts));
-      r.check_finite(block, where);  // of this rank's block (the element counts within it)
+      r.check_finite(
+          block, where,
+          parts > 1 ? fmt::format(" of its tensor-parallel block {} of {}", part + 1, parts) : std::string());
       out.emplace(name, std::move(block));
     }
     return out;

@@ -17,6 +17,11 @@ grep "stopping early" "$work/stop.log" || true
 [ "$(grep -c '^train: stopping early at step 6: 2 validations in a row without a better exact match than 0.00% (step 2; train.patience); '"$dir"'/checkpoint_best.h5 holds that model$' "$work/stop.log")" -eq 1 ] \
   || { cat "$work/stop.log"; fail "no early stop at step 6 (exactly one message)"; }
 ! grep -q '^step 7 ' "$work/stop.log" || fail "trained past the early stop"
+# The step it stops at is logged, although train.log_every (4) ends no window there.
+"$tessera" train $args --set train.patience=2 --set train.log_every=4 --set output.dir="$work/logged" > "$work/logged.log" 2>&1 ||
+  { cat "$work/logged.log"; fail "the log_every 4 run failed"; }
+[ "$(grep -o '^{"step": [0-9]*, "epoch"' "$work/logged/metrics.jsonl" | tr -d '\n')" = '{"step": 4, "epoch"{"step": 6, "epoch"' ] ||
+  { cat "$work/logged.log"; fail "the step of the early stop was not logged"; }
 [ "$(grep -c '^valid ' "$work/stop.log")" -eq 3 ] || fail "not exactly 3 validations (steps 2, 4, 6: none repeated at the end)"
 for f in model.h5 checkpoint_best.h5 checkpoint_00000006.h5; do [ -e "$dir/$f" ] || fail "no $f"; done
 

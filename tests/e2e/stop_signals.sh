@@ -76,6 +76,15 @@ TESSERA_FAULT_SIGNAL=0:7 "$tessera" train --config "$config" --set output.dir="$
   { cat "$work/logged.log"; echo "FAIL: the injected SIGTERM did not stop the run after step 8 (status $status)"; exit 1; }
 [ "$(grep -o '"step": [0-9]*,' "$work/logged/metrics.jsonl" | tr -d '\n')" = '"step": 5,"step": 8,' ] && grep -q '^step 8 | ' "$work/logged.log" ||
   { cat "$work/logged.log"; echo "FAIL: the step the signal stopped at was not logged"; exit 1; }
+# ... also when the signal cuts the step's validation short (log_every 7, valid_every 10: step 10).
+status=0
+TESSERA_FAULT_SIGNAL=0:10 "$tessera" train --config "$config" --set output.dir="$work/logged_valid" --set train.log_every=7 \
+  --set train.valid_every=10 --set decode.beam=4 --set data.synthetic_valid_size=2000 --set checkpoint.every=0 \
+  > "$work/logged_valid.log" 2>&1 || status=$?
+[ $status -eq 143 ] && grep -q "^valid 10: interrupted by a stop signal" "$work/logged_valid.log" ||
+  { cat "$work/logged_valid.log"; echo "FAIL: the injected SIGTERM did not cut step 10's validation short (status $status)"; exit 1; }
+[ "$(grep -o '^{"step": [0-9]*,' "$work/logged_valid/metrics.jsonl" | tr -d '\n')" = '{"step": 7,{"step": 10,' ] ||
+  { cat "$work/logged_valid.log"; echo "FAIL: the step whose validation the signal stopped was not logged"; exit 1; }
 # A SIGTERM during the data preparation (injected at "step 0"): this session trained nothing, so it
 # saves nothing and exits 143 at once instead of training a step first.
 status=0
