@@ -19,7 +19,9 @@ const io::Schema& tessera_schema() {
     // ---- data
     s.string("data.task", "translation", {"translation", "copy", "reverse", "sort"},
              "parallel text, or a built-in synthetic task that needs no files")
-        .string("data.train_src", "", {}, "training source text, one sentence a line (.gz allowed; a file, not a pipe: it is read more than once)")
+        .string(
+            "data.train_src", "", {},
+            "training source text, one sentence a line (.gz allowed; a file, not a pipe: it is read more than once)")
         .string("data.train_tgt", "", {}, "training target text, line-aligned with train_src")
         .string("data.valid_src", "", {}, "validation source text")
         .string("data.valid_tgt", "", {}, "validation target text (the BLEU reference)")
