@@ -92,8 +92,8 @@ bool replace_whole(const std::string& path, const std::string& name, const std::
 // truncated and written from its start).
 void write_translations(const std::string& path, const std::vector<std::string>& lines) {
   const std::string name = path.empty() ? std::string("standard output") : fmt::format("'{}'", path);
-  struct stat target {
-  }, out{};
+  struct stat target {};
+  struct stat out {};
   const bool is_stdout = path.empty() || (::stat(path.c_str(), &target) == 0 && ::fstat(STDOUT_FILENO, &out) == 0 &&
                                           target.st_dev == out.st_dev && target.st_ino == out.st_ino);
   if (!is_stdout && replace_whole(path, name, lines)) return;

@@ -389,7 +389,7 @@ TextCodec load_or_train_vocab(const io::Config& cfg, const std::string& path, co
     try {
       return data::Vocab::train(vo);
     } catch (const Error& e) {
-      const bool in_training = std::string_view(e.what()).find("SentencePiece training failed") != std::string::npos;
+      const bool in_training = dynamic_cast<const data::VocabTrainingError*>(&e) != nullptr;
       throw Error(fmt::format("data: the {} vocabulary of data.vocab_size = {} could not be trained on '{}'{}: {}",
                               side, vo.vocab_size, fmt::join(vo.inputs, "', '"),
                               in_training ? " (too little text for that size?)" : "", e.what()));
@@ -538,12 +538,11 @@ TaskData load_task_data(const io::Config& cfg, dist::Communicator* world, const 
                vocab, lo, hi, t.train.size(), t.valid.size());
     return t;
   }
-  for (const char* key : {"data.train_src", "data.train_tgt", "data.valid_src", "data.valid_tgt"})
-    check_config(!cfg.string(key).empty(), "config: data.task is 'translation' but {} is not set", key);
   // The training text is read several times (checked, a vocabulary trained on it, encoded), and
   // every rank reads the validation text: a pipe (<(...), a FIFO) would be empty the second time,
   // or block.
   for (const char* key : {"data.train_src", "data.train_tgt", "data.valid_src", "data.valid_tgt"}) {
+    check_config(!cfg.string(key).empty(), "config: data.task is 'translation' but {} is not set", key);
     std::error_code ec;
     const std::filesystem::file_status status = std::filesystem::status(cfg.string(key), ec);
     check_config(!std::filesystem::is_fifo(status) && !std::filesystem::is_character_file(status) &&

@@ -131,8 +131,10 @@ Vocab Vocab::train(const VocabTrainOptions& opt) {
   std::error_code ec;
   if (!status.ok()) {
     for (const char* ext : {".model", ".vocab"}) std::filesystem::remove(tmp_prefix + ext, ec);
-    fail("vocab: SentencePiece training failed (model_type={}, vocab_size={}, {} sentences): {}", opt.model_type,
-         opt.vocab_size, sentences.size(), status.ToString());
+    throw VocabTrainingError(
+        fmt::format("vocab: SentencePiece training failed (model_type={}, vocab_size={}, {} "
+                    "sentences): {}",
+                    opt.model_type, opt.vocab_size, sentences.size(), status.ToString()));
   }
   // SentencePiece does not report a failed write (a full disk): read both files back first, so a
   // truncated one is neither renamed into place nor taken for a trained vocabulary by later starts.

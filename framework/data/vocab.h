@@ -7,6 +7,8 @@
 #include <string>
 #include <vector>
 
+#include "common/error.h"
+
 namespace sentencepiece {
 class SentencePieceProcessor;
 }
@@ -29,9 +31,17 @@ struct VocabTrainOptions {
   std::int64_t input_sentence_size = 2000000;
 };
 
+// SentencePiece's own training failed (a size the text cannot fill, say), as opposed to reading
+// the text or writing the files.
+class VocabTrainingError : public Error {
+ public:
+  using Error::Error;
+};
+
 class Vocab {
  public:
-  // Trains a model (joint when `inputs` hold several languages) and returns it loaded.
+  // Trains a model (joint when `inputs` hold several languages) and returns it loaded; throws
+  // VocabTrainingError when SentencePiece's training fails, Error for the other failures.
   static Vocab train(const VocabTrainOptions& opt);
   // Loads <path> (a .model file); throws tessera::Error naming the file when it cannot.
   static Vocab load(const std::string& path);
