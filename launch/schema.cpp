@@ -61,7 +61,8 @@ const io::Schema& tessera_schema() {
                 "after warmup: the paper's step^-0.5, or linear decay to 0 at train.max_steps")
         .real("train.adam_beta1", 0.9, 0.0, 0.999999, "Adam beta1")
         .real("train.adam_beta2", 0.98, 0.0, 0.999999, "Adam beta2")
-        .real("train.adam_eps", 1e-9, 0.0, 1.0, "Adam epsilon")
+        .real("train.adam_eps", 1e-9, 1e-30, 1.0,
+              "Adam epsilon (not 0: a weight whose gradients have all been 0 would get 0 / 0)")
         .real("train.label_smoothing", 0.1, 0.0, 0.99, "label smoothing (epsilon_ls)")
         .real("train.clip_norm", 0.0, 0.0, 1e6, "clip the global gradient norm to this (0: off)")
         .integer("train.seed", 1, 0, 4294967295, "seed of initialization, data order and dropout")
@@ -84,7 +85,8 @@ const io::Schema& tessera_schema() {
     s.integer("decode.beam", 4, 1, 1000, "beam size (1: greedy)")
         .real("decode.length_penalty", 0.6, 0.0, 10.0, "alpha of the length penalty ((5 + len) / 6)^alpha")
         .integer("decode.max_extra_len", 50, 0, 100000,
-                 "a translation may be at most source length + this long (and model.max_positions)")
+                 "a translation may have at most as many tokens as its source, eos included (as fairseq counts "
+                 "it), + this many (and model.max_positions)")
         .integer("decode.batch_sentences", 64, 1, 100000, "sentences decoded together");
     // ---- parallelism (mpirun -np tensor*data)
     s.integer("parallel.tensor", 1, 1, 4096,

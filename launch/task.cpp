@@ -384,7 +384,8 @@ TextCodec load_or_train_vocab(const io::Config& cfg, const std::string& path, co
   vo.model_type = cfg.string("data.vocab_type");
   vo.seed = static_cast<std::uint64_t>(cfg.integer("train.seed"));
   // SentencePiece's own message names its limit, not our key: a size the text cannot fill (a tiny
-  // or nearly empty corpus) fails in its training (the hint is for that failure alone).
+  // corpus), or one below the count of its characters, fails in its training (the hint is for that
+  // failure alone; SentencePiece's message says which of the two).
   const auto train = [&] {
     try {
       return data::Vocab::train(vo);
@@ -392,7 +393,8 @@ TextCodec load_or_train_vocab(const io::Config& cfg, const std::string& path, co
       const bool in_training = dynamic_cast<const data::VocabTrainingError*>(&e) != nullptr;
       throw Error(fmt::format("data: the {} vocabulary of data.vocab_size = {} could not be trained on '{}'{}: {}",
                               side, vo.vocab_size, fmt::join(vo.inputs, "', '"),
-                              in_training ? " (too little text for that size?)" : "", e.what()));
+                              in_training ? " (too large a size for the text, or too small for its characters?)" : "",
+                              e.what()));
     }
   };
   TextCodec codec = TextCodec::sentencepiece(train());

@@ -15,9 +15,10 @@ namespace {
 using data::kBosId;
 using data::kEosId;
 
-// Most tokens each row's hypothesis may have: its real (non-padding) source length + max_extra_len,
-// and no more than the positional table covers (the decoder reads bos + the tokens so far, so a
-// hypothesis of max_positions tokens is the longest it can score).
+// Most tokens each row's hypothesis may have: its real (non-padding) source length, eos included
+// (as fairseq counts it), + max_extra_len, and no more than the positional table covers (the
+// decoder reads bos + the tokens so far, so a hypothesis of max_positions tokens is the longest it
+// can score).
 std::vector<std::int64_t> output_limits(const Ensemble& models, const Tensor& src_padding, std::int64_t max_extra_len) {
   const std::int64_t b = src_padding.size(0), l = src_padding.size(1);
   std::vector<std::int64_t> limit(static_cast<std::size_t>(b), 0);
@@ -29,8 +30,17 @@ std::vector<std::int64_t> output_limits(const Ensemble& models, const Tensor& sr
   return limit;
 }
 
-std::int32_t argmax_row(const float* row, std::int64_t n) {
-  return static_cast<std::int32_t>(std::max_element(row, row + n) - row);
+// pad and bos are never an output: the model still gives them a little probability, which a weakly
+// trained model can rank first (fairseq masks pad the same way). Their log-probabilities are not
+// renormalized away: a hypothesis scores what the model gives its tokens.
+bool is_output_token(std::int64_t id) { return id != data::kPadId && id != kBosId; }
+
+// The most likely output token of a row of n; of equal ones, the lowest id.
+std::int32_t best_output_token(const float* row, std::int64_t n) {
+  std::int64_t best = -1;
+  for (std::int64_t v = 0; v < n; ++v)
+    if (is_output_token(v) && (best < 0 || row[v] > row[best])) best = v;
+  return static_cast<std::int32_t>(best);
 }
 
 double length_penalty(std::int64_t len, double alpha) {
@@ -144,20 +154,21 @@ TokenRows decode_one_per_row(const Ensemble& models, const Tensor& src, const Te
 TokenRows greedy_decode(const Ensemble& models, const Tensor& src, const Tensor& src_padding,
                         std::int64_t max_extra_len) {
   const std::int64_t vocab = models.tgt_vocab();
-  return decode_one_per_row(models, src, src_padding, max_extra_len,
-                            [&](const float* logp, std::int64_t, std::int64_t) { return argmax_row(logp, vocab); });
+  return decode_one_per_row(
+      models, src, src_padding, max_extra_len,
+      [&](const float* logp, std::int64_t, std::int64_t) { return best_output_token(logp, vocab); });
 }
 
 std::int32_t sample_token(const float* logp, std::int64_t vocab, const SamplingOptions& opt, std::int64_t sentence,
                           std::int64_t step) {
   TESSERA_CHECK(opt.temperature > 0 && opt.top_k >= 0, "sampling: temperature {} must be > 0 and top_k {} >= 0",
                 opt.temperature, opt.top_k);
-  // The candidates: every id but pad and bos, which are never an output (the model still gives them
-  // a little probability, which a high temperature would draw), or the top_k most likely of them.
+  // The candidates: every output token (a high temperature would draw pad or bos too), or the
+  // top_k most likely of them.
   std::vector<std::int32_t> ids;
   ids.reserve(static_cast<std::size_t>(vocab));
   for (std::int32_t v = 0; v < vocab; ++v)
-    if (v != data::kPadId && v != kBosId) ids.push_back(v);
+    if (is_output_token(v)) ids.push_back(v);
   if (opt.top_k > 0 && static_cast<std::size_t>(opt.top_k) < ids.size()) {
     const auto k = static_cast<std::ptrdiff_t>(opt.top_k);
     std::partial_sort(ids.begin(), ids.begin() + k, ids.end(), [&](std::int32_t a, std::int32_t b) {
@@ -224,7 +235,7 @@ TokenRows greedy_decode_uncached(const Transformer& model, const Tensor& src, co
                               .to(DType::f32);
     for (std::int64_t b = 0; b < batch; ++b) {
       const auto s = static_cast<std::size_t>(b);
-      const std::int32_t tok = argmax_row(logits.data<float>() + (b * (step + 1) + step) * vocab, vocab);
+      const std::int32_t tok = best_output_token(logits.data<float>() + (b * (step + 1) + step) * vocab, vocab);
       prefix[s].push_back(tok);  // finished rows keep a (ignored) prefix so the batch stays rectangular
       if (done[s]) continue;
       if (tok == kEosId) {
@@ -286,7 +297,7 @@ NBestRows beam_search_nbest(const Ensemble& models, const Tensor& src, const Ten
         if (h.log_prob == neg_inf) continue;
         const float* row = logp.data<float>() + (static_cast<std::int64_t>(a) * k + j) * vocab;
         for (std::int64_t v = 0; v < vocab; ++v)
-          cands.push_back({h.log_prob + row[v], j, static_cast<std::int32_t>(v)});
+          if (is_output_token(v)) cands.push_back({h.log_prob + row[v], j, static_cast<std::int32_t>(v)});
       }
       const std::size_t top = std::min(cands.size(), static_cast<std::size_t>(2 * k));
       std::partial_sort(cands.begin(), cands.begin() + static_cast<std::ptrdiff_t>(top), cands.end(),

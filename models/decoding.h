@@ -21,8 +21,8 @@ struct SamplingOptions {
 struct DecodeOptions {
   std::int64_t beam = 4;                    // 1: greedy
   double length_penalty = 0.6;              // alpha of GNMT's ((5 + len) / 6)^alpha
-  std::int64_t max_extra_len = 50;          // a hypothesis may have at most source length + this many tokens
-                                            // (and at most model.max_positions)
+  std::int64_t max_extra_len = 50;          // a hypothesis may have at most the source's tokens, its eos
+                                            // included, + this many (and at most model.max_positions)
   std::optional<SamplingOptions> sampling;  // set: sample_decode, whatever the beam
 };
 
@@ -60,7 +60,7 @@ struct Hypothesis {
 using NBestRows = std::vector<std::vector<Hypothesis>>;
 
 // Hypotheses for a batch of int32 sources [B, Ls] (with eos, padded) and their padding mask.
-// Each result holds the target ids without bos/eos.
+// Each result holds the target ids without bos/eos; pad and bos are never output tokens.
 TokenRows greedy_decode(const Ensemble& models, const Tensor& src, const Tensor& src_padding,
                         std::int64_t max_extra_len);
 TokenRows beam_search(const Ensemble& models, const Tensor& src, const Tensor& src_padding, const DecodeOptions& opt);

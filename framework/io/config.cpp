@@ -141,16 +141,26 @@ std::optional<double> parse_real(std::string_view s, bool round_out_of_range = t
 }
 
 // Integral values only, but in any spelling of one ("6", "+6", "6.0", "1e3").
-std::optional<std::int64_t> parse_integer(std::string_view s) {
+// An int64 written as digits or as a whole real ("1e6"); `beyond_int64` (when given) tells a whole
+// number outside int64 (either way) from text that is no whole number at all.
+std::optional<std::int64_t> parse_integer(std::string_view s, bool* beyond_int64 = nullptr) {
+  if (beyond_int64 != nullptr) *beyond_int64 = false;
   std::string_view digits = s;
   if (!digits.empty() && digits.front() == '+') digits.remove_prefix(1);
   std::int64_t value = 0;
   const auto [end, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), value);
-  if (ec == std::errc() && end == digits.data() + digits.size() && !digits.empty()) return value;
-
+  if (end == digits.data() + digits.size() && !digits.empty()) {
+    if (ec == std::errc()) return value;
+    if (ec == std::errc::result_out_of_range) {  // all digits: exact, where a double would round
+      if (beyond_int64 != nullptr) *beyond_int64 = true;
+      return std::nullopt;
+    }
+  }
   const std::optional<double> real = parse_real(s, /*round_out_of_range=*/false);
+  if (!real || !std::isfinite(*real) || std::trunc(*real) != *real) return std::nullopt;
   constexpr double limit = 9223372036854775808.0;  // 2^63
-  if (!real || !std::isfinite(*real) || std::trunc(*real) != *real || *real < -limit || *real >= limit) {
+  if (*real < -limit || *real >= limit) {
+    if (beyond_int64 != nullptr) *beyond_int64 = true;
     return std::nullopt;
   }
   return static_cast<std::int64_t>(*real);
@@ -178,6 +188,7 @@ bool has_range(const KeySpec& spec) {
 
 std::string format_range(const KeySpec& spec) {
   if (spec.type == ValueType::integer) {
+    if (!has_range(spec)) return fmt::format("[{}, {}]", INT64_MIN, INT64_MAX);  // any int64: past it
     return fmt::format("[{}, {}]", integer_bound(spec.min), integer_bound(spec.max));
   }
   return fmt::format("[{}, {}]", format_real(spec.min), format_real(spec.max));
@@ -223,8 +234,9 @@ std::string normalize(const KeySpec& spec, std::string_view text, const std::str
   };
   switch (spec.type) {
     case ValueType::integer: {
-      const std::optional<std::int64_t> v = parse_integer(text);
-      if (!v) throw wrong_type();
+      bool beyond_int64 = false;
+      const std::optional<std::int64_t> v = parse_integer(text, &beyond_int64);
+      if (!v) throw beyond_int64 ? out_of_range() : wrong_type();  // as a real past a double's range
       // long double holds every int64 exactly (x86 80-bit), so the comparison is exact.
       const auto x = static_cast<long double>(*v);
       if (has_range(spec) && (x < static_cast<long double>(spec.min) || x > static_cast<long double>(spec.max))) {
@@ -383,6 +395,9 @@ class Loader {
       // Errors point at the key: an empty value's mark is on the following line.
       const std::string where = at(key.Mark());
       if (!key.IsScalar()) throw ConfigError(fmt::format("{}expected a key name, got {}", where, describe(key)));
+      if (key.Scalar() == "<<" && key.Tag() == "?") {  // unquoted: a merge key, which yaml-cpp does not merge
+        throw ConfigError(fmt::format("{}YAML merge keys ('<<') are not supported: write the keys out", where));
+      }
       const std::string full = prefix.empty() ? key.Scalar() : prefix + "." + key.Scalar();
       if (const auto [first, fresh] = seen.emplace(key.Scalar(), key.Mark().line); !fresh) {
         throw ConfigError(fmt::format("{}duplicate key '{}' (first set on line {})", where, full, first->second + 1));

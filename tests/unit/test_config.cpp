@@ -412,6 +412,13 @@ TEST(ConfigErrors, UnknownSection) {
   EXPECT_EQ(parse_error("modle:\n"), "configs/x.yaml:1: unknown key 'modle' (did you mean 'model'?)");
 }
 
+// A merge key (yaml-cpp reads it as a key named "<<") is named as unsupported, not as unknown.
+TEST(ConfigErrors, MergeKeysAreRefusedByName) {
+  EXPECT_EQ(parse_error("model:\n  <<: {layers: 2}\n"),
+            "configs/x.yaml:2: YAML merge keys ('<<') are not supported: write the keys out");
+  EXPECT_EQ(parse_error("model:\n  \"<<\": 2\n"), "configs/x.yaml:2: unknown key 'model.<<'");  // quoted: a name
+}
+
 TEST(ConfigErrors, UnknownKeyWithoutHint) {
   EXPECT_EQ(parse_error("model:\n  vocabulary: 3\n"), "configs/x.yaml:2: unknown key 'model.vocabulary'");
   EXPECT_EQ(parse_error("steps: 3\nzzz: 1\n"), "configs/x.yaml:2: unknown key 'zzz'");
@@ -422,8 +429,21 @@ TEST(ConfigErrors, IntegerExpected) {
   EXPECT_EQ(parse_error("model:\n  layers: abc\n"), "configs/x.yaml:2: 'model.layers' expects an integer, got 'abc'");
   EXPECT_EQ(parse_error("steps: true\n"), "configs/x.yaml:1: 'steps' expects an integer, got 'true'");
   EXPECT_EQ(parse_error("steps: 0x10\n"), "configs/x.yaml:1: 'steps' expects an integer, got '0x10'");
+}
+
+// A whole number beyond int64, either way, written as digits or as a real: out of range, as a real
+// past a double's range is (not "expects an integer", nor rounded to the int64 limit).
+TEST(ConfigErrors, WholeNumbersBeyondInt64AreOutOfRange) {
   EXPECT_EQ(parse_error("", {"train.seed=1e30"}),
-            "--set train.seed=1e30: 'train.seed' expects an integer, got '1e30'");  // beyond int64
+            "--set train.seed=1e30: 'train.seed' = 1e30 is outside the allowed range [-9223372036854775808, "
+            "9223372036854775807]");  // a key without a range of its own
+  EXPECT_EQ(parse_error("steps: 9223372036854775808\n"),
+            "configs/x.yaml:1: 'steps' = 9223372036854775808 is outside the allowed range [0, 1000000]");
+  EXPECT_EQ(parse_error("steps: -9223372036854775809\n"),
+            "configs/x.yaml:1: 'steps' = -9223372036854775809 is outside the allowed range [0, 1000000]");
+  EXPECT_EQ(parse_error("steps: -1e19\n"),
+            "configs/x.yaml:1: 'steps' = -1e19 is outside the allowed range [0, 1000000]");
+  EXPECT_EQ(parse_error("steps: 1e19.5\n"), "configs/x.yaml:1: 'steps' expects an integer, got '1e19.5'");
 }
 
 TEST(ConfigErrors, NumberExpected) {

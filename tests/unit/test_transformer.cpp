@@ -1,8 +1,11 @@
 // The Transformer: parameter counts against the paper, shapes, and decoding consistency.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <memory>
 #include <random>
+#include <utility>
 
 #include "data/vocab.h"
 #include "models/decoding.h"
@@ -142,22 +145,31 @@ double hypothesis_log_prob(const std::vector<const Transformer*>& models, const 
   return sum;
 }
 
+// An untrained tiny model (output not tied, seed 5) whose logit of each `boosted` id gains the
+// amount given at every step: its last layer norm's bias is all ones and each such output row gains
+// amount/d * ones (a normalized vector times ones is 0, and the norm's gain is 1).
+std::unique_ptr<Transformer> model_with_boosted_logits(const std::vector<std::pair<std::int32_t, float>>& boosted) {
+  TransformerConfig c = tiny_config();
+  c.tie_output = false;
+  auto m = std::make_unique<Transformer>(c, 5);
+  Tensor bias = m->parameter("decoder.layers.1.final_layer_norm.bias").value();
+  Tensor out = m->parameter("decoder.output_projection.weight").value();
+  for (std::int64_t j = 0; j < c.d_model; ++j) {
+    bias.data<float>()[j] = 1.0f;
+    for (const auto& [id, amount] : boosted)
+      out.data<float>()[id * c.d_model + j] += amount / static_cast<float>(c.d_model);
+  }
+  return m;
+}
+
 // The n-best list: best first, its head is beam_search's translation, and each hypothesis's
 // log-probability equals the one a teacher-forced forward pass gives its tokens (computed here in
 // double from the logits), eos included unless the length limit cut it.
 TEST(Transformer, BeamSearchNBestScoresAreTheModelsLogProbabilities) {
-  // An untrained model rarely ends with eos; this one is nudged to: its last layer norm's bias is
-  // all ones and the output row of eos gains 3/d * ones, adding 3 to eos's logit (a normalized
-  // vector times ones is 0, and the norm's gain is 1), so both endings are checked.
-  TransformerConfig c = tiny_config();
-  c.tie_output = false;
-  Transformer m(c, 5);
-  Tensor bias = m.parameter("decoder.layers.1.final_layer_norm.bias").value();
-  Tensor out = m.parameter("decoder.output_projection.weight").value();
-  for (std::int64_t j = 0; j < c.d_model; ++j) {
-    bias.data<float>()[j] = 1.0f;
-    out.data<float>()[data::kEosId * c.d_model + j] += 3.0f / static_cast<float>(c.d_model);
-  }
+  // An untrained model rarely ends with eos; this one is nudged to (+3 on eos's logit), so both
+  // endings are checked.
+  const std::unique_ptr<Transformer> model = model_with_boosted_logits({{data::kEosId, 3.0f}});
+  const Transformer& m = *model;
   Tensor src, pad;
   random_sources(6, 6, 23, src, pad);
   const models::DecodeOptions opt{.beam = 4, .length_penalty = 0.6, .max_extra_len = 4, .sampling = std::nullopt};
@@ -215,7 +227,8 @@ TEST(Transformer, EnsembleDecodesByTheMeanOfTheModelsProbabilities) {
     std::vector<std::int32_t> row(src.data<std::int32_t>() + s * len, src.data<std::int32_t>() + (s + 1) * len);
     std::vector<std::int32_t> row_pad(pad.data<std::int32_t>() + s * len, pad.data<std::int32_t>() + (s + 1) * len);
     const std::int64_t limit = len - std::count(row_pad.begin(), row_pad.end(), 1) + extra;
-    // Greedy: each token the argmax of the reference's mean over the prefix, eos or the limit last.
+    // Greedy: each token the argmax of the reference's mean over the prefix (pad and bos never an
+    // output), eos or the limit last.
     const std::vector<std::int32_t>& hyp = greedy[static_cast<std::size_t>(s)];
     std::vector<std::int32_t> tgt_in{data::kBosId};
     tgt_in.insert(tgt_in.end(), hyp.begin(), hyp.end());
@@ -223,7 +236,10 @@ TEST(Transformer, EnsembleDecodesByTheMeanOfTheModelsProbabilities) {
     const auto n = static_cast<std::int64_t>(hyp.size());
     for (std::int64_t t = 0; t <= n && t < limit; ++t) {
       const auto& p = ref[static_cast<std::size_t>(t)];
-      const auto best = static_cast<std::int32_t>(std::max_element(p.begin(), p.end()) - p.begin());
+      std::int32_t best = data::kEosId;
+      for (std::size_t v = 0; v < p.size(); ++v)
+        if (v != data::kPadId && v != data::kBosId && p[v] > p[static_cast<std::size_t>(best)])
+          best = static_cast<std::int32_t>(v);
       EXPECT_EQ(best, t < n ? hyp[static_cast<std::size_t>(t)] : data::kEosId) << "sentence " << s << " step " << t;
     }
     // Beam: each hypothesis's log-probability is the reference's (eos included unless cut).
@@ -316,6 +332,37 @@ TEST(Transformer, DecodingStopsAtMaxPositions) {
     EXPECT_EQ(longest, 8u) << "beam " << beam;  // this untrained model runs to the limit
     if (beam == 1) {
       EXPECT_EQ(hyps, greedy);
+    }
+  }
+}
+
+// pad and bos are never output, even by a model that ranks them first (+20 and +10 on their
+// logits): every search skips them; the n-best scores stay the model's own log-probabilities.
+TEST(Decoding, PadAndBosAreNeverOutput) {
+  const std::unique_ptr<Transformer> model = model_with_boosted_logits({{data::kPadId, 20.0f}, {data::kBosId, 10.0f}});
+  const Transformer& m = *model;
+  Tensor src, pad;
+  random_sources(4, 6, 23, src, pad);
+  const auto no_pad_or_bos = [](const std::vector<std::int32_t>& tokens) {
+    return std::none_of(tokens.begin(), tokens.end(),
+                        [](std::int32_t t) { return t == data::kPadId || t == data::kBosId; });
+  };
+  const models::TokenRows greedy = models::greedy_decode(m, src, pad, 4);
+  EXPECT_EQ(greedy, models::greedy_decode_uncached(m, src, pad, 4));
+  EXPECT_EQ(models::sample_decode(m, src, pad, 4, {.top_k = 1, .temperature = 1.0, .seed = 1}), greedy);
+  const models::DecodeOptions opt{.beam = 4, .length_penalty = 0.6, .max_extra_len = 4, .sampling = std::nullopt};
+  const models::NBestRows nbest = models::beam_search_nbest(m, src, pad, opt, 4);
+  const std::int64_t len = src.size(1);
+  for (std::int64_t b = 0; b < 4; ++b) {
+    EXPECT_TRUE(no_pad_or_bos(greedy[static_cast<std::size_t>(b)])) << "greedy, sentence " << b;
+    std::vector<std::int32_t> row(src.data<std::int32_t>() + b * len, src.data<std::int32_t>() + (b + 1) * len);
+    std::vector<std::int32_t> row_pad(pad.data<std::int32_t>() + b * len, pad.data<std::int32_t>() + (b + 1) * len);
+    const std::int64_t limit = len - std::count(row_pad.begin(), row_pad.end(), 1) + opt.max_extra_len;
+    ASSERT_EQ(nbest[static_cast<std::size_t>(b)].size(), 4u);
+    for (const models::Hypothesis& h : nbest[static_cast<std::size_t>(b)]) {
+      EXPECT_TRUE(no_pad_or_bos(h.tokens)) << "beam, sentence " << b;
+      const double log_prob = hypothesis_log_prob({&m}, row, row_pad, h.tokens, limit);
+      EXPECT_NEAR(h.log_prob, log_prob, 1e-4 * (1 + std::abs(log_prob)));
     }
   }
 }
