@@ -3,6 +3,7 @@
 #include <fmt/ranges.h>
 
 #include <algorithm>
+#include <csignal>
 #include <cstdio>
 #include <exception>
 #include <sstream>
@@ -23,6 +24,9 @@ int main(int argc, char** argv) {
   // Line by line even into a file (a cluster job's log): what a run printed before it was killed,
   // during minutes of data preparation say, is there.
   std::setvbuf(stdout, nullptr, _IOLBF, BUFSIZ);
+  // A file-size limit (ulimit -f) makes a write fail (EFBIG) instead of killing the process with
+  // SIGXFSZ: the error paths then name the file and remove the temporary, as on a full disk.
+  std::signal(SIGXFSZ, SIG_IGN);
   CLI::App app{"Tessera: distributed training of the Transformer (Vaswani et al. 2017) on GPUs and CPUs"};
   app.set_version_flag("--version", std::string("tessera ") + TESSERA_VERSION +
                                         (tessera::cuda_available() ? " (CUDA: GPU found)" : " (CPU)"));

@@ -17,6 +17,7 @@
 #include <sstream>
 #include <thread>
 
+#include "common/hash.h"
 #include "data/vocab.h"
 #include "dist/gradient_reducer.h"
 #include "dist/sharding.h"
@@ -220,6 +221,7 @@ class Run {
       root_first(grid_.world.get(), read);
     else
       read();
+    check_replicas_read_alike(c, path);
     warn_config_changes(c.config_yaml, path);
     std::vector<ag::Var> params = model_.parameters();
     io::assign_weights(c, path, params);
@@ -672,6 +674,29 @@ class Run {
     c.exp_avg_sq = std::move(s.exp_avg_sq);
     c.state = s.state;
     return c;
+  }
+
+  // Each data-parallel replica reads the checkpoint for itself (node-local copies, or an MPMD
+  // launch's other --resume): replicas that go on from other weights or another data position
+  // would train apart, silently. What each read must be what the first replica of its
+  // tensor-parallel block read. Collective.
+  void check_replicas_read_alike(const io::Checkpoint& c, const std::string& path) const {
+    if (grid_.data->size() < 2) return;
+    std::uint64_t h = hash_combine(0, static_cast<std::uint64_t>(c.step));
+    for (const io::TensorMap* tensors : {&c.model, &c.exp_avg, &c.exp_avg_sq})
+      for (const auto& [name, t] : *tensors)
+        h = hash_combine(hash_combine(h, name), io::checksum(t.raw_data(), static_cast<std::size_t>(t.nbytes())));
+    const io::TrainingState& s = *c.state;
+    for (const auto v : {s.step, s.epoch, s.position, s.optimizer_step})
+      h = hash_combine(h, static_cast<std::uint64_t>(v));
+    h = hash_combine(hash_combine(h, s.shuffle_seed), s.dropout_seed);
+    const std::uint64_t first = dist::broadcast_u64(h, grid_.data.get());
+    if (const std::int32_t other = dist::count_ranks(h != first, grid_.world.get()); other > 0)
+      throw EveryRankError(fmt::format(
+          "cannot resume from '{}': {} of {} ranks read other weights, Adam moments or data position from it than "
+          "the first data-parallel replica of their block (node-local copies that differ, or another --resume in an "
+          "MPMD launch?): give every rank the same checkpoint",
+          path, other, grid_.size));
   }
 
   // Writes the run to `path`: rank 0 alone, or under tensor parallelism every rank of replica 0's

@@ -116,11 +116,14 @@ class MpiRequest final : public Request {
 
 }  // namespace
 
-CollectiveWatch::CollectiveWatch(const char* name) {
+CollectiveWatch::CollectiveWatch(const char* name) : nested_(g_collective_start_ms != 0) {
+  if (nested_) return;
   g_collective_name = name;
   g_collective_start_ms = now_ms();
 }
-CollectiveWatch::~CollectiveWatch() { g_collective_start_ms = 0; }
+CollectiveWatch::~CollectiveWatch() {
+  if (!nested_) g_collective_start_ms = 0;
+}
 
 UntimedCollectives::UntimedCollectives() { ++g_untimed; }
 UntimedCollectives::~UntimedCollectives() { --g_untimed; }

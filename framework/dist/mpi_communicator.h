@@ -17,13 +17,18 @@ bool mpi_initialized();
 // hangs) prints which collective, for how long, and exits with status 1, which makes the
 // launcher end the job. 0 turns the watchdog off (the default).
 void set_collective_timeout(double seconds);
-// Marks one blocking wait for a collective (MPI or NCCL) for that watchdog, while alive.
+// Marks one blocking wait for a collective (MPI or NCCL) for that watchdog, while alive. Within
+// one already alive (a tensor-parallel checkpoint's parallel I/O, whose collectives include
+// barriers of our own), the outer one times the whole wait.
 class CollectiveWatch {
  public:
   explicit CollectiveWatch(const char* name);
   ~CollectiveWatch();
   CollectiveWatch(const CollectiveWatch&) = delete;
   CollectiveWatch& operator=(const CollectiveWatch&) = delete;
+
+ private:
+  bool nested_;
 };
 // While one is alive, the watchdog lets every wait go on: for a wait known to be long that is not
 // a hang, such as the other ranks waiting while rank 0 trains a vocabulary (minutes on a large

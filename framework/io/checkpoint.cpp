@@ -8,11 +8,14 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <chrono>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <thread>
 
+#include "common/hash.h"
 #include "tensor/allocator.h"
 
 namespace tessera::io {
@@ -714,10 +717,11 @@ dist::ShardDim shard_of(const std::map<std::string, dist::ShardDim>& shards, con
   return it == shards.end() ? dist::ShardDim::replicated : it->second;
 }
 
-// For the failure tests: TESSERA_FAULT_SAVE=RANK makes that rank's dataset writes in a
-// tensor-parallel save fail, as on a full disk.
-bool injected_write_failure() {
-  const char* spec = std::getenv("TESSERA_FAULT_SAVE");
+// For the failure tests, VARIABLE=RANK names the rank hit: TESSERA_FAULT_SAVE makes its dataset
+// writes in a tensor-parallel save fail, as on a full disk; TESSERA_FAULT_SAVE_HANG makes it stop
+// responding there, as a stuck process would.
+bool injected_fault(const char* variable) {
+  const char* spec = std::getenv(variable);
   int rank = -1;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   return spec != nullptr && std::atoi(spec) == rank;
@@ -745,7 +749,7 @@ void write_sharded_tensors(Writer& w, hid_t parent, const char* name, const std:
       H5Sselect_hyperslab(fspace.id(), H5S_SELECT_SET, slab.start.data(), nullptr, slab.count.data(), nullptr);
     }
     w.check(H5Dwrite(ds.id(), H5T_NATIVE_FLOAT, mspace.id(), fspace.id(), dxpl.id(), block.raw_data()) >= 0 &&
-                !injected_write_failure(),
+                !injected_fault("TESSERA_FAULT_SAVE"),
             where);
     w.int_attr(ds.id(), "crc32", group_crc(block, dim, comm, parts));
     w.check(ds.close(), where);
@@ -755,6 +759,9 @@ void write_sharded_tensors(Writer& w, hid_t parent, const char* name, const std:
 }  // namespace
 
 void save_checkpoint_sharded(const std::string& path, const ShardedCheckpoint& c, dist::MpiCommunicator& group) {
+  // MPI-IO's collectives wait for every rank of the group: one that hangs (or a save that takes
+  // longer than parallel.timeout_s) ends the job, as in any other collective.
+  const dist::CollectiveWatch watch("a tensor-parallel checkpoint save (MPI-IO)");
   const fs::path final_path(path);
   const int part = group.rank(), parts = group.size();
   if (part == 0 && final_path.has_parent_path()) {
@@ -776,6 +783,10 @@ void save_checkpoint_sharded(const std::string& path, const ShardedCheckpoint& c
     if (!file.valid())
       abort_sharded_save(tmp,
                          fmt::format("cannot create checkpoint '{}' (is the folder writable?){}", tmp, h5_error()));
+    if (injected_fault("TESSERA_FAULT_SAVE_HANG")) {
+      const dist::UntimedCollectives stuck;  // a stuck process does not time itself out
+      for (;;) std::this_thread::sleep_for(std::chrono::seconds(1));
+    }
     write_header(w, file.id(), c.step, c.config_yaml);
     write_sharded_tensors(w, file.id(), "model", "/model", c.model, c, group.comm(), part, parts);
     if (!c.exp_avg.empty() || !c.exp_avg_sq.empty()) {
@@ -815,12 +826,27 @@ void save_checkpoint_sharded(const std::string& path, const ShardedCheckpoint& c
 
 ShardedCheckpoint load_checkpoint_sharded(const std::string& path, const std::map<std::string, dist::ShardDim>& shards,
                                           dist::MpiCommunicator& group, bool weights_only) {
+  const dist::CollectiveWatch watch("a tensor-parallel checkpoint load (MPI-IO)");  // as in the save
   H5Handle file{open_for_reading(path), H5Fclose};
   const Reader r(path, file.id());
   ShardedCheckpoint c;
   c.shards = shards;
   read_header(r, file.id(), c.step, c.config_yaml, c.state);
   const int part = group.rank(), parts = group.size();
+  // Every rank opens the path for itself: copies that differ (node-local ones, or an MPMD launch's
+  // other paths) would meet below as a checksum failure of blocks from two files. Group rank 0
+  // names it; its error ends the job (MPI_Abort) while the others wait.
+  std::uint64_t header = hash_combine(hash_combine(0, static_cast<std::uint64_t>(c.step)), c.config_yaml);
+  if (c.state) header = hash_combine(hash_combine(header, c.state->epoch), c.state->position);
+  if (dist::count_ranks(dist::broadcast_u64(header, &group) != header, &group) > 0) {
+    if (part == 0)
+      fail(
+          "cannot read checkpoint '{}': the {} ranks of a tensor-parallel group read different files under this name "
+          "(their step, config or data position differ: node-local copies that differ?): give every rank the same "
+          "checkpoint",
+          path, parts);
+    group.barrier();
+  }
   // Each dataset's block; names are read in sorted order on every rank (the checksums are collective).
   auto read_group = [&](const std::string& group_path) {
     TensorMap out;

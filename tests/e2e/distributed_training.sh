@@ -15,6 +15,8 @@
 #  - a SIGTERM on one rank stops every rank at the same step, with one checkpoint; a SIGINT on rank 1
 #    is named by rank 0 and gives the job's exit status 130;
 #  - a tensor-parallel save failing on one rank ends the job with its error, no temporary left;
+#  - a rank that hangs in a tensor-parallel save ends the job through the collective timeout;
+#  - ranks resuming from different files under one name (data or tensor parallel) are refused;
 #  - killing one rank of four ends the whole job within 60 s with a non-zero status.
 # Usage: distributed_training.sh TESSERA CONFIG WORKDIR
 set -eu
@@ -288,6 +290,39 @@ TESSERA_FAULT_SAVE=1 timeout 120 mpirun -np 2 --oversubscribe "$tessera" train $
 [ "$(grep -c "error on rank 1: cannot write checkpoint '.*checkpoint_00000003\.h5\.tmp': writing '/model/.*' failed" \
   "$work/save_fails.log")" -eq 1 ] || { cat "$work/save_fails.log"; fail "the failed save was not reported once"; }
 ls "$work/save_fails" | grep -q '\.tmp$' && fail "a failed save left its temporary file"
+
+# Ranks that resume from different files under one name (node-local copies that differ; here an
+# MPMD launch, each rank in its own folder): refused before any step, naming it, at dp=2 (the
+# replicas would train apart, silently) and at tp=2 (it was a checksum failure).
+mkdir -p "$work/mpmd/r0" "$work/mpmd/r1"
+cp "$work/single/checkpoint_00000010.h5" "$work/mpmd/r0/ck.h5"
+cp "$work/single/checkpoint_00000020.h5" "$work/mpmd/r1/ck.h5"
+for layout in data tensor; do
+  resume_each="$tessera train $common --set train.max_steps=30 --set parallel.$layout=2 --set output.dir=$work/mpmd/out_$layout --resume ck.h5"
+  status=0
+  timeout 120 mpirun --oversubscribe -np 1 -wdir "$work/mpmd/r0" $resume_each : -np 1 -wdir "$work/mpmd/r1" $resume_each \
+    > "$work/mpmd/$layout.log" 2>&1 || status=$?
+  [ $status -ne 0 ] && [ $status -ne 124 ] || fail "ranks resuming from different files at $layout=2 gave status $status"
+  [ "$(grep -c "error.*: cannot \(resume from\|read checkpoint\) 'ck\.h5': .*give every rank the same checkpoint" \
+    "$work/mpmd/$layout.log")" -eq 1 ] || { cat "$work/mpmd/$layout.log"; fail "different files at $layout=2: not said once"; }
+  grep -q '^step ' "$work/mpmd/$layout.log" && fail "ranks resuming from different files at $layout=2 trained"
+done
+
+# A rank that stops responding inside a tensor-parallel save (injected): the other waits in MPI-IO's
+# collective write, which the collective timeout covers too: the job ends, non-zero, within 60 s,
+# naming the save (it used to wait forever).
+start=$(date +%s)
+status=0
+TESSERA_FAULT_SAVE_HANG=1 timeout 120 mpirun -np 2 --oversubscribe "$tessera" train $common --set train.max_steps=6 \
+  --set parallel.tensor=2 --set checkpoint.every=3 --set parallel.timeout_s=5 --set output.dir="$work/save_hangs" \
+  > "$work/save_hangs.log" 2>&1 || status=$?
+took=$(( $(date +%s) - start ))
+[ $status -ne 0 ] && [ $status -ne 124 ] || fail "a rank hung in a tensor-parallel save gave status $status (124: hung)"
+[ $took -le 60 ] || fail "the job took $took s to end with a rank hung in a save"
+grep -q "error on rank 0: a tensor-parallel checkpoint save (MPI-IO) has waited [0-9]* s (parallel.timeout_s = 5)" \
+  "$work/save_hangs.log" || { cat "$work/save_hangs.log"; fail "no timeout message naming the save"; }
+ls "$work/save_hangs" | grep -q '^checkpoint_.*\.h5$' && fail "a save cut by the timeout left a checkpoint"
+echo "rank hung in a save: the job ended with status $status after $took s"
 
 # Kill one rank of four mid-run: the job ends, non-zero, within 60 s.
 mpi 4 "$tessera" train $common --set train.max_steps=1000000 --set parallel.data=4 --set output.dir="$work/killed" \
