@@ -7,6 +7,7 @@
 #include <zlib.h>
 
 #include <algorithm>
+#include <bit>
 #include <cerrno>
 #include <chrono>
 #include <cmath>
@@ -155,8 +156,32 @@ void write_header(Writer& w, hid_t file, std::int64_t step, const std::string& c
   w.string_attr(file, "created_by", "tessera");
 }
 
-void write_state(Writer& w, hid_t file, const TrainingState& s) {
+// The CRC-32 of the file's step and the training state's fields (8 little-endian bytes each, in
+// their declaration order), stored as /train's "crc32": a changed attribute (Adam's t, the data
+// position) is caught as a changed dataset is, instead of resuming a subtly different run.
+std::uint32_t state_checksum(std::int64_t file_step, const TrainingState& s) {
+  const auto u = [](auto v) { return static_cast<std::uint64_t>(v); };
+  const auto bits = [](double v) { return std::bit_cast<std::uint64_t>(v); };
+  const std::uint64_t words[] = {u(file_step),
+                                 u(s.step),
+                                 u(s.epoch),
+                                 u(s.position),
+                                 s.shuffle_seed,
+                                 s.dropout_seed,
+                                 u(s.optimizer_step),
+                                 bits(s.learning_rate),
+                                 bits(s.elapsed_seconds),
+                                 bits(s.best_valid),
+                                 u(s.best_valid_step),
+                                 u(s.validations_since_best),
+                                 u(s.last_validated_step),
+                                 s.train_fingerprint};
+  return checksum(words, sizeof(words));
+}
+
+void write_state(Writer& w, hid_t file, std::int64_t file_step, const TrainingState& s) {
   H5Handle g{w.group(file, "train"), H5Gclose};
+  w.int_attr(g.id(), "crc32", state_checksum(file_step, s));
   w.int_attr(g.id(), "step", s.step);
   w.int_attr(g.id(), "epoch", s.epoch);
   w.int_attr(g.id(), "position", s.position);
@@ -283,7 +308,7 @@ void build_image(const std::string& tmp, const Checkpoint& c, FileImage& image) 
     write_tensors(w, opt.id(), "exp_avg_sq", "/optimizer/exp_avg_sq", c.exp_avg_sq);
   }
   write_vocabularies(w, file.id(), c.vocabularies);
-  if (c.state) write_state(w, file.id(), *c.state);
+  if (c.state) write_state(w, file.id(), c.step, *c.state);
   w.check(H5Fflush(file.id(), H5F_SCOPE_GLOBAL) >= 0, "/ (flush)");
   w.check(file.close(), "/ (close)");
   w.check(image.closed && image.data != nullptr, "/ (the in-memory file was not handed over on close)");
@@ -511,6 +536,13 @@ void read_header(const Reader& r, hid_t file, std::int64_t& step, std::string& c
       r.has_attr(g.id(), "last_validated_step") ? r.int_attr(g.id(), "last_validated_step") : s.step;
   if (r.has_attr(g.id(), "train_fingerprint"))
     s.train_fingerprint = static_cast<std::uint64_t>(r.int_attr(g.id(), "train_fingerprint"));
+  if (r.has_attr(g.id(), "crc32")) {  // files written before it have none
+    const auto expected = static_cast<std::uint32_t>(r.int_attr(g.id(), "crc32"));
+    const std::uint32_t actual = state_checksum(step, s);
+    r.check(actual == expected, fmt::format("the attributes of '/train' and the file's step fail their checksum "
+                                            "(stored crc32 {:08x}, they have {:08x}): the file is corrupted",
+                                            expected, actual));
+  }
   state = s;
 }
 
@@ -800,7 +832,7 @@ void save_checkpoint_sharded(const std::string& path, const ShardedCheckpoint& c
       H5Pset_dxpl_mpio(dxpl.id(), H5FD_MPIO_COLLECTIVE);
       write_vocabularies(w, file.id(), c.vocabularies, /*write_data=*/part == 0, dxpl.id());
     }
-    if (c.state) write_state(w, file.id(), *c.state);
+    if (c.state) write_state(w, file.id(), c.step, *c.state);
     w.check(H5Fflush(file.id(), H5F_SCOPE_GLOBAL) >= 0, "/ (flush)");
     w.check(file.close(), "/ (close)");
   }();

@@ -4,7 +4,7 @@
 //   /model/<dotted.parameter.name>      float32, the full logical tensor          attr: crc32
 //   /optimizer/exp_avg/<name>           Adam first moment  (full checkpoints)    attr: crc32
 //   /optimizer/exp_avg_sq/<name>        Adam second moment (full checkpoints)    attr: crc32
-//   /train                              attrs: the TrainingState fields (full checkpoints)
+//   /train                              attrs: the TrainingState fields, crc32 (full checkpoints)
 //   /vocab/<joint|src|tgt>              uint8, the run's SentencePiece model(s)    attr: crc32
 //
 // Weights-only files (the final model.h5, `tessera average` output) hold /, /model and /vocab.

@@ -121,6 +121,7 @@ TEST_F(CheckpointTest, AFileWithoutTheValidationCountLoadsWithZero) {
   const hid_t g = H5Gopen2(f, "train", H5P_DEFAULT);
   ASSERT_GE(H5Adelete(g, "validations_since_best"), 0);
   ASSERT_GE(H5Adelete(g, "last_validated_step"), 0);
+  ASSERT_GE(H5Adelete(g, "crc32"), 0);  // newer still
   H5Gclose(g);
   H5Fclose(f);
   const io::Checkpoint r = io::load_checkpoint(path("old.h5"));
@@ -410,6 +411,39 @@ TEST_F(CheckpointTest, OtherFormatVersionsAreRefused) {
   EXPECT_EQ(error_of([&] { io::load_checkpoint(path("c.h5")); }),
             fmt::format("checkpoint '{}': format version 99 is not the one this build reads ({})", path("c.h5"),
                         io::kCheckpointFormatVersion));
+}
+
+// The training state's attributes and the file's step carry a checksum as the datasets do: an
+// edited Adam t or step is refused, naming /train; a file written before the checksum still loads.
+TEST_F(CheckpointTest, ChangedTrainingStateFailsItsChecksum) {
+  const auto set_attr = [&](const char* group, const char* name, std::int64_t v) {
+    const hid_t f = H5Fopen(path("c.h5").c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
+    const hid_t g = H5Gopen2(f, group, H5P_DEFAULT);
+    const hid_t a = H5Aopen(g, name, H5P_DEFAULT);
+    ASSERT_GE(H5Awrite(a, H5T_NATIVE_INT64, &v), 0);
+    H5Aclose(a);
+    H5Gclose(g);
+    H5Fclose(f);
+  };
+  for (const auto& [group, name] : {std::pair{"train", "optimizer_step"}, {"train", "position"}, {"/", "step"}}) {
+    io::save_checkpoint(path("c.h5"), sample_checkpoint());
+    set_attr(group, name, 11);
+    const std::string msg = error_of([&] { io::load_checkpoint(path("c.h5")); });
+    EXPECT_NE(msg.find(fmt::format("checkpoint '{}': the attributes of '/train' and the file's step fail their "
+                                   "checksum (stored crc32",
+                                   path("c.h5"))),
+              std::string::npos)
+        << name << ": " << msg;
+  }
+  io::save_checkpoint(path("c.h5"), sample_checkpoint());
+  {
+    const hid_t f = H5Fopen(path("c.h5").c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
+    const hid_t g = H5Gopen2(f, "train", H5P_DEFAULT);
+    ASSERT_GE(H5Adelete(g, "crc32"), 0);
+    H5Gclose(g);
+    H5Fclose(f);
+  }
+  EXPECT_EQ(io::load_checkpoint(path("c.h5")).state->optimizer_step, sample_checkpoint().state->optimizer_step);
 }
 
 // Saving Adam's state and restoring it into a fresh optimizer continues bit-exactly.
