@@ -61,8 +61,8 @@ const io::Schema& tessera_schema() {
                 "after warmup: the paper's step^-0.5, or linear decay to 0 at train.max_steps")
         .real("train.adam_beta1", 0.9, 0.0, 0.999999, "Adam beta1")
         .real("train.adam_beta2", 0.98, 0.0, 0.999999, "Adam beta2")
-        .real("train.adam_eps", 1e-9, 1e-30, 1.0,
-              "Adam epsilon (not 0: a weight whose gradients have all been 0 would get 0 / 0)")
+        .real("train.adam_eps", 1e-9, 0.0, 1.0,
+              "Adam epsilon (above 0 to train: a weight whose gradients have all been 0 would get 0 / 0)")
         .real("train.label_smoothing", 0.1, 0.0, 0.99, "label smoothing (epsilon_ls)")
         .real("train.clip_norm", 0.0, 0.0, 1e6, "clip the global gradient norm to this (0: off)")
         .integer("train.seed", 1, 0, 4294967295, "seed of initialization, data order and dropout")
@@ -100,7 +100,8 @@ const io::Schema& tessera_schema() {
                  "start each bucket's all-reduce during backward (false: all after backward, to measure overlap)")
         .real("parallel.timeout_s", 300.0, 0.0, 1e7,
               "a rank waiting longer than this in one collective (a peer died or hangs) exits, ending the job "
-              "(0: wait forever; not while rank 0 reads the corpus and trains the vocabulary at the start)")
+              "(0: wait forever; not while rank 0 reads the corpus and trains the vocabulary at the start; a "
+              "tensor-parallel checkpoint save or load counts as one wait: keep it above a save's time)")
         .boolean("parallel.measure_comm", false,
                  "a barrier after backward, so the logged all-reduce wait excludes load imbalance (benchmarks)");
     // ---- checkpoints

@@ -96,6 +96,38 @@ class StopSignals {
   }, old_int_{};
 };
 
+// The vocabulary files (P.model, P.vocab) that a start creates (trains on first use, or restores
+// from its checkpoint) and that did not exist before it: removed when the start is refused later
+// (no validation pairs left, say), unless keep() was called. Left there, the next start would
+// take them for its trained vocabulary, whatever its text or data.vocab_type. Rank 0's files.
+class NewVocabularies {
+ public:
+  NewVocabularies(const io::Config& cfg, bool root) {
+    if (!root || cfg.string("data.task") != "translation") return;
+    const VocabPaths paths = vocab_paths(cfg);
+    for (const std::string& model : {paths.src, paths.tgt}) {
+      const std::string prefix = model.ends_with(".model") ? model.substr(0, model.size() - 6) : model;
+      for (const std::string& file : {model, prefix + ".vocab"}) {
+        std::error_code ec;
+        if (!fs::exists(file, ec) && !ec && std::find(files_.begin(), files_.end(), file) == files_.end())
+          files_.push_back(file);
+      }
+    }
+  }
+  ~NewVocabularies() {
+    for (const std::string& file : files_) {
+      std::error_code ec;
+      fs::remove(file, ec);
+    }
+  }
+  NewVocabularies(const NewVocabularies&) = delete;
+  NewVocabularies& operator=(const NewVocabularies&) = delete;
+  void keep() { files_.clear(); }
+
+ private:
+  std::vector<std::string> files_;
+};
+
 }  // namespace
 
 std::vector<std::pair<std::int64_t, fs::path>> step_checkpoints(const fs::path& dir) {
@@ -676,10 +708,10 @@ class Run {
     return c;
   }
 
-  // Each data-parallel replica reads the checkpoint for itself (node-local copies, or an MPMD
-  // launch's other --resume): replicas that go on from other weights or another data position
-  // would train apart, silently. What each read must be what the first replica of its
-  // tensor-parallel block read. Collective.
+  // Each data-parallel replica reads the checkpoint for itself (node-local copies, or a relative
+  // path in ranks started in other working directories): replicas that go on from other weights or another data
+  // position would train apart, silently. What each read must be what the first replica of its tensor-parallel block
+  // read. Collective.
   void check_replicas_read_alike(const io::Checkpoint& c, const std::string& path) const {
     if (grid_.data->size() < 2) return;
     std::uint64_t h = hash_combine(0, static_cast<std::uint64_t>(c.step));
@@ -694,8 +726,8 @@ class Run {
     if (const std::int32_t other = dist::count_ranks(h != first, grid_.world.get()); other > 0)
       throw EveryRankError(fmt::format(
           "cannot resume from '{}': {} of {} ranks read other weights, Adam moments or data position from it than "
-          "the first data-parallel replica of their block (node-local copies that differ, or another --resume in an "
-          "MPMD launch?): give every rank the same checkpoint",
+          "the first data-parallel replica of their block (node-local copies that differ, or ranks started in other "
+          "working directories?): give every rank the same checkpoint",
           path, other, grid_.size));
   }
 
@@ -1100,6 +1132,12 @@ TrainResult run_training(const io::Config& cfg, const TrainOptions& options) {
   if (!grid.root() && std::freopen("/dev/null", "w", stdout) == nullptr) fail("cannot silence rank {}", grid.rank);
   const std::filesystem::path dir(cfg.string("output.dir"));
   if (dir.empty()) throw io::ConfigError("config: output.dir is empty: name the folder for the run's files");
+  // Checked here, not by the key's range: the configs stored in older checkpoints (translated,
+  // averaged) may hold 0.
+  if (cfg.real("train.adam_eps") <= 0)
+    throw io::ConfigError(
+        "config: train.adam_eps = 0: Adam divides by sqrt(v) + eps, so a weight whose gradients have all been 0 so "
+        "far (a unit no example reached) would get 0 / 0 = NaN: give a positive value (1e-9, the paper's)");
   if (!options.resume) check_no_earlier_run(dir);
   std::string resume_path = options.resume_path;
   std::vector<std::pair<std::int64_t, fs::path>> saved;  // with --resume alone: the folder's step checkpoints
@@ -1121,6 +1159,16 @@ TrainResult run_training(const io::Config& cfg, const TrainOptions& options) {
       fmt::print("train: --resume: no checkpoint_<step>.h5 in {}; starting from scratch\n", dir.string());
     }
   }
+  // With --resume alone each rank lists output.dir for itself: ranks that see other folders (not one
+  // shared folder) would go on from other checkpoints, or some from scratch, and never line up.
+  if (options.resume)
+    check_same_on_every_rank(
+        hash_combine(0, resume_path), grid.world.get(),
+        fmt::format("the checkpoint --resume continues from ({} on rank 0)",
+                    resume_path.empty() ? "none: starting from scratch" : fmt::format("'{}'", resume_path)),
+        fmt::format("found another in output.dir '{}' (or none): the run folder must be one folder that every rank "
+                    "sees (a shared file system)",
+                    dir.string()));
   // Before the folder is created or the config printed: a refused resume leaves no trace.
   if (!resume_path.empty()) {
     root_first(grid.world.get(), [&] {
@@ -1156,12 +1204,14 @@ TrainResult run_training(const io::Config& cfg, const TrainOptions& options) {
       if (entry.path().extension() == ".tmp" && entry.path().stem().extension() == ".h5") fs::remove(entry.path(), ec);
   }
   StopSignals signals;
+  NewVocabularies new_vocabularies(cfg, grid.root());
   // Every rank at once: the data loading is collective (rank 0 reads and trains the vocabulary
   // first, then all encode a share of the corpus).
   auto run = std::make_unique<Run>(cfg, grid, resume_path);
   if (!resume_path.empty()) run->resume(resume_path);
   // Only now, with the data and any checkpoint accepted: a run refused on the way leaves the
-  // folder's config.yaml (that of the run it holds) as it was.
+  // folder's config.yaml (that of the run it holds) as it was, and no vocabulary of its own.
+  new_vocabularies.keep();
   if (grid.root()) write_effective_config(cfg, dir);
   TrainResult result = run->train();
   grid.world->barrier();  // every rank returns once rank 0 has written the final files

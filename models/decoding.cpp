@@ -35,11 +35,13 @@ std::vector<std::int64_t> output_limits(const Ensemble& models, const Tensor& sr
 // renormalized away: a hypothesis scores what the model gives its tokens.
 bool is_output_token(std::int64_t id) { return id != data::kPadId && id != kBosId; }
 
-// The most likely output token of a row of n; of equal ones, the lowest id.
+// The most likely output token of a row of n; of equal ones, the lowest id; eos when none has any
+// probability (as sample_token).
 std::int32_t best_output_token(const float* row, std::int64_t n) {
   std::int64_t best = -1;
   for (std::int64_t v = 0; v < n; ++v)
     if (is_output_token(v) && (best < 0 || row[v] > row[best])) best = v;
+  if (best < 0 || row[best] == -std::numeric_limits<float>::infinity()) return kEosId;
   return static_cast<std::int32_t>(best);
 }
 

@@ -172,7 +172,15 @@ Vocab Vocab::load(const std::string& path) {
   } catch (const std::exception& e) {
     fail("cannot read vocabulary '{}': {}", path, e.what());
   }
-  if (!status.ok()) fail("cannot read vocabulary '{}': {}", path, status.ToString());
+  if (!status.ok()) {
+    // `tessera vocab` writes P.model and P.vocab: the second, a list of the pieces, is an easy mistake.
+    const std::string hint =
+        path.ends_with(".vocab")
+            ? fmt::format(" (a .vocab file lists the pieces; give the SentencePiece model: '{}.model')",
+                          path.substr(0, path.size() - 6))
+            : std::string();
+    fail("cannot read vocabulary '{}'{}: {}", path, hint, status.ToString());
+  }
   v.path_ = path;
   v.check_special_ids();
   return v;

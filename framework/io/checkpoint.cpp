@@ -15,6 +15,7 @@
 #include <cstring>
 #include <filesystem>
 #include <thread>
+#include <type_traits>
 
 #include "common/hash.h"
 #include "tensor/allocator.h"
@@ -156,9 +157,10 @@ void write_header(Writer& w, hid_t file, std::int64_t step, const std::string& c
   w.string_attr(file, "created_by", "tessera");
 }
 
-// The CRC-32 of the file's step and the training state's fields (8 little-endian bytes each, in
-// their declaration order), stored as /train's "crc32": a changed attribute (Adam's t, the data
-// position) is caught as a changed dataset is, instead of resuming a subtly different run.
+// The CRC-32 of the file's step and the training state's fields (8 bytes each, in their
+// declaration order, in the host's byte order: little-endian on x86 and ARM), stored as /train's "crc32": a changed
+// attribute (Adam's t, the data position) is caught as a changed dataset is, instead of resuming a subtly different
+// run.
 std::uint32_t state_checksum(std::int64_t file_step, const TrainingState& s) {
   const auto u = [](auto v) { return static_cast<std::uint64_t>(v); };
   const auto bits = [](double v) { return std::bit_cast<std::uint64_t>(v); };
@@ -793,7 +795,7 @@ void write_sharded_tensors(Writer& w, hid_t parent, const char* name, const std:
 void save_checkpoint_sharded(const std::string& path, const ShardedCheckpoint& c, dist::MpiCommunicator& group) {
   // MPI-IO's collectives wait for every rank of the group: one that hangs (or a save that takes
   // longer than parallel.timeout_s) ends the job, as in any other collective.
-  const dist::CollectiveWatch watch("a tensor-parallel checkpoint save (MPI-IO)");
+  const dist::CollectiveWatch watch("a tensor-parallel checkpoint save (MPI-IO, this rank's own writes included)");
   const fs::path final_path(path);
   const int part = group.rank(), parts = group.size();
   if (part == 0 && final_path.has_parent_path()) {
@@ -832,7 +834,15 @@ void save_checkpoint_sharded(const std::string& path, const ShardedCheckpoint& c
       H5Pset_dxpl_mpio(dxpl.id(), H5FD_MPIO_COLLECTIVE);
       write_vocabularies(w, file.id(), c.vocabularies, /*write_data=*/part == 0, dxpl.id());
     }
-    if (c.state) write_state(w, file.id(), c.step, *c.state);
+    if (c.state) {
+      // Parallel HDF5 takes an attribute's value from any rank, so all must write the same: group
+      // rank 0's state (each rank's clock gives its own elapsed_seconds; a mix of two ranks' fields
+      // would fail the state's checksum).
+      TrainingState state = *c.state;
+      static_assert(std::is_trivially_copyable_v<TrainingState>);
+      w.check(MPI_Bcast(&state, sizeof(state), MPI_BYTE, 0, group.comm()) == MPI_SUCCESS, "/train (MPI_Bcast)");
+      write_state(w, file.id(), c.step, state);
+    }
     w.check(H5Fflush(file.id(), H5F_SCOPE_GLOBAL) >= 0, "/ (flush)");
     w.check(file.close(), "/ (close)");
   }();
@@ -858,23 +868,24 @@ void save_checkpoint_sharded(const std::string& path, const ShardedCheckpoint& c
 
 ShardedCheckpoint load_checkpoint_sharded(const std::string& path, const std::map<std::string, dist::ShardDim>& shards,
                                           dist::MpiCommunicator& group, bool weights_only) {
-  const dist::CollectiveWatch watch("a tensor-parallel checkpoint load (MPI-IO)");  // as in the save
+  const dist::CollectiveWatch watch("a tensor-parallel checkpoint load (MPI-IO, this rank's own reads included)");
   H5Handle file{open_for_reading(path), H5Fclose};
   const Reader r(path, file.id());
   ShardedCheckpoint c;
   c.shards = shards;
   read_header(r, file.id(), c.step, c.config_yaml, c.state);
   const int part = group.rank(), parts = group.size();
-  // Every rank opens the path for itself: copies that differ (node-local ones, or an MPMD launch's
-  // other paths) would meet below as a checksum failure of blocks from two files. Group rank 0
-  // names it; its error ends the job (MPI_Abort) while the others wait.
+  // Every rank opens the path for itself: copies that differ (node-local ones, or a relative path
+  // in ranks started in other working directories) would meet below as a checksum failure of blocks from two files.
+  // Group rank 0 names it; its error ends the job (MPI_Abort) while the others wait.
   std::uint64_t header = hash_combine(hash_combine(0, static_cast<std::uint64_t>(c.step)), c.config_yaml);
   if (c.state) header = hash_combine(hash_combine(header, c.state->epoch), c.state->position);
   if (dist::count_ranks(dist::broadcast_u64(header, &group) != header, &group) > 0) {
     if (part == 0)
       fail(
           "cannot read checkpoint '{}': the {} ranks of a tensor-parallel group read different files under this name "
-          "(their step, config or data position differ: node-local copies that differ?): give every rank the same "
+          "(their step, config or data position differ: node-local copies that differ, or other working directories?): "
+          "give every rank the same "
           "checkpoint",
           path, parts);
     group.barrier();

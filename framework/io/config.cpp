@@ -147,6 +147,7 @@ std::optional<std::int64_t> parse_integer(std::string_view s, bool* beyond_int64
   if (beyond_int64 != nullptr) *beyond_int64 = false;
   std::string_view digits = s;
   if (!digits.empty() && digits.front() == '+') digits.remove_prefix(1);
+  if (digits.size() != s.size() && !digits.empty() && digits.front() == '-') return std::nullopt;  // "+-5"
   std::int64_t value = 0;
   const auto [end, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), value);
   if (end == digits.data() + digits.size() && !digits.empty()) {

@@ -16,7 +16,8 @@
 #    is named by rank 0 and gives the job's exit status 130;
 #  - a tensor-parallel save failing on one rank ends the job with its error, no temporary left;
 #  - a rank that hangs in a tensor-parallel save ends the job through the collective timeout;
-#  - ranks resuming from different files under one name (data or tensor parallel) are refused;
+#  - ranks resuming from different files under one name (data or tensor parallel), or with --resume
+#    alone from run folders that differ, are refused; a tp=2 checkpoint of 3 layers resumes alone;
 #  - killing one rank of four ends the whole job within 60 s with a non-zero status.
 # Usage: distributed_training.sh TESSERA CONFIG WORKDIR
 set -eu
@@ -308,6 +309,29 @@ for layout in data tensor; do
   grep -q '^step ' "$work/mpmd/$layout.log" && fail "ranks resuming from different files at $layout=2 trained"
 done
 
+# --resume alone, with ranks that see other run folders (not one shared folder): rank 0 finds a
+# checkpoint, rank 1 none. Refused at once, said once (rank 1 started from scratch: the first
+# collectives did not line up, and the job waited out parallel.timeout_s).
+mkdir -p "$work/mpmd2/r0/out" "$work/mpmd2/r1"
+cp "$work/single/checkpoint_00000010.h5" "$work/mpmd2/r0/out/"
+resume_each="$tessera train $common --set train.max_steps=30 --set parallel.data=2 --set output.dir=out --resume"
+status=0
+timeout 120 mpirun --oversubscribe -np 1 -wdir "$work/mpmd2/r0" $resume_each : -np 1 -wdir "$work/mpmd2/r1" $resume_each \
+  > "$work/mpmd2/log" 2>&1 || status=$?
+[ $status -ne 0 ] && [ $status -ne 124 ] || fail "ranks seeing other run folders gave status $status"
+[ "$(grep -c "error: the checkpoint --resume continues from ('out/checkpoint_00000010\.h5' on rank 0) differs between the ranks: 1 of 2 ranks found another in output\.dir 'out' (or none)" \
+  "$work/mpmd2/log")" -eq 1 ] || { cat "$work/mpmd2/log"; fail "ranks seeing other run folders: not said once"; }
+
+# A tensor-parallel checkpoint's /train attributes are group rank 0's: parallel HDF5 takes each
+# attribute from any rank, and with each rank's own elapsed_seconds a 3-layer model's file held two
+# ranks' fields and failed its checksum. It resumes in one process.
+mpi 2 "$tessera" train $common --set model.layers=3 --set train.max_steps=2 --set checkpoint.every=2 \
+  --set parallel.tensor=2 --set output.dir="$work/tp_layers3" > "$work/tp_layers3.log" 2>&1 ||
+  { tail -n 5 "$work/tp_layers3.log"; fail "tp=2, 3 layers: training failed"; }
+"$tessera" train $common --set model.layers=3 --set train.max_steps=3 --set output.dir="$work/tp_layers3_resumed" \
+  --resume "$work/tp_layers3/checkpoint_00000002.h5" > "$work/tp_layers3_resumed.log" 2>&1 ||
+  { tail -n 5 "$work/tp_layers3_resumed.log"; fail "a tp=2 checkpoint of 3 layers does not resume in one process"; }
+
 # A rank that stops responding inside a tensor-parallel save (injected): the other waits in MPI-IO's
 # collective write, which the collective timeout covers too: the job ends, non-zero, within 60 s,
 # naming the save (it used to wait forever).
@@ -319,7 +343,7 @@ TESSERA_FAULT_SAVE_HANG=1 timeout 120 mpirun -np 2 --oversubscribe "$tessera" tr
 took=$(( $(date +%s) - start ))
 [ $status -ne 0 ] && [ $status -ne 124 ] || fail "a rank hung in a tensor-parallel save gave status $status (124: hung)"
 [ $took -le 60 ] || fail "the job took $took s to end with a rank hung in a save"
-grep -q "error on rank 0: a tensor-parallel checkpoint save (MPI-IO) has waited [0-9]* s (parallel.timeout_s = 5)" \
+grep -q "error on rank 0: a tensor-parallel checkpoint save (MPI-IO, this rank's own writes included) has waited [0-9]* s (parallel.timeout_s = 5)" \
   "$work/save_hangs.log" || { cat "$work/save_hangs.log"; fail "no timeout message naming the save"; }
 ls "$work/save_hangs" | grep -q '^checkpoint_.*\.h5$' && fail "a save cut by the timeout left a checkpoint"
 echo "rank hung in a save: the job ended with status $status after $took s"

@@ -429,6 +429,7 @@ TEST(ConfigErrors, IntegerExpected) {
   EXPECT_EQ(parse_error("model:\n  layers: abc\n"), "configs/x.yaml:2: 'model.layers' expects an integer, got 'abc'");
   EXPECT_EQ(parse_error("steps: true\n"), "configs/x.yaml:1: 'steps' expects an integer, got 'true'");
   EXPECT_EQ(parse_error("steps: 0x10\n"), "configs/x.yaml:1: 'steps' expects an integer, got '0x10'");
+  EXPECT_EQ(parse_error("steps: +-5\n"), "configs/x.yaml:1: 'steps' expects an integer, got '+-5'");
 }
 
 // A whole number beyond int64, either way, written as digits or as a real: out of range, as a real

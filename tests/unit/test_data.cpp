@@ -388,6 +388,15 @@ TEST(Vocab, CorruptModelFileNamesIt) {
   TempDir dir;
   const std::string p = dir.file("junk.model", "this is not a model");
   EXPECT_EQ(error_of([&] { Vocab::load(p); }).rfind(fmt::format("cannot read vocabulary '{}': ", p), 0), 0u);
+  // The .vocab file `tessera vocab` writes beside the .model: named as such, the .model suggested.
+  const std::string listing = dir.file("sp.vocab", "<pad>\t0\n<unk>\t0\n");
+  EXPECT_EQ(
+      error_of([&] { Vocab::load(listing); })
+          .rfind(fmt::format("cannot read vocabulary '{}' (a .vocab file lists the pieces; give the SentencePiece "
+                             "model: '{}'): ",
+                             listing, dir.path("sp.model")),
+                 0),
+      0u);
 }
 
 TEST(Vocab, TooLargeVocabularyIsAClearError) {
