@@ -832,9 +832,9 @@ std::vector<std::uint64_t> Translator::weights_fingerprints() const {
   std::vector<std::uint64_t> out;
   for (const auto& m : models_) {
     std::uint64_t h = 0;
-    for (const ag::Var& p : m->parameters()) {
+    for (const ag::Var& p : m->parameters()) {  // CRC-32s (ISA-L), as checkpoints check their tensors
       const Tensor host = p.value().to(Device::cpu);
-      h = hash_combine(h, std::string_view(static_cast<const char*>(host.raw_data()), host.nbytes()));
+      h = hash_combine(h, io::checksum(host.raw_data(), static_cast<std::size_t>(host.nbytes())));
     }
     out.push_back(h);
   }

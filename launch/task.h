@@ -174,7 +174,7 @@ class Translator {
   const io::Config& config() const { return cfg_; }  // the first checkpoint's
   // The vocabulary files it read: none when the checkpoint holds its vocabularies.
   const std::vector<std::string>& vocabulary_files() const { return vocabulary_files_; }
-  // Of each model's weights, in checkpoint order (hashed in full: a second or so for the big model).
+  // Of each model's weights, in checkpoint order (the CRC-32 of each tensor, combined).
   std::vector<std::uint64_t> weights_fingerprints() const;
 
  private:

@@ -709,9 +709,9 @@ class Run {
   }
 
   // Each data-parallel replica reads the checkpoint for itself (node-local copies, or a relative
-  // path in ranks started in other working directories): replicas that go on from other weights or another data
-  // position would train apart, silently. What each read must be what the first replica of its tensor-parallel block
-  // read. Collective.
+  // path in ranks started in other working directories): replicas that go on from other weights
+  // or another data position would train apart, silently. What each read must be what the first
+  // replica of its tensor-parallel block read. Collective.
   void check_replicas_read_alike(const io::Checkpoint& c, const std::string& path) const {
     if (grid_.data->size() < 2) return;
     std::uint64_t h = hash_combine(0, static_cast<std::uint64_t>(c.step));
@@ -1160,8 +1160,9 @@ TrainResult run_training(const io::Config& cfg, const TrainOptions& options) {
     }
   }
   // With --resume alone each rank lists output.dir for itself: ranks that see other folders (not one
-  // shared folder) would go on from other checkpoints, or some from scratch, and never line up.
-  if (options.resume)
+  // shared folder) would go on from other checkpoints, or some from scratch, and never line up. (A
+  // path given is already the same on every rank: make_process_grid compared the command lines.)
+  if (options.resume && options.resume_path.empty())
     check_same_on_every_rank(
         hash_combine(0, resume_path), grid.world.get(),
         fmt::format("the checkpoint --resume continues from ({} on rank 0)",

@@ -157,10 +157,10 @@ void write_header(Writer& w, hid_t file, std::int64_t step, const std::string& c
   w.string_attr(file, "created_by", "tessera");
 }
 
-// The CRC-32 of the file's step and the training state's fields (8 bytes each, in their
-// declaration order, in the host's byte order: little-endian on x86 and ARM), stored as /train's "crc32": a changed
-// attribute (Adam's t, the data position) is caught as a changed dataset is, instead of resuming a subtly different
-// run.
+// The CRC-32 of the file's step and the training state's fields (8 bytes each, in declaration
+// order, in the host's byte order: little-endian on x86 and ARM), stored as /train's "crc32": a
+// changed attribute (Adam's t, the data position) is caught as a changed dataset is, instead of
+// resuming a subtly different run.
 std::uint32_t state_checksum(std::int64_t file_step, const TrainingState& s) {
   const auto u = [](auto v) { return static_cast<std::uint64_t>(v); };
   const auto bits = [](double v) { return std::bit_cast<std::uint64_t>(v); };
@@ -876,8 +876,9 @@ ShardedCheckpoint load_checkpoint_sharded(const std::string& path, const std::ma
   read_header(r, file.id(), c.step, c.config_yaml, c.state);
   const int part = group.rank(), parts = group.size();
   // Every rank opens the path for itself: copies that differ (node-local ones, or a relative path
-  // in ranks started in other working directories) would meet below as a checksum failure of blocks from two files.
-  // Group rank 0 names it; its error ends the job (MPI_Abort) while the others wait.
+  // in ranks started in other working directories) would meet below as a checksum failure of
+  // blocks from two files. Group rank 0 names it; its error ends the job (MPI_Abort) while the
+  // others wait.
   std::uint64_t header = hash_combine(hash_combine(0, static_cast<std::uint64_t>(c.step)), c.config_yaml);
   if (c.state) header = hash_combine(hash_combine(header, c.state->epoch), c.state->position);
   if (dist::count_ranks(dist::broadcast_u64(header, &group) != header, &group) > 0) {
@@ -885,8 +886,7 @@ ShardedCheckpoint load_checkpoint_sharded(const std::string& path, const std::ma
       fail(
           "cannot read checkpoint '{}': the {} ranks of a tensor-parallel group read different files under this name "
           "(their step, config or data position differ: node-local copies that differ, or other working directories?): "
-          "give every rank the same "
-          "checkpoint",
+          "give every rank the same checkpoint",
           path, parts);
     group.barrier();
   }
