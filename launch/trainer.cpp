@@ -13,6 +13,7 @@
 #include <filesystem>
 #include <fstream>
 #include <limits>
+#include <optional>
 #include <regex>
 #include <sstream>
 #include <thread>
@@ -26,6 +27,7 @@
 #include "io/checkpoint.h"
 #include "kernels/dispatch.h"
 #include "launch/process_grid.h"
+#include "launch/run_folder_lock.h"
 #include "launch/schema.h"
 #include "launch/task.h"
 #include "optim/adam.h"
@@ -1193,14 +1195,17 @@ TrainResult run_training(const io::Config& cfg, const TrainOptions& options) {
       check_resumable(cfg, resume_path);
     });
   }
+  std::optional<RunFolderLock> folder_lock;  // rank 0's, until the run ends
   if (grid.root()) {
     std::error_code ec;
     if (fs::exists(dir, ec) && !fs::is_directory(dir, ec))
       fail("output.dir '{}' is a file, not a folder", dir.string());
     std::filesystem::create_directories(dir, ec);
     if (ec) fail("cannot create output.dir '{}': {}", dir.string(), ec.message());
+    folder_lock.emplace(dir);
     fmt::print("config (effective):\n{}", cfg.to_yaml(false));
-    // A crash mid-save leaves "<name>.tmp" behind: never a valid checkpoint, so it goes.
+    // A crash mid-save leaves "<name>.tmp" behind: never a valid checkpoint, so it goes (with the
+    // folder locked: not a running train's save).
     for (const auto& entry : fs::directory_iterator(dir, ec))
       if (entry.path().extension() == ".tmp" && entry.path().stem().extension() == ".h5") fs::remove(entry.path(), ec);
   }

@@ -121,6 +121,31 @@ expect_error "output.dir '[^']*run' already holds a run (checkpoint_00000040\.h5
   "$tessera" train $common --set output.dir="$dir"
 [ "$(md5sum < "$dir/config.yaml")" = "$before" ] || fail "a refused fresh run rewrote config.yaml"
 expect_error "output.dir is empty" "$tessera" train $common --set output.dir=
+# One train per folder: a second train into the folder of a running one (here one that stops
+# responding at step 1, before its first checkpoint) is refused, naming it, and removes nothing of
+# it (a checkpoint temporary of its included). Once that one is killed (-9), the folder trains.
+(TESSERA_FAULT_HANG=0:1 exec "$tessera" train $common --set output.dir="$work/busy" --set train.max_steps=4) \
+  > "$work/busy.log" 2>&1 &
+busy=$!
+trap 'kill -9 $busy 2> /dev/null' EXIT  # a failed check below leaves no hung train behind
+i=0
+until [ -e "$work/busy/metrics.jsonl" ]; do
+  i=$((i + 1))
+  [ $i -lt 1200 ] || { kill -9 $busy; cat "$work/busy.log"; fail "the run to be locked out did not start in 120 s"; }
+  sleep 0.1
+done
+echo partial > "$work/busy/checkpoint_00000001.h5.tmp"
+expect_error "^tessera: error: output\.dir '[^']*busy' is in use by another train (pid $busy on host [^,]*, started 20[0-9-]* [0-9:]*.*, as its [^ ]*busy/train\.lock says): wait for it to end, or train into another output\.dir$" \
+  "$tessera" train $common --set output.dir="$work/busy" --set train.max_steps=4
+grep -q '^data: ' "$work/err.txt" && fail "the data was prepared before a train into a folder in use was refused"
+[ -e "$work/busy/checkpoint_00000001.h5.tmp" ] || fail "a refused train removed a running train's checkpoint temporary"
+kill -0 $busy 2> /dev/null || { cat "$work/busy.log"; fail "the running train ended while the second was refused"; }
+kill -9 $busy
+wait $busy && fail "the hung run ended by itself" || true
+trap - EXIT
+"$tessera" train $common --set output.dir="$work/busy" --set train.max_steps=4 > "$work/busy2.log" 2>&1 ||
+  { cat "$work/busy2.log"; fail "a train into the folder of a killed one was refused"; }
+[ -f "$work/busy/model.h5" ] || fail "the train after the killed one wrote no model.h5"
 # --resume in a folder with a run's final files but no step checkpoint: refused, not restarted.
 mkdir -p "$work/final_only" && cp "$dir/model.h5" "$dir/checkpoint_best.h5" "$work/final_only/"
 expect_error "--resume: output.dir '[^']*final_only' holds no checkpoint_<step>.h5 but a run's checkpoint_best.h5" \

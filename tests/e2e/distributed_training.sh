@@ -347,6 +347,19 @@ grep -q "error on rank 0: a tensor-parallel checkpoint save (MPI-IO, this rank's
   "$work/save_hangs.log" || { cat "$work/save_hangs.log"; fail "no timeout message naming the save"; }
 ls "$work/save_hangs" | grep -q '^checkpoint_.*\.h5$' && fail "a save cut by the timeout left a checkpoint"
 echo "rank hung in a save: the job ended with status $status after $took s"
+# ... and inside a tensor-parallel load (a resume of the 3-layer checkpoint above).
+start=$(date +%s)
+status=0
+TESSERA_FAULT_LOAD_HANG=1 timeout 120 mpirun -np 2 --oversubscribe "$tessera" train $common --set model.layers=3 \
+  --set train.max_steps=4 --set parallel.tensor=2 --set parallel.timeout_s=5 --set output.dir="$work/load_hangs" \
+  --resume "$work/tp_layers3/checkpoint_00000002.h5" > "$work/load_hangs.log" 2>&1 || status=$?
+took=$(( $(date +%s) - start ))
+[ $status -ne 0 ] && [ $status -ne 124 ] || fail "a rank hung in a tensor-parallel load gave status $status (124: hung)"
+[ $took -le 60 ] || fail "the job took $took s to end with a rank hung in a load"
+grep -q "error on rank 0: a tensor-parallel checkpoint load (MPI-IO, this rank's own reads included) has waited [0-9]* s (parallel.timeout_s = 5)" \
+  "$work/load_hangs.log" || { cat "$work/load_hangs.log"; fail "no timeout message naming the load"; }
+grep -q '^step ' "$work/load_hangs.log" && fail "a resume whose load timed out trained"
+echo "rank hung in a load: the job ended with status $status after $took s"
 
 # Kill one rank of four mid-run: the job ends, non-zero, within 60 s.
 mpi 4 "$tessera" train $common --set train.max_steps=1000000 --set parallel.data=4 --set output.dir="$work/killed" \

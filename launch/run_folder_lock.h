@@ -1,0 +1,29 @@
+// One train per run folder: a second `tessera train` into an output.dir that a running train uses
+// (the same job submitted twice, a resume started before the old job ended) is refused, instead of
+// both appending to metrics.jsonl, replacing each other's checkpoints and removing each other's
+// checkpoint temporaries.
+#pragma once
+
+#include <filesystem>
+
+namespace tessera::launch {
+
+// An exclusive lock on <dir>/train.lock for as long as the object lives. An open-file-description
+// lock: the kernel drops it when the process ends however it ends (kill -9 included), so it never
+// goes stale, and it excludes a second lock taken in the same process too. The holder's pid, host
+// and start time written into the file only name the holder in the refusal. On a file system
+// without locks a warning is printed and the folder is used unlocked.
+class RunFolderLock {
+ public:
+  explicit RunFolderLock(const std::filesystem::path& dir);  // throws tessera::Error when in use
+  ~RunFolderLock();
+  RunFolderLock(const RunFolderLock&) = delete;
+  RunFolderLock& operator=(const RunFolderLock&) = delete;
+
+  bool locked() const { return fd_ >= 0; }
+
+ private:
+  int fd_ = -1;
+};
+
+}  // namespace tessera::launch
