@@ -1,4 +1,5 @@
 #include <fmt/core.h>
+#include <fmt/ranges.h>
 
 #include <filesystem>
 #include <string>
@@ -13,10 +14,22 @@ namespace tessera::launch {
 namespace {
 
 // The same file twice would weigh double, silently; writing over an input (a full checkpoint,
-// say) would replace it with weights only. Both are refused before anything is read.
-void check_average_paths(const std::vector<std::string>& inputs, const std::string& output) {
+// say) would replace it with weights only. Both are refused before anything is read. Returns the
+// file to write: a symbolic link's target (the link stays a link), never a device or a FIFO (the
+// temporary renamed over it would replace /dev/null itself, run as root).
+std::string check_average_paths(const std::vector<std::string>& inputs, const std::string& output) {
   namespace fs = std::filesystem;
   std::error_code ec;
+  std::string target = output;
+  if (fs::is_symlink(output, ec)) {
+    const fs::path link = fs::read_symlink(output, ec);
+    target = fs::exists(output, ec) ? fs::canonical(output, ec).string()
+                                    : (link.is_absolute() ? link : fs::path(output).parent_path() / link).string();
+  }
+  const fs::file_status status = fs::status(target, ec);
+  if (fs::exists(status) && !fs::is_regular_file(status))
+    fail("average: the output '{}' is not a regular file{}: give the path of a file to write", output,
+         fs::is_directory(status) ? " (a folder)" : " (a device, FIFO or socket)");
   for (std::size_t i = 0; i < inputs.size(); ++i) {
     for (std::size_t j = 0; j < i; ++j)
       if (fs::equivalent(inputs[i], inputs[j], ec))
@@ -24,22 +37,28 @@ void check_average_paths(const std::vector<std::string>& inputs, const std::stri
     if (fs::exists(output, ec) && fs::equivalent(inputs[i], output, ec))
       fail("average: the output '{}' is the input '{}': write the average to another file", output, inputs[i]);
   }
+  return target;
 }
 
-// Shapes cannot tell how the attention weights split into heads: the mean of two checkpoints with
-// another model.heads is no model of either (the first's config would decode it).
-void check_same_heads(const std::vector<std::string>& inputs) {
-  std::int64_t first = 0;
-  for (const std::string& path : inputs) {
-    const std::int64_t heads =
-        io::Config::parse(tessera_schema(), io::read_checkpoint_header(path).config_yaml, path + ":/config")
-            .integer("model.heads");
-    if (first == 0) first = heads;
-    if (heads != first)
-      fail(
-          "average: '{}' has model.heads = {} but '{}' has {}: the same weights split into other heads are another "
-          "model",
-          path, heads, inputs.front(), first);
+// Checkpoints of other models are refused before their weights are read: another shape (a mean of
+// same-shaped tensors of a synthetic and a corpus task's model is no model of either), or another
+// model.heads (shapes cannot tell how the attention weights split into heads).
+void check_same_model(const std::vector<std::string>& inputs) {
+  const auto config_of = [](const std::string& path) {
+    return io::Config::parse(tessera_schema(), io::read_checkpoint_header(path).config_yaml, path + ":/config");
+  };
+  const io::Config first = config_of(inputs.front());
+  for (std::size_t i = 1; i < inputs.size(); ++i) {
+    const io::Config other = config_of(inputs[i]);
+    std::vector<std::string> differ;
+    for (const KeyDifference& d : model_shape_differences(other, first))
+      differ.push_back(fmt::format("{} = {} there, {} in the first", d.key, d.first, d.second));
+    if (other.integer("model.heads") != first.integer("model.heads"))
+      differ.push_back(fmt::format("model.heads = {} there, {} in the first: the same weights split into other heads",
+                                   other.integer("model.heads"), first.integer("model.heads")));
+    if (differ.empty()) continue;
+    fail("average: '{}' is another model than '{}' ({}): the mean of their weights is a model of neither", inputs[i],
+         inputs.front(), fmt::join(differ, "; "));
   }
 }
 
@@ -60,10 +79,10 @@ Command add_average_command(CLI::App& parent) {
       ->required();
   return {cmd,
           [opt] {
-            check_average_paths(opt->inputs, opt->output);
-            check_same_heads(opt->inputs);
+            const std::string target = check_average_paths(opt->inputs, opt->output);
+            check_same_model(opt->inputs);
             const io::Checkpoint avg = io::average_checkpoints(opt->inputs);
-            io::save_checkpoint(opt->output, avg);
+            io::save_checkpoint(target, avg);
             // One input: its weights alone (a weights-only copy), said as such.
             fmt::print("average: wrote {} ({} tensors, {})\n", opt->output, avg.model.size(),
                        opt->inputs.size() == 1 ? std::string("the weights of 1 checkpoint")

@@ -147,4 +147,22 @@ models::DecodeOptions decode_options(const io::Config& cfg) {
           .sampling = std::nullopt};
 }
 
+std::vector<KeyDifference> model_shape_differences(const io::Config& first, const io::Config& second) {
+  std::vector<KeyDifference> differ;
+  const auto compare = [&](const std::string& key) {
+    if (first.values().at(key) != second.values().at(key))
+      differ.push_back({key, first.values().at(key), second.values().at(key)});
+  };
+  for (const char* key :
+       {"model.layers", "model.d_model", "model.d_ff", "model.norm", "model.share_embeddings", "model.tie_output"})
+    compare(key);
+  const auto synthetic = [](const io::Config& c) { return c.string("data.task") != "translation"; };
+  if (synthetic(first) != synthetic(second)) {
+    compare("data.task");
+  } else if (synthetic(first)) {
+    compare("data.synthetic_vocab");
+  }
+  return differ;
+}
+
 }  // namespace tessera::launch

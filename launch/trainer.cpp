@@ -1061,19 +1061,8 @@ void check_resumable(const io::Config& cfg, const std::string& path) {
   check_vocabulary_kind(io::load_vocabularies(path), cfg.boolean("data.joint_vocab"), path);
   const io::Config saved = io::Config::parse(tessera_schema(), header.config_yaml, path);
   std::vector<std::string> differ;
-  const auto compare = [&](const std::string& was, const std::string& now, const std::string& key) {
-    if (was != now) differ.push_back(fmt::format("{} = {} there, {} in this config", key, was, now));
-  };
-  for (const char* key :
-       {"model.layers", "model.d_model", "model.d_ff", "model.norm", "model.share_embeddings", "model.tie_output"})
-    compare(saved.values().at(key), cfg.values().at(key), key);
-  // The synthetic tasks (copy, reverse, sort) share one model shape, set by data.synthetic_vocab.
-  const auto synthetic = [](const io::Config& c) { return c.string("data.task") != "translation"; };
-  if (synthetic(saved) != synthetic(cfg)) {
-    compare(saved.string("data.task"), cfg.string("data.task"), "data.task");
-  } else if (synthetic(cfg)) {
-    compare(saved.values().at("data.synthetic_vocab"), cfg.values().at("data.synthetic_vocab"), "data.synthetic_vocab");
-  }
+  for (const KeyDifference& d : model_shape_differences(saved, cfg))
+    differ.push_back(fmt::format("{} = {} there, {} in this config", d.key, d.first, d.second));
   if (!differ.empty())
     fail(
         "cannot resume from '{}': its model does not have this config's shape ({}); its weights would not fit. "

@@ -636,8 +636,8 @@ Checkpoint average_checkpoints(const std::vector<std::string>& paths) {
       std::vector<double>& sum = sums[name];
       for (std::size_t j = 0; j < v.size(); ++j) sum[j] += v[j];
     }
-    if (c.model.size() != first.model.size())
-      fail("average: '{}' holds {} weights but '{}' holds {}", paths[i], c.model.size(), paths[0], first.model.size());
+    for (const auto& [name, t] : first.model)
+      if (!c.model.contains(name)) fail("average: '{}' has no '/model/{}', which '{}' has", paths[i], name, paths[0]);
     // Files written before checkpoints held vocabularies have none; any two that do must agree.
     if (!c.vocabularies.empty() && !first.vocabularies.empty() && c.vocabularies != first.vocabularies)
       fail("average: '{}' was trained with other vocabularies (/vocab) than '{}'", paths[i], vocab_from);
@@ -645,7 +645,7 @@ Checkpoint average_checkpoints(const std::vector<std::string>& paths) {
       first.vocabularies = c.vocabularies;
       vocab_from = paths[i];
     }
-    step = c.step;
+    step = std::max(step, c.step);  // the newest input's, whatever the order they are given in
   }
   Checkpoint out;
   out.step = step;

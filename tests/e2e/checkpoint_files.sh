@@ -6,6 +6,13 @@ set -eu
 tessera=$1 config=$2 work=$3
 rm -rf "$work" && mkdir -p "$work"
 fail() { echo "FAIL: $*"; exit 1; }
+expect_error() {  # expect_error PATTERN COMMAND...: fails with status 1 and prints PATTERN
+  pattern=$1 && shift
+  status=0
+  "$@" > "$work/err.txt" 2>&1 || status=$?
+  [ $status -eq 1 ] || { cat "$work/err.txt"; fail "exit status $status for: $*"; }
+  grep -q -e "$pattern" "$work/err.txt" || { cat "$work/err.txt"; fail "no '$pattern' in the error of: $*"; }
+}
 dir="$work/run"
 common="--config $config --set train.log_every=10 --set data.synthetic_train_size=2000 --set data.synthetic_valid_size=50"
 "$tessera" train $common --set output.dir="$dir" --set train.max_steps=50 --set train.valid_every=20 \
@@ -59,6 +66,17 @@ status=0
 [ $status -eq 1 ] && grep -q "are the same file: each checkpoint counts once" "$work/avg_err.txt" ||
   { cat "$work/avg_err.txt"; fail "the same checkpoint twice was not refused (status $status)"; }
 [ -e "$work/dup.h5" ] && fail "a refused average wrote its output"
+# An output that is a symbolic link is written through (the link stays); a FIFO or a device is
+# refused, not replaced by a file.
+echo old > "$work/target.h5" && ln -s target.h5 "$work/link.h5"
+"$tessera" average "$dir/checkpoint_00000040.h5" "$dir/checkpoint_00000050.h5" -o "$work/link.h5" > /dev/null ||
+  fail "average into a symbolic link failed"
+[ -L "$work/link.h5" ] || fail "average replaced the symbolic link it was given as output"
+h5diff "$work/target.h5" "$work/avg.h5" /model /model > /dev/null || fail "average through a symbolic link did not write the average into its target"
+mkfifo "$work/fifo.h5"
+expect_error "average: the output '[^']*fifo\.h5' is not a regular file (a device, FIFO or socket): give the path of a file to write" \
+  "$tessera" average "$dir/checkpoint_00000040.h5" -o "$work/fifo.h5"
+[ -p "$work/fifo.h5" ] || fail "a refused average replaced the FIFO"
 echo "1 2 3 4 5 6 7 8 9 10" > "$work/src.txt"
 echo "10 9 8 7 6 5 4 3 2 1" > "$work/ref.txt"
 for ckpt in "$work/avg.h5" "$dir/checkpoint_best.h5" "$dir/checkpoint_00000040.h5"; do
@@ -67,13 +85,6 @@ for ckpt in "$work/avg.h5" "$dir/checkpoint_best.h5" "$dir/checkpoint_00000040.h
   "$tessera" score --checkpoint "$ckpt" --src "$work/src.txt" --ref "$work/ref.txt" | grep -q '^BLEU = ' || fail "score with $ckpt"
 done
 
-expect_error() {  # expect_error PATTERN COMMAND...: fails with status 1 and prints PATTERN
-  pattern=$1 && shift
-  status=0
-  "$@" > "$work/err.txt" 2>&1 || status=$?
-  [ $status -eq 1 ] || { cat "$work/err.txt"; fail "exit status $status for: $*"; }
-  grep -q -e "$pattern" "$work/err.txt" || { cat "$work/err.txt"; fail "no '$pattern' in the error of: $*"; }
-}
 # A resume that cannot work is refused from the checkpoint's header, before the data is prepared,
 # and writes nothing into a new output.dir.
 expect_error "cannot resume from '[^']*model\.h5': it holds weights only" \
@@ -156,12 +167,13 @@ expect_error "--resume: output.dir '[^']*model_only' holds a finished run's mode
 
 expect_error "checkpoint '[^']*no_such\.h5' does not exist" \
   "$tessera" train $common --set output.dir="$dir" --resume "$work/no_such.h5"
-expect_error "average: '/model/decoder\.layer_norm\.bias' has shape \[32\] in '[^']*small/model\.h5' but \[64\]" \
+# Checkpoints of another model are refused from their configs, before the weights are read.
+expect_error "average: '[^']*small/model\.h5' is another model than '[^']*run/model\.h5' (model\.d_model = 32 there, 64 in the first): the mean of their weights is a model of neither" \
   sh -c "'$tessera' train $common --set output.dir='$work/small' --set model.d_model=32 --set train.max_steps=2 > /dev/null &&
          '$tessera' average '$dir/model.h5' '$work/small/model.h5' -o '$work/bad_avg.h5'"
 [ ! -e "$work/bad_avg.h5" ] || fail "a failed average wrote its output"
 # The same shapes split into other heads: refused too (shapes cannot tell).
-expect_error "average: '[^']*heads2/model\.h5' has model\.heads = 2 but '[^']*run/model\.h5' has 4: the same weights split into other heads" \
+expect_error "average: '[^']*heads2/model\.h5' is another model than '[^']*run/model\.h5' (model\.heads = 2 there, 4 in the first: the same weights split into other heads)" \
   sh -c "'$tessera' train $common --set output.dir='$work/heads2' --set model.heads=2 --set train.max_steps=2 > /dev/null &&
          '$tessera' average '$dir/model.h5' '$work/heads2/model.h5' -o '$work/bad_avg.h5'"
 [ ! -e "$work/bad_avg.h5" ] || fail "a refused average wrote its output"

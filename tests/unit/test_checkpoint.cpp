@@ -205,7 +205,8 @@ TEST_F(CheckpointTest, AverageKeepsTheVocabulariesAndRefusesOthers) {
 }
 
 // The mean of each element, accumulated in float64 and rounded once to float32; a weights-only
-// result with the first file's config, the last one's step and no optimizer state.
+// result with the first file's config, the largest step (the newest input's, in any order) and no
+// optimizer state.
 TEST_F(CheckpointTest, AverageIsTheElementwiseMean) {
   std::vector<std::string> files;
   std::vector<io::Checkpoint> inputs;
@@ -237,6 +238,8 @@ TEST_F(CheckpointTest, AverageIsTheElementwiseMean) {
       EXPECT_EQ(t.data<float>()[j], static_cast<float>(sum / 3.0)) << name << "[" << j << "]";
     }
   }
+  EXPECT_EQ(io::average_checkpoints({files[2], files[0]}).step, 30);
+  EXPECT_EQ(io::average_checkpoints({files[1], files[0]}).step, 20);
   // The first two of them: another mean (not the first file's weights).
   const io::Checkpoint two = io::average_checkpoints({files[0], files[1]});
   const float* first = inputs[0].model.at("embed_tokens.weight").data<float>();
@@ -244,6 +247,32 @@ TEST_F(CheckpointTest, AverageIsTheElementwiseMean) {
   EXPECT_EQ(two.model.at("embed_tokens.weight").data<float>()[0],
             static_cast<float>((static_cast<double>(first[0]) + second[0]) / 2.0));
   EXPECT_NE(two.model.at("embed_tokens.weight").data<float>()[0], first[0]);
+}
+
+// Files whose tensors do not match name the tensor, whichever file lacks it.
+TEST_F(CheckpointTest, AverageNamesTheTensorThatDoesNotMatch) {
+  io::Checkpoint a = sample_checkpoint(), fewer = sample_checkpoint(), other = sample_checkpoint();
+  ASSERT_TRUE(fewer.model.contains("embed_tokens.weight"));
+  fewer.model.erase("embed_tokens.weight");
+  other.model["embed_tokens.weight"] = filled({6, 2}, 1.0f);
+  io::save_checkpoint(path("a.h5"), a);
+  io::save_checkpoint(path("fewer.h5"), fewer);
+  io::save_checkpoint(path("other.h5"), other);
+  EXPECT_EQ(
+      error_of([&] {
+        io::average_checkpoints({path("a.h5"), path("fewer.h5")});
+      }),
+      fmt::format("average: '{}' has no '/model/embed_tokens.weight', which '{}' has", path("fewer.h5"), path("a.h5")));
+  EXPECT_EQ(error_of([&] {
+              io::average_checkpoints({path("fewer.h5"), path("a.h5")});
+            }),
+            fmt::format("average: '{}' has '/model/embed_tokens.weight', which '{}' does not have", path("a.h5"),
+                        path("fewer.h5")));
+  EXPECT_EQ(error_of([&] {
+              io::average_checkpoints({path("a.h5"), path("other.h5")});
+            }),
+            fmt::format("average: '/model/embed_tokens.weight' has shape [6, 2] in '{}' but [5, 2] in '{}'",
+                        path("other.h5"), path("a.h5")));
 }
 
 TEST_F(CheckpointTest, LargeTensorsRoundTrip) {
