@@ -5,6 +5,8 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
@@ -100,6 +102,16 @@ Vocab Vocab::train(const VocabTrainOptions& opt) {
                                            kMaxSentenceBytes, too_long)
                              : std::string());
 
+  const std::string model_path = opt.model_prefix + ".model", vocab_path = opt.model_prefix + ".vocab";
+  // Checked before minutes of training: the outputs replace files (an input among them, lost) and
+  // a folder in their place would fail the last rename, with the .vocab already replaced.
+  for (const std::string& out : {model_path, vocab_path}) {
+    std::error_code ec;
+    if (std::filesystem::is_directory(out, ec)) fail("vocab: cannot write '{}': it is a folder", out);
+    for (const std::string& input : opt.inputs)
+      if (std::filesystem::exists(out, ec) && std::filesystem::equivalent(out, input, ec))
+        fail("vocab: the output '{}' is the input '{}': give another --model-prefix", out, input);
+  }
   const std::filesystem::path prefix(opt.model_prefix);
   if (prefix.has_parent_path()) {
     std::error_code ec;
@@ -107,11 +119,10 @@ Vocab Vocab::train(const VocabTrainOptions& opt) {
     if (ec) fail("vocab: cannot create directory '{}': {}", prefix.parent_path().string(), ec.message());
   }
 
-  // Written under a temporary prefix and renamed once complete: a start killed while SentencePiece
-  // writes leaves no truncated P.model that the next start would take for a trained vocabulary.
-  const std::string tmp_prefix = fmt::format("{}.tmp{}", opt.model_prefix, ::getpid());
   const std::unordered_map<std::string, std::string> args = {
-      {"model_prefix", tmp_prefix},
+      // None: SentencePiece returns the model instead of writing files (we write them below), and
+      // the model records no path (a prefix would make the same training differ by folder).
+      {"model_prefix", ""},
       {"vocab_size", std::to_string(opt.vocab_size)},
       {"model_type", opt.model_type},
       {"character_coverage", fmt::format("{}", opt.character_coverage)},
@@ -127,36 +138,56 @@ Vocab Vocab::train(const VocabTrainOptions& opt) {
       {"minloglevel", "2"},
   };
   VectorSentenceIterator it(&sentences);
-  const auto status = sentencepiece::SentencePieceTrainer::Train(args, &it);
-  std::error_code ec;
-  if (!status.ok()) {
-    for (const char* ext : {".model", ".vocab"}) std::filesystem::remove(tmp_prefix + ext, ec);
+  std::string model_bytes;
+  const auto status = sentencepiece::SentencePieceTrainer::Train(args, &it, &model_bytes);
+  if (!status.ok())
     throw VocabTrainingError(
         fmt::format("vocab: SentencePiece training failed (model_type={}, vocab_size={}, {} "
                     "sentences): {}",
                     opt.model_type, opt.vocab_size, sentences.size(), status.ToString()));
-  }
-  // SentencePiece does not report a failed write (a full disk): read both files back first, so a
-  // truncated one is neither renamed into place nor taken for a trained vocabulary by later starts.
+  // P.vocab as spm_train writes it: each piece and its score.
+  const Vocab trained = from_serialized(model_bytes, model_path);
+  std::string pieces;
+  for (int id = 0; id < trained.sp_->GetPieceSize(); ++id)
+    pieces += fmt::format("{}\t{:g}\n", trained.sp_->IdToPiece(id), trained.sp_->GetScore(id));
+
+  // Written under a temporary prefix, read back and renamed once complete: a start killed while
+  // they are written, or a write that failed unseen (a full disk), leaves no truncated P.model that
+  // the next start would take for a trained vocabulary.
+  const std::string tmp_prefix = fmt::format("{}.tmp{}", opt.model_prefix, ::getpid());
+  const auto remove_temporaries = [&] {
+    std::error_code ec;
+    for (const char* ext : {".model", ".vocab"}) std::filesystem::remove(tmp_prefix + ext, ec);
+  };
   std::string unreadable;
   try {
+    for (const auto& [ext, bytes] : {std::pair{".model", &model_bytes}, std::pair{".vocab", &pieces}}) {
+      std::ofstream out(tmp_prefix + ext, std::ios::binary);
+      out.write(bytes->data(), static_cast<std::streamsize>(bytes->size()));
+      out.close();
+      if (!out) fail("cannot write '{}{}': {}", tmp_prefix, ext, std::strerror(errno));
+    }
     const Vocab written = load(tmp_prefix + ".model");
     const std::int64_t lines = count_lines(tmp_prefix + ".vocab");
     if (written.size() != opt.vocab_size)  // SentencePiece gives the size asked for, or fails
-      unreadable =
-          fmt::format("'{}.model' holds {} of its {} pieces", opt.model_prefix, written.size(), opt.vocab_size);
+      unreadable = fmt::format("'{}' holds {} of its {} pieces", model_path, written.size(), opt.vocab_size);
     else if (lines != written.size())
-      unreadable = fmt::format("'{}.vocab' holds {} of its {} lines", opt.model_prefix, lines, written.size());
+      unreadable = fmt::format("'{}' holds {} of its {} lines", vocab_path, lines, written.size());
   } catch (const Error& e) {
     unreadable = e.what();
   }
   if (!unreadable.empty()) {
-    for (const char* ext : {".model", ".vocab"}) std::filesystem::remove(tmp_prefix + ext, ec);
-    fail("vocab: writing the vocabulary '{}.model' failed (a full disk?): {}", opt.model_prefix, unreadable);
+    remove_temporaries();
+    fail("vocab: writing the vocabulary '{}' failed (a full disk?): {}", model_path, unreadable);
   }
+  std::error_code ec;
   for (const char* ext : {".vocab", ".model"}) {  // the .model last: its presence means a trained vocabulary
     std::filesystem::rename(tmp_prefix + ext, opt.model_prefix + ext, ec);
-    if (ec) fail("vocab: cannot write '{}{}': {}", opt.model_prefix, ext, ec.message());
+    if (ec) {
+      const std::string why = ec.message();
+      remove_temporaries();
+      fail("vocab: cannot write '{}{}': {}", opt.model_prefix, ext, why);
+    }
   }
   return load(opt.model_prefix + ".model");
 }

@@ -349,6 +349,35 @@ TEST_F(VocabTest, TrainingIsDeterministicAndReadsGzip) {
   EXPECT_FALSE(va.empty());
   EXPECT_EQ(va, vb);
   EXPECT_EQ(a.size(), 120);
+  // The model files too, byte for byte, though written under other names (they record no path):
+  // a retrained vocabulary counts as the same one for --vocab, average and the encoded-pairs cache.
+  std::ifstream ma(dir.path("a.model"), std::ios::binary), mb(dir.path("b.model"), std::ios::binary);
+  const std::string model_a((std::istreambuf_iterator<char>(ma)), {}),
+      model_b((std::istreambuf_iterator<char>(mb)), {});
+  EXPECT_FALSE(model_a.empty());
+  EXPECT_EQ(model_a, model_b);
+  EXPECT_EQ(model_a, a.serialized());
+}
+
+// Outputs that would destroy an input, or that a folder stands in the place of, are refused before
+// training, and nothing is left behind.
+TEST(Vocab, OutputsThatAreInputsOrFoldersAreRefused) {
+  TempDir dir;
+  VocabTrainOptions opt;
+  opt.vocab_size = 100;
+  const std::string text = dir.file("in.model", "a man in a blue shirt\nzwei junge frauen\n");
+  opt.inputs = {text};
+  opt.model_prefix = dir.path("in");
+  EXPECT_EQ(error_of([&] { Vocab::train(opt); }),
+            fmt::format("vocab: the output '{}' is the input '{}': give another --model-prefix", text, text));
+  std::ifstream kept(text);
+  EXPECT_EQ(std::string((std::istreambuf_iterator<char>(kept)), {}), "a man in a blue shirt\nzwei junge frauen\n");
+  opt.inputs = {kCorpusDir + "/multi30k_300.en"};
+  fs::create_directories(dir.path("dm.model"));
+  opt.model_prefix = dir.path("dm");
+  EXPECT_EQ(error_of([&] { Vocab::train(opt); }),
+            fmt::format("vocab: cannot write '{}': it is a folder", dir.path("dm.model")));
+  EXPECT_EQ(files_in(dir.path("")), (std::vector<std::string>{"dm.model", "in.model"}));
 }
 
 TEST(Vocab, UnigramModel) {
