@@ -3,12 +3,18 @@
 #include "launch/bench_checkpoint.h"
 
 #include <fmt/core.h>
+#include <fmt/ranges.h>
+#include <spawn.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
-#include <cstdlib>
+#include <cstring>
 #include <filesystem>
+#include <string>
+#include <vector>
 
 #include "io/checkpoint.h"
 #include "launch/schema.h"
@@ -21,14 +27,38 @@ using Clock = std::chrono::steady_clock;
 
 double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
-// Runs a shell command and returns its wall time; throws when it fails.
-double timed_system(const std::string& command) {
+// Runs a program (no shell: --dir may hold any character) and returns its wall time; throws when
+// it fails.
+double timed_run(const std::vector<std::string>& argv) {
+  std::vector<char*> args;
+  for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+  args.push_back(nullptr);
   const auto t0 = Clock::now();
-  const int rc = std::system(command.c_str());
+  pid_t pid = 0;
+  const int spawned = ::posix_spawnp(&pid, args[0], nullptr, nullptr, args.data(), environ);
+  if (spawned != 0) fail("bench checkpoint: cannot run '{}': {}", argv[0], std::strerror(spawned));
+  int status = 0;
+  while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
   const double s = seconds_since(t0);
-  TESSERA_CHECK(rc == 0, "bench checkpoint: '{}' failed (status {})", command, rc);
+  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
+    fail("bench checkpoint: '{}' failed ({})", fmt::join(argv, " "),
+         WIFEXITED(status) ? fmt::format("exit status {}", WEXITSTATUS(status))
+                           : fmt::format("signal {}", WTERMSIG(status)));
   return s;
 }
+
+// The bench's files, removed however it ends (a failed write, on a full disk say, left a file of
+// the checkpoint's size in --dir).
+struct BenchFiles {
+  std::string checkpoint, dd;
+  ~BenchFiles() {
+    std::error_code ec;
+    std::filesystem::remove(checkpoint, ec);
+    std::filesystem::remove(checkpoint + ".tmp", ec);
+    std::filesystem::remove(dd, ec);
+  }
+};
 
 // Empties the page cache (needs root), so reads come from the disk; false when not allowed.
 bool drop_page_cache() {
@@ -61,8 +91,11 @@ int run_checkpoint_bench(const CheckpointBenchOptions& opt) {
   c.state = io::TrainingState{.step = 1000};
   double bytes = 0;
   for (const auto& [name, t] : c.model) bytes += 3.0 * static_cast<double>(t.numel()) * sizeof(float);
-  const std::string path = (fs::path(opt.dir) / "bench_checkpoint.h5").string();
-  const std::string dd_file = (fs::path(opt.dir) / "bench_dd.bin").string();
+  // Names of this process's own: files of the user's, or of a bench running alongside, stay.
+  const BenchFiles files{(fs::path(opt.dir) / fmt::format("bench_checkpoint.{}.h5", ::getpid())).string(),
+                         (fs::path(opt.dir) / fmt::format("bench_dd.{}.bin", ::getpid())).string()};
+  const std::string& path = files.checkpoint;
+  const std::string& dd_file = files.dd;
   const auto mib = static_cast<long>(bytes / (1 << 20)) + 1;
   fmt::print("model: {} ({} parameters, vocabulary {}); checkpoint with Adam state: {:.1f} MB in {}\n", opt.config,
              model.num_parameters(), opt.vocab, bytes / 1e6, opt.dir);
@@ -71,13 +104,11 @@ int run_checkpoint_bench(const CheckpointBenchOptions& opt) {
   double best_dd_write = 1e30, best_dd_read = 1e30, best_save = 1e30, best_load = 1e30;
   for (int r = 0; r < opt.repeats; ++r) {
     // dd: the same amount of data, 1 MiB blocks, flushed to disk before it reports (conv=fsync).
-    best_dd_write = std::min(
-        best_dd_write,
-        timed_system(fmt::format("dd if=/dev/zero of='{}' bs=1M count={} conv=fsync status=none", dd_file, mib)));
+    best_dd_write = std::min(best_dd_write, timed_run({"dd", "if=/dev/zero", "of=" + dd_file, "bs=1M",
+                                                       fmt::format("count={}", mib), "conv=fsync", "status=none"}));
     cold = drop_page_cache();
-    best_dd_read =
-        std::min(best_dd_read, timed_system(fmt::format("dd if='{}' of=/dev/null bs=1M status=none", dd_file)));
-    fs::remove(dd_file);
+    best_dd_read = std::min(best_dd_read, timed_run({"dd", "if=" + dd_file, "of=/dev/null", "bs=1M", "status=none"}));
+    fs::remove(dd_file);  // before the save: both need the space
     auto t0 = Clock::now();
     io::save_checkpoint(path, c);
     best_save = std::min(best_save, seconds_since(t0));
@@ -87,7 +118,6 @@ int run_checkpoint_bench(const CheckpointBenchOptions& opt) {
     best_load = std::min(best_load, seconds_since(t0));
     TESSERA_CHECK(back.exp_avg_sq.size() == c.exp_avg_sq.size(), "bench checkpoint: incomplete load");
   }
-  fs::remove(path);
   const double gb = bytes / 1e9;
   fmt::print("dd write (conv=fsync)   {:7.3f} s  {:6.2f} GB/s\n", best_dd_write, gb / best_dd_write);
   fmt::print("checkpoint save         {:7.3f} s  {:6.2f} GB/s  = {:5.1f}% of dd write\n", best_save, gb / best_save,
