@@ -33,13 +33,15 @@ def run(args, tp, dp, overlap, out_dir, measure=False):
            "--set", f"parallel.measure_comm={'true' if measure else 'false'}"] + args.set
     np = tp * dp
     if np > 1 or args.always_mpirun:
-        cmd = [args.mpirun, "-np", str(np)] + shlex.split(args.mpirun_args) + cmd
+        cmd = [args.mpirun, "-np", str(np)] + args.export_threads + shlex.split(args.mpirun_args) + cmd
     env = dict(os.environ, OMP_NUM_THREADS=str(args.threads))
     if os.path.exists(run_dir):
         subprocess.run(["rm", "-rf", run_dir], check=True)
     print("$ " + " ".join(shlex.quote(c) for c in cmd), flush=True)
     subprocess.run(cmd, env=env, check=True, stdout=subprocess.DEVNULL)
     rows = [json.loads(line) for line in open(os.path.join(run_dir, "metrics.jsonl")) if '"tokens_per_s"' in line]
+    if not rows:
+        raise RuntimeError(f"its metrics.jsonl has no log line (--steps {args.steps}, --log-every {args.log_every})")
     steady = rows[1:] or rows  # the first window includes start-up
     tps = sum(r["tokens_per_s"] for r in steady) / len(steady)
     waits = [r["allreduce_wait_ms"] for r in steady if r.get("allreduce_wait_ms") is not None]
@@ -77,6 +79,22 @@ def svg_plot(results, path):
         f.write("\n".join(parts) + "\n")
 
 
+def export_threads(mpirun):
+    """Open MPI's option that passes OMP_NUM_THREADS to ranks on other machines (they do not inherit
+    the local environment); none for other launchers, whose options differ."""
+    try:
+        version = subprocess.run([mpirun, "--version"], capture_output=True, text=True).stdout
+    except OSError:
+        return []
+    return ["-x", "OMP_NUM_THREADS"] if "Open MPI" in version else []
+
+
+def positive(text):
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"'{text}' is not a positive whole number")
+    return int(text)
+
+
 def layout(text):
     """'TPxDP' -> (tp, dp), each at least 1."""
     parts = text.split("x")
@@ -91,30 +109,44 @@ def main():
     p.add_argument("--config", default="configs/reverse.yaml")
     p.add_argument("--layouts", nargs="+", type=layout, default=[(1, 1), (1, 2)],
                    help="TPxDP, e.g. 1x1 1x2 2x2; speed-up and efficiency are against the layout of fewest processes")
-    p.add_argument("--steps", type=int, default=60)
-    p.add_argument("--log-every", type=int, default=10)
-    p.add_argument("--threads", type=int, default=1, help="OpenMP threads per rank")
+    p.add_argument("--steps", type=positive, default=60)
+    p.add_argument("--log-every", type=positive, default=10, help="at most --steps: each run needs a log line")
+    p.add_argument("--threads", type=positive, default=1, help="OpenMP threads per rank")
     p.add_argument("--set", action="append", default=[], help="extra --set key=value for every run")
     p.add_argument("--mpirun", default="mpirun")
     p.add_argument("--mpirun-args", default="--oversubscribe")
     p.add_argument("--always-mpirun", action="store_true", help="launch 1x1 through mpirun too")
     p.add_argument("--out", default="sweep")
     args = p.parse_args()
+    if args.log_every > args.steps:
+        p.error(f"--log-every {args.log_every} is more than --steps {args.steps}: the runs would log nothing")
     args.set = [x for kv in args.set for x in ("--set", kv)]
+    args.export_threads = export_threads(args.mpirun)
     os.makedirs(args.out, exist_ok=True)
 
-    results = []
+    # A layout that fails (heads that do not divide over its tensor-parallel ranks, say) is named
+    # and left out; the others are still measured and written.
+    results, failed = [], []
     for tp, dp in args.layouts:
-        tps, _ = run(args, tp, dp, True, args.out)
-        row = {"layout": f"{tp}x{dp}", "processes": tp * dp, "tensor": tp, "data": dp, "tokens_per_s": tps,
-               "allreduce_wait_ms": None, "allreduce_serial_ms": None, "hidden_share": None}
-        if dp > 1:  # the all-reduce wait with and without overlap, load imbalance kept out by a barrier
-            _, wait = run(args, tp, dp, True, args.out, measure=True)
-            _, serial = run(args, tp, dp, False, args.out, measure=True)
-            row["allreduce_wait_ms"], row["allreduce_serial_ms"] = wait, serial
-            if serial:
-                row["hidden_share"] = max(0.0, 1.0 - wait / serial)
+        try:
+            tps, _ = run(args, tp, dp, True, args.out)
+            row = {"layout": f"{tp}x{dp}", "processes": tp * dp, "tensor": tp, "data": dp, "tokens_per_s": tps,
+                   "allreduce_wait_ms": None, "allreduce_serial_ms": None, "hidden_share": None}
+            if dp > 1:  # the all-reduce wait with and without overlap, load imbalance kept out by a barrier
+                _, wait = run(args, tp, dp, True, args.out, measure=True)
+                _, serial = run(args, tp, dp, False, args.out, measure=True)
+                row["allreduce_wait_ms"], row["allreduce_serial_ms"] = wait, serial
+                if serial:
+                    row["hidden_share"] = max(0.0, 1.0 - wait / serial)
+        except (subprocess.CalledProcessError, RuntimeError, OSError) as e:
+            why = f"exit status {e.returncode}" if isinstance(e, subprocess.CalledProcessError) else str(e)
+            print(f"scaling_sweep: layout {tp}x{dp} failed ({why}); left out", file=sys.stderr, flush=True)
+            failed.append(f"{tp}x{dp}")
+            continue
         results.append(row)
+    if not results:
+        print(f"scaling_sweep: every layout failed ({' '.join(failed)}): nothing written", file=sys.stderr)
+        return 1
     # The baseline is the layout of fewest processes (the first of them): one process where the sweep
     # has it. Efficiency is the speed-up divided by the ratio of process counts: 100% is linear scaling.
     base = min(results, key=lambda r: r["processes"])
@@ -135,6 +167,10 @@ def main():
         print(f"note: no one-process layout in the sweep: speed-up and efficiency are against {base['layout']} "
               f"({base['processes']} processes)")
     print(f"wrote {args.out}/scaling.csv and {args.out}/scaling.svg")
+    if failed:
+        print(f"scaling_sweep: {len(failed)} layout(s) failed and are not in them: {' '.join(failed)}", file=sys.stderr)
+        return 1
+    return 0
 
 
 if __name__ == "__main__":

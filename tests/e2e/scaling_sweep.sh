@@ -36,4 +36,20 @@ status=0
 "$python" "$src/launch/scaling_sweep.py" --tessera "$tessera" --layouts 2y1 --out "$work/bad" > "$work/bad.log" 2>&1 ||
   status=$?
 [ $status -eq 2 ] && grep -q "'2y1' is not a layout TPxDP" "$work/bad.log" || { cat "$work/bad.log"; fail "a bad layout was not refused"; }
+# A layout that fails (2 heads over 3 tensor-parallel ranks) is named and left out; the others are
+# written, and the sweep exits 1.
+status=0
+"$python" "$src/launch/scaling_sweep.py" --tessera "$tessera" --config "$src/configs/reverse.yaml" \
+  --layouts 1x1 3x1 --steps 2 --log-every 1 --set model.layers=1 --set model.d_model=32 --set model.d_ff=64 \
+  --set model.heads=2 --set data.synthetic_train_size=100 --set data.synthetic_valid_size=2 --out "$work/partial" \
+  > "$work/partial.log" 2>&1 || status=$?
+[ $status -eq 1 ] && grep -q '^scaling_sweep: layout 3x1 failed (exit status [0-9]*); left out$' "$work/partial.log" &&
+  grep -q '^scaling_sweep: 1 layout(s) failed and are not in them: 3x1$' "$work/partial.log" ||
+  { cat "$work/partial.log"; fail "a failed layout was not named (status $status)"; }
+grep -q Traceback "$work/partial.log" && fail "a failed layout ended in a traceback"
+[ "$(tr -d '\r' < "$work/partial/scaling.csv" | sed 1d | cut -d, -f1)" = "1x1" ] || fail "the finished layout was not written"
+status=0
+"$python" "$src/launch/scaling_sweep.py" --tessera "$tessera" --steps 5 --log-every 10 --out "$work/bad" > "$work/bad.log" 2>&1 ||
+  status=$?
+[ $status -eq 2 ] && grep -q -- "--log-every 10 is more than --steps 5" "$work/bad.log" || { cat "$work/bad.log"; fail "--log-every over --steps was not refused"; }
 echo PASS
