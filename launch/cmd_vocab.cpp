@@ -2,6 +2,7 @@
 // or writes out the ones a checkpoint holds.
 #include <fmt/core.h>
 
+#include <limits>
 #include <memory>
 
 #include "common/error.h"
@@ -56,9 +57,8 @@ Command add_vocab_command(CLI::App& parent) {
             return "";
           },
           "PREFIX");
-  cmd->add_option("--vocab-size", opt->vocab_size, "Number of pieces, the four special ones included")
-      ->check(CLI::Range(std::int64_t{16}, std::int64_t{1000000}))  // as data.vocab_size
-      ->capture_default_str()
+  add_whole_number_option(cmd, "--vocab-size", opt->vocab_size, 16, 1000000,  // as data.vocab_size
+                          "Number of pieces, the four special ones included")
       ->excludes(from);
   cmd->add_option("--model-type", opt->model_type, "Segmentation algorithm")
       ->check(CLI::IsMember({"bpe", "unigram"}))
@@ -69,12 +69,13 @@ Command add_vocab_command(CLI::App& parent) {
       ->check(finite_range(0.98, 1.0))  // SentencePiece's own range
       ->capture_default_str()
       ->excludes(from);
-  cmd->add_option("--input-sentence-size", opt->input_sentence_size,
-                  "Train on at most this many sentences, sampled with --seed")
-      ->check(CLI::PositiveNumber)
-      ->capture_default_str()
+  add_whole_number_option(cmd, "--input-sentence-size", opt->input_sentence_size, 1,
+                          std::numeric_limits<std::int64_t>::max(),
+                          "Train on at most this many sentences, sampled with --seed")
       ->excludes(from);
-  cmd->add_option("--seed", opt->seed, "Seed of the sentence sample")->capture_default_str()->excludes(from);
+  add_whole_number_option(cmd, "--seed", opt->seed, 0, std::numeric_limits<std::int64_t>::max(),
+                          "Seed of the sentence sample")
+      ->excludes(from);
   return {cmd,
           [opt, checkpoint]() {
             if (!checkpoint->empty()) {

@@ -37,6 +37,24 @@ inline CLI::Validator whole_number(std::int64_t lo, std::int64_t hi) {
       fmt::format("INT in [{}, {}]", lo, hi));
 }
 
+// An option holding a whole number in [lo, hi], read in decimal (CLI11 reads "010" as octal) and
+// exactly (see whole_number); `target` keeps its value when the option is not given.
+template <typename Int>
+CLI::Option* add_whole_number_option(CLI::App* cmd, const std::string& name, Int& target, std::int64_t lo,
+                                     std::int64_t hi, const std::string& description) {
+  return cmd
+      ->add_option_function<std::string>(
+          name,
+          [&target](const std::string& text) {
+            std::int64_t v = 0;
+            std::from_chars(text.data(), text.data() + text.size(), v);  // checked by whole_number
+            target = static_cast<Int>(v);
+          },
+          description)
+      ->check(whole_number(lo, hi))
+      ->default_str(std::to_string(target));
+}
+
 // A real number in [lo, hi]. CLI::Range lets NaN through (every comparison with it is false).
 inline CLI::Validator finite_range(double lo, double hi) {
   return CLI::Validator(

@@ -19,6 +19,23 @@
 #define TESSERA_VERSION "unknown"
 #endif
 
+namespace {
+
+// The message for a word that is none of `app`'s subcommands; empty when it is one, or when `app`
+// has none (the word is an argument).
+std::string unknown_subcommand(CLI::App& app, const std::string& word, const std::string& command) {
+  std::vector<std::string> names;
+  for (const CLI::App* sub : app.get_subcommands([](const CLI::App*) { return true; })) {
+    if (sub->get_name() == word) return "";
+    names.push_back(sub->get_name());
+  }
+  if (names.empty()) return "";
+  return fmt::format("{}: unknown subcommand '{}': one of {} ({} --help)", command, word, fmt::join(names, ", "),
+                     command);
+}
+
+}  // namespace
+
 int main(int argc, char** argv) {
   using namespace tessera::launch;
   // Line by line even into a file (a cluster job's log): what a run printed before it was killed,
@@ -33,14 +50,16 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   const std::vector<Command> commands = {add_train_command(app), add_translate_command(app), add_score_command(app),
                                          add_vocab_command(app), add_average_command(app),   add_bench_command(app)};
-  // "tessera trian ...": CLI11 would say only that a subcommand is required.
-  if (argc > 1 && argv[1][0] != '-' &&
-      std::none_of(commands.begin(), commands.end(), [&](const Command& c) { return c.app->get_name() == argv[1]; })) {
-    std::vector<std::string> names;
-    for (const auto& c : commands) names.push_back(c.app->get_name());
-    fmt::print(stderr, "tessera: unknown subcommand '{}': one of {} (tessera --help)\n", argv[1],
-               fmt::join(names, ", "));
-    return static_cast<int>(CLI::ExitCodes::ExtrasError);
+  // "tessera trian ...", "tessera bench kernel": CLI11 would say only that a subcommand is required.
+  if (argc > 1 && argv[1][0] != '-') {
+    std::string unknown = unknown_subcommand(app, argv[1], "tessera");
+    for (const auto& c : commands)
+      if (unknown.empty() && argc > 2 && argv[2][0] != '-' && c.app->get_name() == argv[1])
+        unknown = unknown_subcommand(*c.app, argv[2], fmt::format("tessera {}", argv[1]));
+    if (!unknown.empty()) {
+      fmt::print(stderr, "{}\n", unknown);
+      return static_cast<int>(CLI::ExitCodes::ExtrasError);
+    }
   }
   try {
     app.parse(argc, argv);

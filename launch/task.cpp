@@ -907,7 +907,7 @@ std::vector<std::vector<std::int32_t>> Translator::encode(const std::vector<std:
     try {
       ids = src_codec_.encode(line);
     } catch (const Error& e) {
-      fail("input line {}: {}", sources.size() + 1, e.what());
+      fail("line {}: {}", sources.size() + 1, e.what());
     }
     // Cut rather than fail the whole batch.
     if (ids.size() > limit) {
@@ -952,7 +952,12 @@ TranslationJob load_translation_job(dist::Communicator* world, const std::vector
     if (device == Device::cuda) (void)select_cuda_device(local_rank);
     job.translator.emplace(checkpoints.front(), vocab, vocab_tgt, device);
     for (std::size_t i = 1; i < checkpoints.size(); ++i) job.translator->add_ensemble_member(checkpoints[i]);
-    job.sources = job.translator->encode(read_lines(), /*report=*/root);
+    const std::vector<std::string> lines = read_lines();
+    try {
+      job.sources = job.translator->encode(lines, /*report=*/root);
+    } catch (const Error& e) {
+      fail("{}, {}", input_name, e.what());  // the file: score reads a reference too
+    }
   });
   // The ranks share the sentences out by index and each decodes with its own copy of the model.
   if (world != nullptr && world->size() > 1) {
