@@ -49,7 +49,17 @@ class NcclRequest final : public Request {
     CollectiveWatch mark("NCCL all_reduce_async (wait)");  // a dead or hung peer: parallel.timeout_s
     check_cuda(cudaEventSynchronize(event_), "all_reduce_async");
   }
-  bool test() override { return cudaEventQuery(event_) == cudaSuccess; }
+  bool test() override {
+    const cudaError_t done = cudaEventQuery(event_);
+    if (done == cudaErrorNotReady) {
+      // The runtime also keeps "not ready" as the thread's last error: left there, the next kernel
+      // launch's cudaGetLastError() check would report it as that launch's failure.
+      (void)cudaGetLastError();
+      return false;
+    }
+    check_cuda(done, "all_reduce_async");
+    return true;
+  }
 
  private:
   cudaEvent_t event_{};

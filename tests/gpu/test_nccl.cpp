@@ -2,8 +2,14 @@
 // identity; split and uneven shapes go through. Multi-GPU runs are the CUDA issue's.
 #include <gtest/gtest.h>
 
+#include <memory>
+#include <vector>
+
 #include "dist/nccl_communicator.h"
 #include "gpu_test_util.h"
+#include "kernels/cpu/elementwise.h"
+#include "kernels/cuda/gemm.h"
+#include "kernels/cuda/nn_kernels.h"
 
 namespace tessera {
 namespace {
@@ -29,6 +35,26 @@ TEST(Nccl, SingleRankCollectives) {
   auto sub = nccl.split(0, 0);
   EXPECT_EQ(sub->size(), 1);
   nccl.barrier();
+}
+
+// test() on a collective still under way (queued behind a long GEMM): false, and the launches
+// after it work. cudaEventQuery's "not ready" stayed as the thread's last error, which the next
+// kernel launch's check reported as its own failure: data-parallel GPU training (the gradient
+// reducer tests its buckets after each backward hook) failed at its first step.
+TEST(Nccl, TestingAnUnfinishedCollectiveLeavesNoErrorBehind) {
+  SKIP_WITHOUT_GPU();
+  auto world = dist::MpiCommunicator::world();
+  dist::NcclCommunicator nccl(*world);
+  const Tensor a = Tensor::full({4096, 4096}, 1.0f).to(Device::cuda);
+  Tensor g = Tensor::from(std::vector<float>{1, 2, 3, 4}, {2, 2}).to(Device::cuda);
+  for (int i = 0; i < 8; ++i) (void)cuda::matmul(a, a, false, false);  // ~1 TFLOP queued ahead
+  const std::unique_ptr<dist::Request> pending = nccl.all_reduce_async(g, dist::ReduceOp::sum);
+  const bool done_at_once = pending->test();
+  const Tensor y = cuda::unary(cpu::UnaryOp::neg, g);  // threw "device not ready"
+  pending->wait();
+  EXPECT_TRUE(pending->test());
+  EXPECT_EQ(y.to(Device::cpu).to_doubles(), (std::vector<double>{-1, -2, -3, -4}));
+  if (done_at_once) GTEST_SKIP() << "the collective finished before test(): the not-ready path did not run";
 }
 
 }  // namespace
