@@ -1,6 +1,7 @@
 #include <fmt/core.h>
 #include <fmt/ranges.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <string>
 #include <vector>
@@ -23,8 +24,14 @@ std::string check_average_paths(const std::vector<std::string>& inputs, const st
   std::string target = output;
   if (fs::is_symlink(output, ec)) {
     const fs::path link = fs::read_symlink(output, ec);
-    target = fs::exists(output, ec) ? fs::canonical(output, ec).string()
-                                    : (link.is_absolute() ? link : fs::path(output).parent_path() / link).string();
+    if (!ec)
+      target = fs::exists(output, ec) ? fs::canonical(output, ec).string()
+                                      : (link.is_absolute() ? link : fs::path(output).parent_path() / link).string();
+    if (ec || target.empty())  // a link to a pipe, say (/dev/stdout)
+      fail(
+          "average: the output '{}' is a symbolic link that does not lead to a file path ({}): give the path of a "
+          "file to write",
+          output, ec ? ec.message() : std::string("empty"));
   }
   const fs::file_status status = fs::status(target, ec);
   if (fs::exists(status) && !fs::is_regular_file(status))
@@ -51,7 +58,12 @@ void check_same_model(const std::vector<std::string>& inputs) {
   for (std::size_t i = 1; i < inputs.size(); ++i) {
     const io::Config other = config_of(inputs[i]);
     std::vector<std::string> differ;
-    for (const KeyDifference& d : model_shape_differences(other, first))
+    std::vector<KeyDifference> keys = model_shape_differences(other, first);
+    // Synthetic tasks share a shape (a resume may change one into another): not a mean.
+    if (other.string("data.task") != first.string("data.task") &&
+        std::none_of(keys.begin(), keys.end(), [](const KeyDifference& d) { return d.key == "data.task"; }))
+      keys.push_back({"data.task", other.string("data.task"), first.string("data.task")});
+    for (const KeyDifference& d : keys)
       differ.push_back(fmt::format("{} = {} there, {} in the first", d.key, d.first, d.second));
     if (other.integer("model.heads") != first.integer("model.heads"))
       differ.push_back(fmt::format("model.heads = {} there, {} in the first: the same weights split into other heads",

@@ -25,7 +25,8 @@ namespace {
 // has none (the word is an argument).
 std::string unknown_subcommand(CLI::App& app, const std::string& word, const std::string& command) {
   std::vector<std::string> names;
-  for (const CLI::App* sub : app.get_subcommands([](const CLI::App*) { return true; })) {
+  // Option groups are listed too, nameless: not subcommands.
+  for (const CLI::App* sub : app.get_subcommands([](const CLI::App* a) { return !a->get_name().empty(); })) {
     if (sub->get_name() == word) return "";
     names.push_back(sub->get_name());
   }

@@ -14,14 +14,18 @@
 namespace tessera::launch {
 namespace {
 
-// F_OFD_SETLK where the kernel has it (Linux 3.15+), else a process-wide POSIX lock.
+// F_OFD_SETLK where the kernel and file system have it (Linux 3.15+), else a process-wide POSIX
+// lock; false with errno EAGAIN or EACCES when another process holds it.
 bool try_lock(int fd) {
   struct flock whole {};
   whole.l_type = F_WRLCK;
   whole.l_whence = SEEK_SET;  // l_start 0, l_len 0: the whole file
 #ifdef F_OFD_SETLK
   if (::fcntl(fd, F_OFD_SETLK, &whole) == 0) return true;
-  if (errno != EINVAL) return false;
+  if (errno == EAGAIN || errno == EACCES) return false;
+  whole = {};
+  whole.l_type = F_WRLCK;
+  whole.l_whence = SEEK_SET;
 #endif
   return ::fcntl(fd, F_SETLK, &whole) == 0;
 }

@@ -9,10 +9,13 @@
 namespace tessera::launch {
 
 // An exclusive lock on <dir>/train.lock for as long as the object lives. An open-file-description
-// lock: the kernel drops it when the process ends however it ends (kill -9 included), so it never
-// goes stale, and it excludes a second lock taken in the same process too. The holder's pid, host
-// and start time written into the file only name the holder in the refusal. On a file system
-// without locks a warning is printed and the folder is used unlocked.
+// lock: the kernel drops it when the process ends however it ends (kill -9 included), and it
+// excludes a second lock taken in the same process too (where the file system has no such locks,
+// a POSIX lock, which does not). The holder's pid, host and start time written into the file only
+// name the holder in the refusal. On a file system without locks a warning is printed and the
+// folder is used unlocked. Limits no process can see: mounts that lock per node only (Lustre
+// localflock, NFS local_lock, BeeGFS without global locks) do not exclude a train on another node,
+// and after a node crash an NFS server may hold the lock until its lease ends.
 class RunFolderLock {
  public:
   explicit RunFolderLock(const std::filesystem::path& dir);  // throws tessera::Error when in use

@@ -1129,6 +1129,11 @@ TrainResult run_training(const io::Config& cfg, const TrainOptions& options) {
     throw io::ConfigError(
         "config: train.adam_eps = 0: Adam divides by sqrt(v) + eps, so a weight whose gradients have all been 0 so "
         "far (a unit no example reached) would get 0 / 0 = NaN: give a positive value (1e-9, the paper's)");
+  // One train per folder, locked before the folder is looked at: a train that ended in between would
+  // be taken for none (and trained over), or resumed from an older checkpoint. A new folder is
+  // locked once created, below.
+  std::optional<RunFolderLock> folder_lock;  // rank 0's, until the run ends
+  if (grid.root() && fs::is_directory(dir)) folder_lock.emplace(dir);
   if (!options.resume) check_no_earlier_run(dir);
   std::string resume_path = options.resume_path;
   std::vector<std::pair<std::int64_t, fs::path>> saved;  // with --resume alone: the folder's step checkpoints
@@ -1184,14 +1189,13 @@ TrainResult run_training(const io::Config& cfg, const TrainOptions& options) {
       check_resumable(cfg, resume_path);
     });
   }
-  std::optional<RunFolderLock> folder_lock;  // rank 0's, until the run ends
   if (grid.root()) {
     std::error_code ec;
     if (fs::exists(dir, ec) && !fs::is_directory(dir, ec))
       fail("output.dir '{}' is a file, not a folder", dir.string());
     std::filesystem::create_directories(dir, ec);
     if (ec) fail("cannot create output.dir '{}': {}", dir.string(), ec.message());
-    folder_lock.emplace(dir);
+    if (!folder_lock) folder_lock.emplace(dir);
     fmt::print("config (effective):\n{}", cfg.to_yaml(false));
     // A crash mid-save leaves "<name>.tmp" behind: never a valid checkpoint, so it goes (with the
     // folder locked: not a running train's save).

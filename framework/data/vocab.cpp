@@ -186,6 +186,7 @@ Vocab Vocab::train(const VocabTrainOptions& opt) {
     if (ec) {
       const std::string why = ec.message();
       remove_temporaries();
+      if (std::string(ext) == ".model") std::filesystem::remove(vocab_path, ec);  // no listing of another model
       fail("vocab: cannot write '{}{}': {}", opt.model_prefix, ext, why);
     }
   }

@@ -77,6 +77,11 @@ mkfifo "$work/fifo.h5"
 expect_error "average: the output '[^']*fifo\.h5' is not a regular file (a device, FIFO or socket): give the path of a file to write" \
   "$tessera" average "$dir/checkpoint_00000040.h5" -o "$work/fifo.h5"
 [ -p "$work/fifo.h5" ] || fail "a refused average replaced the FIFO"
+# A link that leads to no file path (standard output that is a pipe) is refused, not written as ''.
+( st=0; "$tessera" average "$dir/checkpoint_00000040.h5" -o /dev/stdout || st=$?; echo "status=$st" >&2 ) 2> "$work/err.txt" |
+  cat > /dev/null
+grep -q "average: the output '/dev/stdout' is a symbolic link that does not lead to a file path" "$work/err.txt" &&
+  grep -q '^status=1$' "$work/err.txt" || { cat "$work/err.txt"; fail "average into a pipe was not refused"; }
 echo "1 2 3 4 5 6 7 8 9 10" > "$work/src.txt"
 echo "10 9 8 7 6 5 4 3 2 1" > "$work/ref.txt"
 for ckpt in "$work/avg.h5" "$dir/checkpoint_best.h5" "$dir/checkpoint_00000040.h5"; do
@@ -133,29 +138,34 @@ expect_error "output.dir '[^']*run' already holds a run (checkpoint_00000040\.h5
 [ "$(md5sum < "$dir/config.yaml")" = "$before" ] || fail "a refused fresh run rewrote config.yaml"
 expect_error "output.dir is empty" "$tessera" train $common --set output.dir=
 # One train per folder: a second train into the folder of a running one (here one that stops
-# responding at step 1, before its first checkpoint) is refused, naming it, and removes nothing of
-# it (a checkpoint temporary of its included). Once that one is killed (-9), the folder trains.
-(TESSERA_FAULT_HANG=0:1 exec "$tessera" train $common --set output.dir="$work/busy" --set train.max_steps=4) \
-  > "$work/busy.log" 2>&1 &
+# responding at step 3, after its checkpoints of steps 1 and 2) is refused, naming it, before it
+# looks at the folder (not "already holds a run", nor a resume from a checkpoint the running one
+# may be replacing), and removes nothing of it (a checkpoint temporary included). Once that one is
+# killed (-9), the folder resumes.
+(TESSERA_FAULT_HANG=0:3 exec "$tessera" train $common --set output.dir="$work/busy" --set train.max_steps=4 \
+  --set checkpoint.every=1) > "$work/busy.log" 2>&1 &
 busy=$!
 trap 'kill -9 $busy 2> /dev/null' EXIT  # a failed check below leaves no hung train behind
 i=0
-until [ -e "$work/busy/metrics.jsonl" ]; do
+until [ -e "$work/busy/checkpoint_00000002.h5" ]; do
   i=$((i + 1))
   [ $i -lt 1200 ] || { kill -9 $busy; cat "$work/busy.log"; fail "the run to be locked out did not start in 120 s"; }
   sleep 0.1
 done
-echo partial > "$work/busy/checkpoint_00000001.h5.tmp"
-expect_error "^tessera: error: output\.dir '[^']*busy' is in use by another train (pid $busy on host [^,]*, started 20[0-9-]* [0-9:]*.*, as its [^ ]*busy/train\.lock says): wait for it to end, or train into another output\.dir$" \
-  "$tessera" train $common --set output.dir="$work/busy" --set train.max_steps=4
-grep -q '^data: ' "$work/err.txt" && fail "the data was prepared before a train into a folder in use was refused"
-[ -e "$work/busy/checkpoint_00000001.h5.tmp" ] || fail "a refused train removed a running train's checkpoint temporary"
+echo partial > "$work/busy/checkpoint_00000003.h5.tmp"
+for resume in "" --resume; do
+  expect_error "^tessera: error: output\.dir '[^']*busy' is in use by another train (pid $busy on host [^,]*, started 20[0-9-]* [0-9:]*.*, as its [^ ]*busy/train\.lock says): wait for it to end, or train into another output\.dir$" \
+    "$tessera" train $common --set output.dir="$work/busy" --set train.max_steps=4 $resume
+  grep -q '^data: ' "$work/err.txt" && fail "the data was prepared before a train into a folder in use was refused"
+done
+[ -e "$work/busy/checkpoint_00000003.h5.tmp" ] || fail "a refused train removed a running train's checkpoint temporary"
 kill -0 $busy 2> /dev/null || { cat "$work/busy.log"; fail "the running train ended while the second was refused"; }
 kill -9 $busy
 wait $busy && fail "the hung run ended by itself" || true
 trap - EXIT
-"$tessera" train $common --set output.dir="$work/busy" --set train.max_steps=4 > "$work/busy2.log" 2>&1 ||
+"$tessera" train $common --set output.dir="$work/busy" --set train.max_steps=4 --resume > "$work/busy2.log" 2>&1 ||
   { cat "$work/busy2.log"; fail "a train into the folder of a killed one was refused"; }
+grep -q "resumed from .*checkpoint_00000002.h5 at step 2" "$work/busy2.log" || fail "the folder of the killed train did not resume"
 [ -f "$work/busy/model.h5" ] || fail "the train after the killed one wrote no model.h5"
 # --resume in a folder with a run's final files but no step checkpoint: refused, not restarted.
 mkdir -p "$work/final_only" && cp "$dir/model.h5" "$dir/checkpoint_best.h5" "$work/final_only/"
@@ -176,6 +186,11 @@ expect_error "average: '[^']*small/model\.h5' is another model than '[^']*run/mo
 expect_error "average: '[^']*heads2/model\.h5' is another model than '[^']*run/model\.h5' (model\.heads = 2 there, 4 in the first: the same weights split into other heads)" \
   sh -c "'$tessera' train $common --set output.dir='$work/heads2' --set model.heads=2 --set train.max_steps=2 > /dev/null &&
          '$tessera' average '$dir/model.h5' '$work/heads2/model.h5' -o '$work/bad_avg.h5'"
+[ ! -e "$work/bad_avg.h5" ] || fail "a refused average wrote its output"
+# Another synthetic task of the same shapes (a resume may change it; a mean of the two is neither).
+expect_error "average: '[^']*copy/model\.h5' is another model than '[^']*run/model\.h5' (data\.task = copy there, reverse in the first)" \
+  sh -c "'$tessera' train $common --set output.dir='$work/copy' --set data.task=copy --set train.max_steps=2 > /dev/null &&
+         '$tessera' average '$dir/model.h5' '$work/copy/model.h5' -o '$work/bad_avg.h5'"
 [ ! -e "$work/bad_avg.h5" ] || fail "a refused average wrote its output"
 # A corrupted checkpoint (bytes of one dataset overwritten): resume names the file and the
 # dataset that fails its checksum; the older checkpoint still resumes.
