@@ -2,6 +2,8 @@
 
 #include <cuda_runtime.h>
 
+#include <exception>
+
 namespace tessera::dist {
 namespace {
 
@@ -95,7 +97,14 @@ void NcclCommunicator::create_stream() {
 NcclCommunicator::~NcclCommunicator() {
   if (compute_done_ != nullptr) cudaEventDestroy(static_cast<cudaEvent_t>(compute_done_));
   if (stream_ != nullptr) cudaStreamDestroy(static_cast<cudaStream_t>(stream_));
-  if (comm_ != nullptr) ncclCommDestroy(comm_);
+  if (comm_ == nullptr) return;
+  // Unwinding from an error, a peer may be stuck in a collective: ncclCommDestroy would wait for
+  // its operations forever (before main could abort the job); ncclCommAbort cancels them.
+  if (std::uncaught_exceptions() > 0) {
+    ncclCommAbort(comm_);
+  } else {
+    ncclCommDestroy(comm_);
+  }
 }
 
 void NcclCommunicator::after_compute() {

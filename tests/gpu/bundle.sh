@@ -10,9 +10,11 @@
 # machine's CPU.
 set -euo pipefail
 build=$1 out=${2%/}
+# Refused, not warned: the one GPU run of a session would die with SIGILL in every CPU reference.
 if grep -q '^TESSERA_NATIVE_ARCH:BOOL=ON' "$build/CMakeCache.txt" 2>/dev/null; then
-  echo "bundle.sh: warning: $build was built with -march=native (TESSERA_NATIVE_ARCH=ON); the GPU machine's CPU" \
-    "may lack some of this one's instructions" >&2
+  echo "bundle.sh: $build was built with -march=native (TESSERA_NATIVE_ARCH=ON); the GPU machine's CPU may lack" \
+    "some of this one's instructions: configure it with -DTESSERA_NATIVE_ARCH=OFF" >&2
+  exit 1
 fi
 rm -rf "$out" && mkdir -p "$out/lib"
 # The libraries `file` loads, into lib/ (those of the system's runtime and of CUDA left out).

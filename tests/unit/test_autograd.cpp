@@ -117,6 +117,18 @@ TEST(Autograd, CastCarriesTheGradientBackInTheInputDtype) {
   EXPECT_EQ(x.grad().to_doubles(), (std::vector<double>{4.0, 4.0, 4.0}));
 }
 
+// Through bfloat16 and back on the CPU (the reference half of the GPU test "cast"): one rounding,
+// and the gradient passes each cast unchanged.
+TEST(Autograd, CastThroughBfloat16RoundsOnceAndPassesTheGradient) {
+  auto x = ag::Var::parameter(Tensor::from(std::vector<float>{1.0f, 1.00390625f, -3.14159f}, {3}), "x");
+  const ag::Var y = ag::cast(ag::cast(ag::scale(x, 2.0), DType::bf16), DType::f32);
+  EXPECT_EQ(y.value().dtype(), DType::f32);
+  // bfloat16 keeps 8 significant bits: 2.0078125 rounds to even (2.0), -6.28318 to -6.28125.
+  EXPECT_EQ(y.value().to_doubles(), (std::vector<double>{2.0, 2.0, -6.28125}));
+  ag::sum(y).backward();
+  EXPECT_EQ(x.grad().to_doubles(), (std::vector<double>{2.0, 2.0, 2.0}));
+}
+
 TEST(Autograd, GradientsArriveInTheValueDtype) {
   // An op whose backward hands a float32 gradient to a float64 input (as a bfloat16 GEMM does to
   // a float32 master weight): the leaf's gradient is converted, then accumulated.
