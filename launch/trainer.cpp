@@ -163,18 +163,26 @@ struct LossSums {
   std::int64_t tokens = 0;
 };
 
-// Model FLOPs of one training step on a batch (forward + backward = 3 x forward, 2 per
-// multiply-add), the convention of model-FLOPs utilization: weight GEMMs count real tokens,
-// attention counts each real query against its batch's padded key length (causal: half).
+}  // namespace
+
+// Forward + backward = 3 x forward, 2 FLOPs per multiply-add. Per layer and real token: the
+// encoder's 4 projections and FFN on source tokens; the decoder's self-attention projections, the
+// cross-attention's query and output projections and the FFN on target tokens, and the
+// cross-attention's key and value projections on the source tokens (the memory, projected once a
+// layer); attention scores and sums per real query against its batch's padded key length
+// (causal: half); the output layer on target tokens.
 double training_flops(const models::TransformerConfig& m, const data::Batch& b) {
   const double d = static_cast<double>(m.d_model), ff = static_cast<double>(m.d_ff);
   const double ls = static_cast<double>(b.src.size(1)), lt = static_cast<double>(b.tgt_in.size(1));
   const double src = static_cast<double>(b.src_tokens), tgt = static_cast<double>(b.tgt_tokens);
   const double enc = static_cast<double>(m.encoder_layers) * src * (4 * d * d + 2 * d * ff + 2 * ls * d);
-  const double dec = static_cast<double>(m.decoder_layers) * tgt * (8 * d * d + 2 * d * ff + lt * d + 2 * ls * d);
+  const double dec =
+      static_cast<double>(m.decoder_layers) * (tgt * (6 * d * d + 2 * d * ff + lt * d + 2 * ls * d) + src * 2 * d * d);
   const double out = tgt * d * static_cast<double>(m.tgt_vocab);
   return 3.0 * 2.0 * (enc + dec + out);
 }
+
+namespace {
 
 // One batch forward (and backward unless `grad_scale` is 0, as in validation): returns the summed losses.
 LossSums run_batch(const models::Transformer& model, const data::Batch& b, double smoothing,

@@ -10,8 +10,10 @@
 #include <utility>
 #include <vector>
 
+#include "data/batching.h"
 #include "dist/communicator.h"
 #include "io/config.h"
+#include "models/transformer.h"
 #include "tensor/tensor.h"
 
 namespace tessera::launch {
@@ -50,6 +52,11 @@ double linear_decay_learning_rate(double factor, std::int64_t d_model, std::int6
 // squares are summed over `tensor_group`, the replicated ones (the same on every rank) count once.
 double clip_gradient_norm(const std::vector<Tensor>& replicated, const std::vector<Tensor>& sharded,
                           dist::Communicator& tensor_group, double clip);
+
+// Model FLOPs of one training step on a batch (model_tflops in the log and metrics.jsonl, and the
+// GPU check's MFU), the convention of model-FLOPs utilization: weight GEMMs count real tokens,
+// attention counts each real query against its batch's padded key length (causal: half).
+double training_flops(const models::TransformerConfig& m, const data::Batch& b);
 
 // Trains; on SIGTERM / SIGINT finishes the step, writes a checkpoint and returns with stop_signal set.
 TrainResult run_training(const io::Config& cfg, const TrainOptions& options = {});

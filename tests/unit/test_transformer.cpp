@@ -485,6 +485,26 @@ TEST(LearningRate, LinearDecayAfterTheSameWarmup) {
   EXPECT_EQ(launch::linear_decay_learning_rate(1.0, 64, 500, 1500, 1600), 0.0);  // resumed past max_steps
 }
 
+// Model FLOPs of a step, counted by hand for one layer each side (d 4, d_ff 8, vocabulary 10; 2 rows
+// padded to Ls 3 and Lt 2 holding 5 real source and 3 real target tokens): the cross-attention's
+// key and value projections count source tokens (the memory, projected once a layer).
+TEST(TrainingFlops, CountsEachGemmOnTheTokensItMultiplies) {
+  models::TransformerConfig m;
+  m.encoder_layers = m.decoder_layers = 1;
+  m.d_model = 4;
+  m.d_ff = 8;
+  m.tgt_vocab = m.src_vocab = 10;
+  data::Batch b;
+  b.src = Tensor::zeros({2, 3}, DType::i32);
+  b.tgt_in = Tensor::zeros({2, 2}, DType::i32);
+  b.src_tokens = 5;
+  b.tgt_tokens = 3;
+  const double enc = 5 * (4 * 16 + 2 * 4 * 8 + 2 * 3 * 4);                       // 760
+  const double dec = 3 * (6 * 16 + 2 * 4 * 8 + 2 * 4 + 2 * 3 * 4) + 5 * 2 * 16;  // 736
+  const double out = 3 * 4 * 10;                                                 // 120
+  EXPECT_DOUBLE_EQ(launch::training_flops(m, b), 6 * (enc + dec + out));
+}
+
 // train.clip_norm: the global norm over every gradient; above the clip all are scaled by clip / norm,
 // so the norm becomes the clip and the direction stays; at or below it (or clip 0) nothing changes.
 TEST(GradientClipping, ScalesTheGlobalNormToTheClipKeepingTheDirection) {
