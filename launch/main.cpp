@@ -35,6 +35,16 @@ std::string unknown_subcommand(CLI::App& app, const std::string& word, const std
                      command);
 }
 
+// What --version says of CUDA: whether this build has it, and whether a GPU answers.
+std::string build_and_gpu() {
+#ifdef TESSERA_WITH_CUDA
+  return tessera::cuda_available() ? "CUDA build: GPU found"
+                                   : "CUDA build: no GPU answers: " + tessera::cuda_unavailable_reason();
+#else
+  return "CPU-only build";
+#endif
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -46,8 +56,7 @@ int main(int argc, char** argv) {
   // SIGXFSZ: the error paths then name the file and remove the temporary, as on a full disk.
   std::signal(SIGXFSZ, SIG_IGN);
   CLI::App app{"Tessera: distributed training of the Transformer (Vaswani et al. 2017) on GPUs and CPUs"};
-  app.set_version_flag("--version", std::string("tessera ") + TESSERA_VERSION +
-                                        (tessera::cuda_available() ? " (CUDA: GPU found)" : " (CPU)"));
+  app.set_version_flag("--version", std::string("tessera ") + TESSERA_VERSION + " (" + build_and_gpu() + ")");
   app.require_subcommand(1);
   const std::vector<Command> commands = {add_train_command(app), add_translate_command(app), add_score_command(app),
                                          add_vocab_command(app), add_average_command(app),   add_bench_command(app)};

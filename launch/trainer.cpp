@@ -130,6 +130,30 @@ class NewVocabularies {
   std::vector<std::string> files_;
 };
 
+// The run folder a start creates: removed when the start is refused later (a vocabulary that does
+// not fit the model, say), unless keep() was called, with what the start put there (its lock file,
+// an empty metrics.jsonl). Only when nothing else is left in it: never a file of anyone else's.
+class NewRunFolder {
+ public:
+  NewRunFolder(const fs::path& dir, bool root) {
+    std::error_code ec;
+    if (root && !fs::exists(dir, ec) && !ec) dir_ = dir;
+  }
+  ~NewRunFolder() {
+    if (dir_.empty()) return;
+    std::error_code ec;
+    fs::remove(dir_ / "train.lock", ec);
+    if (fs::file_size(dir_ / "metrics.jsonl", ec) == 0 && !ec) fs::remove(dir_ / "metrics.jsonl", ec);
+    fs::remove(dir_, ec);  // fails, leaving it, unless empty
+  }
+  NewRunFolder(const NewRunFolder&) = delete;
+  NewRunFolder& operator=(const NewRunFolder&) = delete;
+  void keep() { dir_.clear(); }
+
+ private:
+  fs::path dir_;
+};
+
 }  // namespace
 
 std::vector<std::pair<std::int64_t, fs::path>> step_checkpoints(const fs::path& dir) {
@@ -236,7 +260,7 @@ class Run {
       reducer_ = std::make_unique<dist::GradientReducer>(
           model_.parameters(), *grid_.data, static_cast<std::size_t>(cfg.real("parallel.bucket_mb") * 1024 * 1024));
     fmt::print("model: {} parameters, {} layers, d_model {}, d_ff {}, {} heads, {}-norm; {} batches per epoch\n",
-               model_.num_parameters(), cfg.integer("model.layers"), cfg.integer("model.d_model"),
+               whole_model_parameters(), cfg.integer("model.layers"), cfg.integer("model.d_model"),
                cfg.integer("model.d_ff"), cfg.integer("model.heads"), cfg.string("model.norm"),
                batcher_.batches_per_epoch());
     if (!grid_.gpu.empty())
@@ -247,6 +271,18 @@ class Run {
       fmt::print("parallel: {} processes = {} tensor-parallel x {} data-parallel ({} parameters per rank){}\n",
                  grid_.size, grid_.tensor->size(), grid_.data->size(), model_.num_parameters(),
                  reducer_ ? fmt::format("; {} gradient buckets", reducer_->buckets()) : std::string());
+  }
+
+  // The whole model's parameter count: under tensor parallelism this rank holds its shards of the
+  // split ones (summed over the group; collective) and all of the replicated ones.
+  std::int64_t whole_model_parameters() const {
+    std::int64_t replicated = 0, sharded = 0;
+    for (std::size_t i = 0; i < model_.parameters().size(); ++i)
+      (model_.shard_dim(i) == dist::ShardDim::replicated ? replicated : sharded) +=
+          model_.parameters()[i].value().numel();
+    Tensor shards = Tensor::from(std::vector<double>{static_cast<double>(sharded)}, {1});
+    grid_.tensor->all_reduce(shards, dist::ReduceOp::sum);
+    return replicated + static_cast<std::int64_t>(shards.to_doubles()[0]);
   }
 
   // Continues from a full checkpoint: weights, Adam moments and step, data position, seeds,
@@ -1140,7 +1176,8 @@ TrainResult run_training(const io::Config& cfg, const TrainOptions& options) {
   // One train per folder, locked before the folder is looked at: a train that ended in between would
   // be taken for none (and trained over), or resumed from an older checkpoint. A new folder is
   // locked once created, below.
-  std::optional<RunFolderLock> folder_lock;  // rank 0's, until the run ends
+  NewRunFolder new_folder(dir, grid.root());  // destroyed after the lock and the run's files below
+  std::optional<RunFolderLock> folder_lock;   // rank 0's, until the run ends
   if (grid.root() && fs::is_directory(dir)) folder_lock.emplace(dir);
   if (!options.resume) check_no_earlier_run(dir);
   std::string resume_path = options.resume_path;
@@ -1219,6 +1256,7 @@ TrainResult run_training(const io::Config& cfg, const TrainOptions& options) {
   // Only now, with the data and any checkpoint accepted: a run refused on the way leaves the
   // folder's config.yaml (that of the run it holds) as it was, and no vocabulary of its own.
   new_vocabularies.keep();
+  new_folder.keep();
   if (grid.root()) write_effective_config(cfg, dir);
   TrainResult result = run->train();
   grid.world->barrier();  // every rank returns once rank 0 has written the final files

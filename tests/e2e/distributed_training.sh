@@ -48,6 +48,9 @@ for layout in "2 1" "1 2" "2 2"; do
     --set parallel.tensor=$tp --set parallel.data=$dp --set output.dir="$dir" > "$dir.log" 2>&1 || { cat "$dir.log"; fail "tp=$tp dp=$dp"; }
   [ "$(losses "$dir/metrics.jsonl" | wc -l)" -eq 20 ] || fail "tp=$tp dp=$dp: not 20 steps logged"
   same_losses "$work/single/metrics.jsonl" "$dir/metrics.jsonl" 1
+  # The model line counts the whole model whatever the layout (it showed tp's per-rank share).
+  [ "$(grep '^model: ' "$dir.log")" = "$(grep '^model: ' "$work/single.log")" ] ||
+    fail "tp=$tp dp=$dp: the model line differs from one process's: $(grep '^model: ' "$dir.log")"
 done
 # The checkpoint holds full tensors whatever the layout.
 h5ls -r "$work/tp2_dp2/checkpoint_00000010.h5" | grep -q '^/model/encoder\.layers\.0\.fc1\.weight  *Dataset {256, 64}$' \
