@@ -69,10 +69,15 @@ RunFolderLock::RunFolderLock(const std::filesystem::path& dir) {
     return;
   }
   fd_ = fd;
+  path_ = path;
   const std::string name = this_process() + "\n";
   // Who holds it, for a refusal's message only: a failed write loses nothing else.
   const bool named = ::ftruncate(fd_, 0) == 0 && ::pwrite(fd_, name.data(), name.size(), 0) > 0;
   (void)named;
+}
+
+void RunFolderLock::remove_file() {
+  if (fd_ >= 0) ::unlink(path_.c_str());
 }
 
 RunFolderLock::~RunFolderLock() {

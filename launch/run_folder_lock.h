@@ -5,6 +5,7 @@
 #pragma once
 
 #include <filesystem>
+#include <string>
 
 namespace tessera::launch {
 
@@ -24,8 +25,13 @@ class RunFolderLock {
   RunFolderLock& operator=(const RunFolderLock&) = delete;
 
   bool locked() const { return fd_ >= 0; }
+  // Removes the lock file while still holding it (a refused start removing the folder it created):
+  // a train that opens the name afterwards creates and locks a new file. Removed after the release,
+  // the old file could be locked by one that had opened it before, and a new one by another.
+  void remove_file();
 
  private:
+  std::string path_;
   int fd_ = -1;
 };
 

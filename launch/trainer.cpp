@@ -130,27 +130,27 @@ class NewVocabularies {
   std::vector<std::string> files_;
 };
 
-// The run folder a start creates: removed when the start is refused later (a vocabulary that does
-// not fit the model, say), unless keep() was called, with what the start put there (its lock file,
-// an empty metrics.jsonl). Only when nothing else is left in it: never a file of anyone else's.
+// The run folder a start created (its own mkdir did): removed when the start is refused later (a
+// vocabulary that does not fit the model, say), unless keep() was called, with what the start put
+// there (its lock file, removed while still held; an empty metrics.jsonl). Only when nothing else
+// is left in it: never a file of anyone else's. Parent folders it created stay.
 class NewRunFolder {
  public:
-  NewRunFolder(const fs::path& dir, bool root) {
-    std::error_code ec;
-    if (root && !fs::exists(dir, ec) && !ec) dir_ = dir;
-  }
+  explicit NewRunFolder(std::optional<RunFolderLock>& lock) : lock_(lock) {}
   ~NewRunFolder() {
     if (dir_.empty()) return;
     std::error_code ec;
-    fs::remove(dir_ / "train.lock", ec);
+    if (lock_) lock_->remove_file();
     if (fs::file_size(dir_ / "metrics.jsonl", ec) == 0 && !ec) fs::remove(dir_ / "metrics.jsonl", ec);
     fs::remove(dir_, ec);  // fails, leaving it, unless empty
   }
   NewRunFolder(const NewRunFolder&) = delete;
   NewRunFolder& operator=(const NewRunFolder&) = delete;
+  void created(const fs::path& dir) { dir_ = dir; }
   void keep() { dir_.clear(); }
 
  private:
+  std::optional<RunFolderLock>& lock_;
   fs::path dir_;
 };
 
@@ -1176,8 +1176,8 @@ TrainResult run_training(const io::Config& cfg, const TrainOptions& options) {
   // One train per folder, locked before the folder is looked at: a train that ended in between would
   // be taken for none (and trained over), or resumed from an older checkpoint. A new folder is
   // locked once created, below.
-  NewRunFolder new_folder(dir, grid.root());  // destroyed after the lock and the run's files below
-  std::optional<RunFolderLock> folder_lock;   // rank 0's, until the run ends
+  std::optional<RunFolderLock> folder_lock;  // rank 0's, until the run ends
+  NewRunFolder new_folder(folder_lock);      // destroyed before the lock, after the run's files below
   if (grid.root() && fs::is_directory(dir)) folder_lock.emplace(dir);
   if (!options.resume) check_no_earlier_run(dir);
   std::string resume_path = options.resume_path;
@@ -1238,8 +1238,14 @@ TrainResult run_training(const io::Config& cfg, const TrainOptions& options) {
     std::error_code ec;
     if (fs::exists(dir, ec) && !fs::is_directory(dir, ec))
       fail("output.dir '{}' is a file, not a folder", dir.string());
-    std::filesystem::create_directories(dir, ec);
+    if (fs::is_symlink(dir, ec) && !fs::exists(dir, ec))  // scratch space not mounted, say
+      fail("output.dir '{}' is a symbolic link to '{}', which does not exist", dir.string(),
+           fs::read_symlink(dir, ec).string());
+    if (dir.has_parent_path()) fs::create_directories(dir.parent_path(), ec);
+    // This start's own mkdir, not an earlier look: a folder another start made meanwhile is theirs.
+    const bool made = !ec && fs::create_directory(dir, ec);
     if (ec) fail("cannot create output.dir '{}': {}", dir.string(), ec.message());
+    if (made) new_folder.created(dir);
     if (!folder_lock) folder_lock.emplace(dir);
     fmt::print("config (effective):\n{}", cfg.to_yaml(false));
     // A crash mid-save leaves "<name>.tmp" behind: never a valid checkpoint, so it goes (with the

@@ -11,7 +11,7 @@
 set -euo pipefail
 build=$1 out=${2%/}
 # Refused, not warned: the one GPU run of a session would die with SIGILL in every CPU reference.
-if grep -q '^TESSERA_NATIVE_ARCH:BOOL=ON' "$build/CMakeCache.txt" 2>/dev/null; then
+if grep -qiE '^TESSERA_NATIVE_ARCH:BOOL=(ON|1|TRUE|YES|Y)$' "$build/CMakeCache.txt" 2>/dev/null; then
   echo "bundle.sh: $build was built with -march=native (TESSERA_NATIVE_ARCH=ON); the GPU machine's CPU may lack" \
     "some of this one's instructions: configure it with -DTESSERA_NATIVE_ARCH=OFF" >&2
   exit 1

@@ -120,13 +120,14 @@ TEST(Autograd, CastCarriesTheGradientBackInTheInputDtype) {
 // Through bfloat16 and back on the CPU (the reference half of the GPU test "cast"): one rounding,
 // and the gradient passes each cast unchanged.
 TEST(Autograd, CastThroughBfloat16RoundsOnceAndPassesTheGradient) {
-  auto x = ag::Var::parameter(Tensor::from(std::vector<float>{1.0f, 1.00390625f, -3.14159f}, {3}), "x");
+  auto x = ag::Var::parameter(Tensor::from(std::vector<float>{1.0f, 1.00390625f, 1.01171875f, -3.14159f}, {4}), "x");
   const ag::Var y = ag::cast(ag::cast(ag::scale(x, 2.0), DType::bf16), DType::f32);
   EXPECT_EQ(y.value().dtype(), DType::f32);
-  // bfloat16 keeps 8 significant bits: 2.0078125 rounds to even (2.0), -6.28318 to -6.28125.
-  EXPECT_EQ(y.value().to_doubles(), (std::vector<double>{2.0, 2.0, -6.28125}));
+  // bfloat16 keeps 8 significant bits: 2.0078125 (a half) rounds to even, 2.0; 2.0234375 (a half)
+  // up to even, 2.03125 (truncation would give 2.015625); -6.28318 to -6.28125.
+  EXPECT_EQ(y.value().to_doubles(), (std::vector<double>{2.0, 2.0, 2.03125, -6.28125}));
   ag::sum(y).backward();
-  EXPECT_EQ(x.grad().to_doubles(), (std::vector<double>{2.0, 2.0, 2.0}));
+  EXPECT_EQ(x.grad().to_doubles(), (std::vector<double>{2.0, 2.0, 2.0, 2.0}));
 }
 
 TEST(Autograd, GradientsArriveInTheValueDtype) {
