@@ -408,6 +408,12 @@ class Run {
           "since step {}): no step more{}\n",
           patience, validations_since_best_, best_valid_step_, where_best_model_is());
     }
+    // A resume at or past train.max_steps (lowered, say): said as for the other limits.
+    if (step > 0 && step >= max_steps)
+      fmt::print(
+          "train: train.max_steps = {} was reached before this resume (the checkpoint is at step {}): no step "
+          "more\n",
+          max_steps, step);
     // train.max_minutes used up by the sessions before: no step more (as at max_steps).
     const bool out_of_time_before = max_seconds > 0 && elapsed_before_ >= max_seconds;
     if (out_of_time_before)
@@ -427,6 +433,12 @@ class Run {
         if (batcher_.next(b)) {
           step_epoch = batcher_.epoch();
           batches.push_back(std::move(b));
+        } else if (!batches.empty()) {
+          // An epoch's last update takes the batches left, as in fairseq: no update spans two
+          // epochs, so a run that train.max_epochs stopped at an epoch's end resumes (with a higher
+          // limit) into the very updates of a run never stopped.
+          out_of_data = max_epochs > 0 && batcher_.epoch() >= max_epochs;
+          break;
         }
       }
       if (batches.empty()) break;
@@ -888,14 +900,16 @@ class Run {
     return path;
   }
 
-  // Updates left before train.max_epochs is reached (each takes `accumulate` batches; the last may
-  // take fewer); no limit when max_epochs is 0.
+  // Updates left before train.max_epochs is reached (each takes `accumulate` batches; an epoch's
+  // last may take fewer: no update spans two epochs); no limit when max_epochs is 0.
   std::int64_t steps_left_in_epochs(std::int64_t max_epochs, std::int64_t accumulate) const {
     if (max_epochs == 0) return std::numeric_limits<std::int64_t>::max();
+    if (batcher_.epoch() >= max_epochs) return 0;
     const std::int64_t per_epoch = batcher_.batches_per_epoch();
-    const std::int64_t batches =
-        std::max<std::int64_t>(0, (max_epochs - batcher_.epoch()) * per_epoch - batcher_.position());
-    return (batches + accumulate - 1) / accumulate;
+    const auto updates = [&](std::int64_t batches) {
+      return (std::max<std::int64_t>(0, batches) + accumulate - 1) / accumulate;
+    };
+    return updates(per_epoch - batcher_.position()) + (max_epochs - batcher_.epoch() - 1) * updates(per_epoch);
   }
 
   // Notes, once, each config key whose value differs from the one the checkpoint was written with.

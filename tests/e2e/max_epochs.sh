@@ -50,6 +50,25 @@ grep -q "^step $(((acc_batches + 1) / 2)) | epoch 1 | " "$work/acc.log" &&
   grep -qx "train: stopping after 1 epoch (train.max_epochs)" "$work/acc.log" ||
   { cat "$work/acc.log"; fail "the last update of an odd epoch was not logged as epoch 1"; }
 
+# No update spans two epochs: two epochs in one run equal one epoch, then a resume with
+# train.max_epochs 2 (the same losses at every step, bit-identical weights). With updates across
+# the boundary, the stopped run's last update took one batch and the uninterrupted run's two.
+acc="$args --set train.accumulate=2 --set data.synthetic_train_size=400 --set train.log_every=1"
+"$tessera" train $acc --set output.dir="$work/acc_two" --set train.max_epochs=2 > "$work/acc_two.log" 2>&1 ||
+  { cat "$work/acc_two.log"; fail "the two-epoch accumulate run failed"; }
+"$tessera" train $acc --set output.dir="$work/acc_resumed" --set train.max_epochs=1 > /dev/null 2>&1 &&
+  "$tessera" train $acc --set output.dir="$work/acc_resumed" --set train.max_epochs=2 --resume > "$work/acc_resumed.log" 2>&1 ||
+  { cat "$work/acc_resumed.log"; fail "the one-epoch accumulate run or its resume failed"; }
+step_losses() { sed -n 's/^{"step": \([0-9]*\), "epoch": [0-9]*, "loss": \([^,]*\),.*/\1 \2/p' "$1" | sort -n | uniq; }
+step_losses "$work/acc_two/metrics.jsonl" > "$work/acc_two.losses"
+step_losses "$work/acc_resumed/metrics.jsonl" > "$work/acc_resumed.losses"
+grep -q "resumed from .* at step $(((acc_batches + 1) / 2)) " "$work/acc_resumed.log" ||
+  { cat "$work/acc_resumed.log"; fail "the one-epoch run did not stop after $(((acc_batches + 1) / 2)) updates"; }
+cmp -s "$work/acc_two.losses" "$work/acc_resumed.losses" ||
+  { diff "$work/acc_two.losses" "$work/acc_resumed.losses" | head; fail "stopped at an epoch's end and resumed: other losses"; }
+h5diff "$work/acc_two/model.h5" "$work/acc_resumed/model.h5" /model /model > /dev/null ||
+  fail "stopped at an epoch's end and resumed: other weights"
+
 # train.max_minutes (here 0.3 s): the run stops at the step that reaches it, logged with eta 0; a
 # resume of it takes no step more.
 "$tessera" train $args --set output.dir="$work/minutes" --set train.max_minutes=0.005 --set train.log_every=1000 \
@@ -79,6 +98,11 @@ done
 # A resume whose epoch has fewer batches than the position it stopped at (5 of 6; now 1): refused.
 "$tessera" train $args --set output.dir="$work/mid" --set train.max_steps=5 > "$work/mid.log" 2>&1 ||
   { cat "$work/mid.log"; fail "the run to step 5 failed"; }
+# A resume at a step past a lowered train.max_steps: said, no step taken.
+"$tessera" train $args --set output.dir="$work/mid" --set train.max_steps=3 --resume > "$work/lowered.log" 2>&1 ||
+  { cat "$work/lowered.log"; fail "the resume past a lowered train.max_steps failed"; }
+grep -qx "train: train.max_steps = 3 was reached before this resume (the checkpoint is at step 5): no step more" \
+  "$work/lowered.log" && ! grep -q '^step ' "$work/lowered.log" || { cat "$work/lowered.log"; fail "a lowered train.max_steps: not said, or trained"; }
 if "$tessera" train $args --set output.dir="$work/mid" --set train.max_steps=8 --set train.batch_tokens=100000 \
   --resume > "$work/fewer.log" 2>&1; then
   cat "$work/fewer.log"; fail "a resume past the end of its epoch's batches trained"
