@@ -21,11 +21,9 @@ bool try_lock(int fd) {
   whole.l_type = F_WRLCK;
   whole.l_whence = SEEK_SET;  // l_start 0, l_len 0: the whole file
 #ifdef F_OFD_SETLK
-  if (::fcntl(fd, F_OFD_SETLK, &whole) == 0) return true;
+  struct flock ofd = whole;  // fcntl may write into it
+  if (::fcntl(fd, F_OFD_SETLK, &ofd) == 0) return true;
   if (errno == EAGAIN || errno == EACCES) return false;
-  whole = {};
-  whole.l_type = F_WRLCK;
-  whole.l_whence = SEEK_SET;
 #endif
   return ::fcntl(fd, F_SETLK, &whole) == 0;
 }

@@ -98,60 +98,52 @@ class StopSignals {
   }, old_int_{};
 };
 
-// The vocabulary files (P.model, P.vocab) that a start creates (trains on first use, or restores
-// from its checkpoint) and that did not exist before it: removed when the start is refused later
-// (no validation pairs left, say), unless keep() was called. Left there, the next start would
-// take them for its trained vocabulary, whatever its text or data.vocab_type. Rank 0's files.
-class NewVocabularies {
+// What a start creates, removed when it is refused later (no validation pairs left, a vocabulary
+// that does not fit the model, say) unless keep() was called. Rank 0's:
+// - the vocabulary files (P.model, P.vocab) it trains on first use or restores from its checkpoint:
+//   left there, the next start would take them for its trained vocabulary, whatever its text or
+//   data.vocab_type;
+// - output.dir, when its own mkdir made it (a folder another start made meanwhile is theirs), with
+//   its lock file (removed while still held) and an empty metrics.jsonl, and only if nothing else
+//   is left in it: never a file of anyone else's. Parent folders it made stay.
+class StartLeftovers {
  public:
-  NewVocabularies(const io::Config& cfg, bool root) {
-    if (!root || cfg.string("data.task") != "translation") return;
+  explicit StartLeftovers(std::optional<RunFolderLock>& lock) : lock_(lock) {}
+  ~StartLeftovers() {
+    std::error_code ec;
+    for (const std::string& file : vocabularies_) fs::remove(file, ec);
+    if (folder_.empty()) return;
+    if (lock_) lock_->remove_file();
+    if (fs::file_size(folder_ / "metrics.jsonl", ec) == 0 && !ec) fs::remove(folder_ / "metrics.jsonl", ec);
+    fs::remove(folder_, ec);  // fails, leaving it, unless empty
+  }
+  StartLeftovers(const StartLeftovers&) = delete;
+  StartLeftovers& operator=(const StartLeftovers&) = delete;
+
+  void created_folder(const fs::path& dir) { folder_ = dir; }
+  // The vocabulary files the config names that do not exist yet (before the data is loaded).
+  void note_new_vocabularies(const io::Config& cfg) {
+    if (cfg.string("data.task") != "translation") return;
     const VocabPaths paths = vocab_paths(cfg);
     for (const std::string& model : {paths.src, paths.tgt}) {
       const std::string prefix = model.ends_with(".model") ? model.substr(0, model.size() - 6) : model;
       for (const std::string& file : {model, prefix + ".vocab"}) {
         std::error_code ec;
-        if (!fs::exists(file, ec) && !ec && std::find(files_.begin(), files_.end(), file) == files_.end())
-          files_.push_back(file);
+        if (!fs::exists(file, ec) && !ec &&
+            std::find(vocabularies_.begin(), vocabularies_.end(), file) == vocabularies_.end())
+          vocabularies_.push_back(file);
       }
     }
   }
-  ~NewVocabularies() {
-    for (const std::string& file : files_) {
-      std::error_code ec;
-      fs::remove(file, ec);
-    }
+  void keep() {
+    vocabularies_.clear();
+    folder_.clear();
   }
-  NewVocabularies(const NewVocabularies&) = delete;
-  NewVocabularies& operator=(const NewVocabularies&) = delete;
-  void keep() { files_.clear(); }
-
- private:
-  std::vector<std::string> files_;
-};
-
-// The run folder a start created (its own mkdir did): removed when the start is refused later (a
-// vocabulary that does not fit the model, say), unless keep() was called, with what the start put
-// there (its lock file, removed while still held; an empty metrics.jsonl). Only when nothing else
-// is left in it: never a file of anyone else's. Parent folders it created stay.
-class NewRunFolder {
- public:
-  explicit NewRunFolder(std::optional<RunFolderLock>& lock) : lock_(lock) {}
-  ~NewRunFolder() {
-    if (dir_.empty()) return;
-    std::error_code ec;
-    if (lock_) lock_->remove_file();
-    if (fs::file_size(dir_ / "metrics.jsonl", ec) == 0 && !ec) fs::remove(dir_ / "metrics.jsonl", ec);
-    fs::remove(dir_, ec);  // fails, leaving it, unless empty
-  }
-  NewRunFolder(const NewRunFolder&) = delete;
-  NewRunFolder& operator=(const NewRunFolder&) = delete;
-  void created(const fs::path& dir) { dir_ = dir; }
-  void keep() { dir_.clear(); }
 
  private:
   std::optional<RunFolderLock>& lock_;
-  fs::path dir_;
+  std::vector<std::string> vocabularies_;
+  fs::path folder_;
 };
 
 }  // namespace
@@ -273,16 +265,14 @@ class Run {
                  reducer_ ? fmt::format("; {} gradient buckets", reducer_->buckets()) : std::string());
   }
 
-  // The whole model's parameter count: under tensor parallelism this rank holds its shards of the
-  // split ones (summed over the group; collective) and all of the replicated ones.
+  // The whole model's parameter count: under tensor parallelism this rank holds all of the
+  // replicated parameters and one of tp equal blocks of each split one (take_block).
   std::int64_t whole_model_parameters() const {
     std::int64_t replicated = 0, sharded = 0;
     for (std::size_t i = 0; i < model_.parameters().size(); ++i)
       (model_.shard_dim(i) == dist::ShardDim::replicated ? replicated : sharded) +=
           model_.parameters()[i].value().numel();
-    Tensor shards = Tensor::from(std::vector<double>{static_cast<double>(sharded)}, {1});
-    grid_.tensor->all_reduce(shards, dist::ReduceOp::sum);
-    return replicated + static_cast<std::int64_t>(shards.to_doubles()[0]);
+    return replicated + sharded * grid_.tensor->size();
   }
 
   // Continues from a full checkpoint: weights, Adam moments and step, data position, seeds,
@@ -1191,7 +1181,7 @@ TrainResult run_training(const io::Config& cfg, const TrainOptions& options) {
   // be taken for none (and trained over), or resumed from an older checkpoint. A new folder is
   // locked once created, below.
   std::optional<RunFolderLock> folder_lock;  // rank 0's, until the run ends
-  NewRunFolder new_folder(folder_lock);      // destroyed before the lock, after the run's files below
+  StartLeftovers leftovers(folder_lock);     // destroyed before the lock, after the run's files below
   if (grid.root() && fs::is_directory(dir)) folder_lock.emplace(dir);
   if (!options.resume) check_no_earlier_run(dir);
   std::string resume_path = options.resume_path;
@@ -1259,7 +1249,7 @@ TrainResult run_training(const io::Config& cfg, const TrainOptions& options) {
     // This start's own mkdir, not an earlier look: a folder another start made meanwhile is theirs.
     const bool made = !ec && fs::create_directory(dir, ec);
     if (ec) fail("cannot create output.dir '{}': {}", dir.string(), ec.message());
-    if (made) new_folder.created(dir);
+    if (made) leftovers.created_folder(dir);
     if (!folder_lock) folder_lock.emplace(dir);
     fmt::print("config (effective):\n{}", cfg.to_yaml(false));
     // A crash mid-save leaves "<name>.tmp" behind: never a valid checkpoint, so it goes (with the
@@ -1268,15 +1258,14 @@ TrainResult run_training(const io::Config& cfg, const TrainOptions& options) {
       if (entry.path().extension() == ".tmp" && entry.path().stem().extension() == ".h5") fs::remove(entry.path(), ec);
   }
   StopSignals signals;
-  NewVocabularies new_vocabularies(cfg, grid.root());
+  if (grid.root()) leftovers.note_new_vocabularies(cfg);
   // Every rank at once: the data loading is collective (rank 0 reads and trains the vocabulary
   // first, then all encode a share of the corpus).
   auto run = std::make_unique<Run>(cfg, grid, resume_path);
   if (!resume_path.empty()) run->resume(resume_path);
   // Only now, with the data and any checkpoint accepted: a run refused on the way leaves the
   // folder's config.yaml (that of the run it holds) as it was, and no vocabulary of its own.
-  new_vocabularies.keep();
-  new_folder.keep();
+  leftovers.keep();
   if (grid.root()) write_effective_config(cfg, dir);
   TrainResult result = run->train();
   grid.world->barrier();  // every rank returns once rank 0 has written the final files
