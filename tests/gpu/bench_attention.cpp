@@ -6,7 +6,10 @@
 // Then, as '#' lines, cuBLAS bfloat16 GEMM TFLOP/s on the big model's shapes and the memory used.
 #include <cuda_runtime.h>
 
+#include <algorithm>
+#include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <random>
 #include <tuple>
 
@@ -27,18 +30,40 @@ Tensor random_bf16(const Shape& shape, std::uint32_t seed) {
   return Tensor::from(v, shape).to(DType::bf16).to(Device::cuda);
 }
 
+// A failed CUDA call ends the benchmark with its error: a kernel fault must not print a time.
+void check(cudaError_t err, const char* what) {
+  if (err == cudaSuccess) return;
+  std::printf("# error: %s: %s\n", what, cudaGetErrorString(err));
+  std::fflush(stdout);
+  std::exit(1);
+}
+
+// Warm up for 100 ms (clocks up, shared-memory attributes set, the allocator's cache filled),
+// then time enough calls for about 60 ms (3 to 100) between two events. sdpa_reference.py
+// times PyTorch the same way.
 template <typename Fn>
-double time_ms(Fn&& fn, int repeats) {
-  fn();  // warm up (and shared-memory attributes)
+double time_ms(Fn&& fn) {
+  fn();
+  check(cudaDeviceSynchronize(), "warm-up");
+  const auto warm_start = std::chrono::steady_clock::now();
+  int calls = 0;
+  double warm_ms = 0;
+  while (warm_ms < 100.0 || calls < 3) {
+    fn();
+    ++calls;
+    check(cudaDeviceSynchronize(), "warm-up");
+    warm_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - warm_start).count();
+  }
+  const int repeats = std::clamp(static_cast<int>(60.0 / (warm_ms / calls)) + 1, 3, 100);
   cudaEvent_t start, stop;
-  cudaEventCreate(&start);
-  cudaEventCreate(&stop);
-  cudaEventRecord(start);
+  check(cudaEventCreate(&start), "cudaEventCreate");
+  check(cudaEventCreate(&stop), "cudaEventCreate");
+  check(cudaEventRecord(start), "cudaEventRecord");
   for (int i = 0; i < repeats; ++i) fn();
-  cudaEventRecord(stop);
-  cudaEventSynchronize(stop);
+  check(cudaEventRecord(stop), "cudaEventRecord");
+  check(cudaEventSynchronize(stop), "the timed calls");
   float ms = 0;
-  cudaEventElapsedTime(&ms, start, stop);
+  check(cudaEventElapsedTime(&ms, start, stop), "cudaEventElapsedTime");
   cudaEventDestroy(start);
   cudaEventDestroy(stop);
   return static_cast<double>(ms) / repeats;
@@ -65,13 +90,11 @@ int main() {
                      dout = dout_all.reshape({b, h, s, d});
         const cpu::AttentionOptions opt{.causal = causal};
         cpu::AttentionOutput fwd;
-        const double fwd_ms = time_ms([&] { fwd = cuda::attention_forward(q, k, v, Tensor(), opt); }, 10);
-        const double both_ms = time_ms(
-            [&] {
-              fwd = cuda::attention_forward(q, k, v, Tensor(), opt);
-              cuda::attention_backward(dout, q, k, v, Tensor(), fwd, opt);
-            },
-            10);
+        const double fwd_ms = time_ms([&] { fwd = cuda::attention_forward(q, k, v, Tensor(), opt); });
+        const double both_ms = time_ms([&] {
+          fwd = cuda::attention_forward(q, k, v, Tensor(), opt);
+          cuda::attention_backward(dout, q, k, v, Tensor(), fwd, opt);
+        });
         const double flops = 4.0 * static_cast<double>(b * s * s * h * d) / (causal ? 2.0 : 1.0);
         std::printf("%lld,%d,%lld,%lld,%lld,%.3f,%.3f,%.1f,%.1f\n", static_cast<long long>(d), causal ? 1 : 0,
                     static_cast<long long>(s), static_cast<long long>(b), static_cast<long long>(h), fwd_ms, both_ms,
@@ -89,7 +112,7 @@ int main() {
                                           {1024, 1024, "attention projection"},
                                           {32000, 1024, "output layer, vocabulary 32k"}}) {
     const Tensor x = random_bf16({tokens, in_f}, 5), w = random_bf16({out_f, in_f}, 6);
-    const double ms = time_ms([&] { (void)cuda::matmul(x, w, false, true); }, 10);
+    const double ms = time_ms([&] { (void)cuda::matmul(x, w, false, true); });
     std::printf("# cuBLAS bf16 GEMM %lldx%lldx%lld (%s): %.3f ms, %.1f TFLOP/s\n", static_cast<long long>(tokens),
                 static_cast<long long>(out_f), static_cast<long long>(in_f), what, ms,
                 2.0 * static_cast<double>(tokens * out_f * in_f) / (ms * 1e9));
