@@ -367,6 +367,55 @@ TEST(CudaKernels, RandomShapesMatchCpu) {
   }
 }
 
+// Empty inputs give what the CPU twins give: empty results, or zeros where a sum has no terms
+// (GEMM with K = 0, attention with no key), and no launch error.
+TEST(CudaKernels, EmptyInputsMatchCpu) {
+  SKIP_WITHOUT_GPU();
+  for (DType dt : {DType::f32, DType::bf16}) {
+    const std::string l = dtype_label(dt) + " empty";
+    for (const auto& [a_shape, b_shape] : {std::pair<Shape, Shape>{{3, 0}, {0, 5}},
+                                           {{0, 3}, {3, 5}},
+                                           {{2, 0, 3}, {3, 4}},
+                                           {{0, 2, 3}, {0, 3, 4}},
+                                           {{2, 4, 0}, {0, 6}}}) {
+      const Tensor a = Tensor::zeros(a_shape), b = Tensor::zeros(b_shape);
+      expect_close(cuda::matmul(to_gpu(a, dt), to_gpu(b, dt), false, false), cpu::matmul(a, b), 0.0,
+                   l + " gemm " + shape_str(a_shape) + " @ " + shape_str(b_shape));
+    }
+    const Tensor x = Tensor::zeros({0, 4});
+    expect_close(cuda::binary(cpu::BinaryOp::add, to_gpu(x, dt), to_gpu(x, dt)), x, 0.0, l + " binary");
+    expect_close(cuda::sum_all(to_gpu(x, dt)), cpu::sum_all(x), 0.0, l + " sum_all");
+    expect_close(cuda::sum_dim(to_gpu(x, dt), 0, false), cpu::sum_dim(x, 0, false), 0.0, l + " sum_dim");
+    expect_close(cuda::softmax_lastdim(to_gpu(x, dt)), x, 0.0, l + " softmax");
+    const auto ln = cuda::layer_norm_forward(to_gpu(x, dt), Tensor::ones({4}).to(Device::cuda),
+                                             Tensor::zeros({4}).to(Device::cuda), 1e-5);
+    expect_close(ln.y, x, 0.0, l + " layer norm");
+    expect_close(
+        cuda::layer_norm_backward(to_gpu(x, dt), to_gpu(x, dt), Tensor::ones({4}).to(Device::cuda), ln.mean, ln.rstd)
+            .dgamma,
+        Tensor::zeros({4}), 0.0, l + " layer norm dgamma");
+    const Tensor no_targets = Tensor::from(std::vector<std::int32_t>{}, {0});
+    expect_close(cuda::cross_entropy_fused(to_gpu(Tensor::zeros({0, 7}), dt), no_targets, 0.1, 0, 1.0).dlogits,
+                 Tensor::zeros({0, 7}), 0.0, l + " cross entropy");
+    // No query; no key (out 0, log-sum-exp -inf, dq 0).
+    const cpu::AttentionOptions opt{.causal = false};
+    for (const auto& [lq, lk] : {std::pair<std::int64_t, std::int64_t>{0, 5}, {3, 0}}) {
+      const Tensor q = Tensor::ones({1, 2, lq, 32}), k = Tensor::ones({1, 2, lk, 32});
+      const auto cf = cpu::attention_forward(q, k, k, Tensor(), opt);
+      const auto gf = cuda::attention_forward(to_gpu(q, dt), to_gpu(k, dt), to_gpu(k, dt), Tensor(), opt);
+      const std::string w = l + " attention lq " + std::to_string(lq) + " lk " + std::to_string(lk);
+      expect_close(gf.out, cf.out, 0.0, w + " out");
+      expect_close(gf.lse, cf.lse, 0.0, w + " lse");
+      const auto cg = cpu::attention_backward(q, q, k, k, Tensor(), cf, opt);
+      const auto gg =
+          cuda::attention_backward(to_gpu(q, dt), to_gpu(q, dt), to_gpu(k, dt), to_gpu(k, dt), Tensor(), gf, opt);
+      expect_close(gg.dq, cg.dq, 0.0, w + " dq");
+      expect_close(gg.dk, cg.dk, 0.0, w + " dk");
+      expect_close(gg.dv, cg.dv, 0.0, w + " dv");
+    }
+  }
+}
+
 // A NaN score reaches the rows that see it, as on the CPU (fmaxf would drop it and the row would
 // look like one that sees no key): the same entries are NaN, the others agree.
 TEST(CudaKernels, FlashAttentionKeepsANaNWhereTheCpuDoes) {

@@ -70,6 +70,26 @@ TEST(Gemm, MatmulIntoAccumulatesWithBeta) {
   for (std::size_t i = 0; i < plain.size(); ++i) EXPECT_NEAR(out.to_doubles()[i], 1.0 + 2.0 * plain[i], 1e-12);
 }
 
+// Empty operands: no BLAS call with a leading dimension 0 (BLAS refuses it), no division by a
+// zero matrix size (it was SIGFPE), and K = 0 is a sum of no products: beta * out.
+TEST(Gemm, EmptyOperandsGiveEmptyOrZeroResults) {
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  for (DType dt : {DType::f32, DType::f64}) {
+    Tensor out = Tensor::full({3, 5}, nan, dt);
+    cpu::matmul_into(out, Tensor::zeros({3, 0}, dt), Tensor::zeros({0, 5}, dt), false, false, 1.0, 0.0);
+    for (double v : out.to_doubles()) EXPECT_EQ(v, 0.0);
+    out = Tensor::full({3, 5}, 1.5, dt);
+    cpu::matmul_into(out, Tensor::zeros({0, 3}, dt), Tensor::zeros({5, 0}, dt), true, true, 1.0, 2.0);
+    for (double v : out.to_doubles()) EXPECT_EQ(v, 3.0);
+    EXPECT_EQ(cpu::matmul(Tensor::zeros({0, 3}, dt), Tensor::zeros({3, 5}, dt)).shape(), (Shape{0, 5}));
+    EXPECT_EQ(cpu::matmul(Tensor::zeros({2, 0, 3}, dt), Tensor::zeros({3, 4}, dt)).shape(), (Shape{2, 0, 4}));
+    EXPECT_EQ(cpu::matmul(Tensor::zeros({0, 2, 3}, dt), Tensor::zeros({0, 3, 4}, dt)).shape(), (Shape{0, 2, 4}));
+    const Tensor k0 = cpu::matmul(Tensor::zeros({2, 4, 0}, dt), Tensor::zeros({0, 6}, dt));
+    EXPECT_EQ(k0.shape(), (Shape{2, 4, 6}));
+    for (double v : k0.to_doubles()) EXPECT_EQ(v, 0.0);
+  }
+}
+
 TEST(Gemm, ErrorsNameShapes) {
   EXPECT_EQ(error_of([] {
               (void)cpu::matmul(Tensor::zeros({2, 3}), Tensor::zeros({4, 5}));

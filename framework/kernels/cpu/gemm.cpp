@@ -38,7 +38,9 @@ MatmulDims matmul_dims(const char* op, const Tensor& a, const Tensor& b, bool ta
   const std::int64_t n = tb ? b.size(-2) : b.size(-1);
   TESSERA_CHECK(ka == kb, "{}: inner dimensions differ: {}{} @ {}{} ({} vs {})", op, shape_str(a.shape()),
                 ta ? "^T" : "", shape_str(b.shape()), tb ? "^T" : "", ka, kb);
-  return {a.numel() / (a.size(-1) * a.size(-2)), m, n, ka, b_shared};
+  std::int64_t batch = 1;  // the product of the leading dimensions (also when M or K is 0)
+  for (std::int64_t i = 0; i + 2 < a.dim(); ++i) batch *= a.size(i);
+  return {batch, m, n, ka, b_shared};
 }
 
 }  // namespace
@@ -87,6 +89,18 @@ void matmul_into(Tensor& out, const Tensor& a, const Tensor& b, bool trans_a, bo
   TESSERA_CHECK(out.shape() == want, "matmul: output has shape {}, expected {}", shape_str(out.shape()),
                 shape_str(want));
   check_same_dtype("matmul", out, a);
+  if (out.numel() == 0) return;
+  if (d.k == 0) {  // a sum of no products; BLAS would refuse the leading dimension 0
+    if (beta == 0.0) {
+      out.fill(0.0);
+    } else {
+      dispatch_float("matmul", out.dtype(), [&]<typename T>() {
+        T* o = out.data<T>();
+        for (std::int64_t i = 0; i < out.numel(); ++i) o[i] *= static_cast<T>(beta);
+      });
+    }
+    return;
+  }
   dispatch_float("matmul", a.dtype(), [&]<typename T>() {
     const std::int64_t lda = a.size(-1), ldb = b.size(-1);
     if (d.b_shared && !trans_a) {
