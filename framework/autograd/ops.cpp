@@ -126,10 +126,19 @@ Var mean(const Var& x, std::int64_t dim, bool keepdim) {
 
 // ------------------------------------------------------------ matmul
 namespace {
+// Rows of t viewed as a matrix of its last dimension (also when that dimension is 0).
+std::int64_t leading_rows(const Tensor& t) {
+  std::int64_t rows = 1;
+  for (std::int64_t i = 0; i + 1 < t.dim(); ++i) rows *= t.size(i);
+  return rows;
+}
+
 // dB for a 2-D b shared by every batch of a transposed a ([..., K, M]): the per-batch products
 // summed over the batch, C = A_i^T op(B).
 Tensor shared_b_grad_of_transposed_a(const Tensor& va, const Tensor& vb, const Tensor& g, bool tb) {
-  const std::int64_t batch = va.numel() / (va.size(-1) * va.size(-2));
+  if (va.numel() == 0 || g.numel() == 0)  // a sum of no products (M = 0), or an empty dB (K or N = 0)
+    return kernels::full(vb.shape(), 0.0, vb.dtype(), vb.device());
+  const std::int64_t batch = va.numel() / (va.size(-1) * va.size(-2));  // both nonzero here
   const Tensor a3 = va.reshape({batch, va.size(-2), va.size(-1)}), g3 = g.reshape({batch, g.size(-2), g.size(-1)});
   if (vb.device() != Device::cpu)  // the GPU: one batched GEMM, then the sum over the batch
     return sum_dim(tb ? kernels::matmul(g3, a3, true, true) : kernels::matmul(a3, g3, false, false), 0, false);
@@ -174,7 +183,7 @@ Var matmul(const Var& a, const Var& b, bool ta, bool tb) {
       gb = tb ? kernels::matmul(g, va, true, ta) : kernels::matmul(va, g, !ta, false);
     } else if (!ta) {
       // Shared b: flatten the batch of a and g into rows, one GEMM sums over all of them.
-      const Tensor a2 = va.reshape({-1, va.size(-1)}), g2 = g.reshape({-1, g.size(-1)});
+      const Tensor a2 = va.reshape({leading_rows(va), va.size(-1)}), g2 = g.reshape({leading_rows(g), g.size(-1)});
       gb = tb ? kernels::matmul(g2, a2, true, false) : kernels::matmul(a2, g2, true, false);
     } else {
       gb = shared_b_grad_of_transposed_a(va, vb, g, tb);
@@ -196,8 +205,9 @@ Var reshape(const Var& x, const Shape& shape) {
 }
 
 Var permute(const Var& x, const std::vector<std::int64_t>& dims) {
+  Tensor y = kernels::permute(x.value(), dims);  // first: it names x's shape when dims is no permutation of it
   const auto inv = cpu::inverse_permutation(dims);
-  return make_result(kernels::permute(x.value(), dims), "permute", {x},
+  return make_result(std::move(y), "permute", {x},
                      [inv](const Tensor& g) { return std::vector<Tensor>{kernels::permute(g, inv)}; });
 }
 

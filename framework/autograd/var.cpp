@@ -94,6 +94,11 @@ void Var::backward(const Tensor& seed) {
   for (std::vector<std::shared_ptr<Node>> stack{node_}; !stack.empty();) {
     std::shared_ptr<Node> n = std::move(stack.back());
     stack.pop_back();
+    // An op whose backward already ran has freed what it saved: its gradient would be lost silently.
+    TESSERA_CHECK(n->is_leaf || n->backward,
+                  "backward: '{}' was already passed through by an earlier backward, which freed its graph; run the "
+                  "forward again",
+                  n->name);
     for (const auto& in : n->inputs) {
       if (!in->requires_grad) continue;
       auto [it, first_time] = consumers.try_emplace(in.get(), 0);

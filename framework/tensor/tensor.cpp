@@ -10,7 +10,8 @@ std::string shape_str(const Shape& s) { return fmt::format("[{}]", fmt::join(s, 
 
 std::int64_t shape_numel(const Shape& s) {
   std::int64_t n = 1;
-  for (auto d : s) n *= d;
+  for (auto d : s)
+    TESSERA_CHECK(!__builtin_mul_overflow(n, d, &n), "shape {} has more elements than 64 bits count", shape_str(s));
   return n;
 }
 
@@ -23,6 +24,9 @@ Tensor Tensor::empty(const Shape& shape, DType dtype, Device device) {
   Tensor t;
   t.shape_ = shape;
   t.numel_ = shape_numel(shape);
+  TESSERA_CHECK(static_cast<std::uint64_t>(t.numel_) <= SIZE_MAX / dtype_size(dtype),
+                "Tensor::empty: shape {} of {} needs more bytes than 64 bits count", shape_str(shape),
+                dtype_name(dtype));
   t.dtype_ = dtype;
   t.device_ = device;
   t.storage_ = std::make_shared<Storage>(t.nbytes(), device);

@@ -95,6 +95,11 @@ TEST(CudaKernels, ReluNaNAndMinusInfinityRowsMatchCpu) {
   EXPECT_EQ(gpu_lse[0], -inf);
   EXPECT_EQ(cpu_lse[0], -inf);
   EXPECT_NEAR(gpu_lse[1], cpu_lse[1], 1e-5);
+  // Masked classes (-inf logits) without smoothing: the loss is the NLL, not 0 * inf = NaN.
+  const Tensor masked = Tensor::from(std::vector<float>{1, -inf, 2, 0, 0, -inf, -inf, 0}, {2, 4});
+  const Tensor masked_targets = Tensor::from(std::vector<std::int32_t>{0, 3}, {2});
+  expect_close(cuda::cross_entropy_forward(masked.to(Device::cuda), masked_targets.to(Device::cuda), 0.0, -100).loss,
+               cpu::cross_entropy_forward(masked, masked_targets, 0.0, -100).loss, kF32Tol, "masked cross entropy");
 }
 
 TEST(CudaKernels, ReductionsSoftmaxAndPermuteMatchCpu) {

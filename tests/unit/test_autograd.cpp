@@ -2,7 +2,9 @@
 #include <gtest/gtest.h>
 
 #include "autograd/ops.h"
+#include "kernels/cpu/layout.h"
 #include "optim/adam.h"
+#include "test_util.h"
 
 namespace tessera {
 namespace {
@@ -43,6 +45,65 @@ TEST(Autograd, BackwardFreesTheGraph) {
   loss.backward();
   EXPECT_TRUE(hidden.expired());  // ...and backward releases it
   EXPECT_TRUE(loss.node()->inputs.empty());
+}
+
+// A second backward through a freed graph would leave the gradients as they are, silently (as
+// PyTorch, it is an error): from the same output, and from another output sharing a freed part.
+TEST(Autograd, BackwardThroughAFreedGraphIsAnError) {
+  auto w = ag::Var::parameter(Tensor::ones({4}, DType::f64), "w");
+  ag::Var loss = ag::sum(ag::tanh(w));
+  loss.backward();
+  EXPECT_EQ(testing::error_of([&] { loss.backward(); }),
+            "backward: 'sum' was already passed through by an earlier backward, which freed its graph; run the "
+            "forward again");
+  const ag::Var h = ag::tanh(w);
+  ag::Var first = ag::sum(h), second = ag::sum(ag::scale(h, 2.0));
+  first.backward();
+  EXPECT_EQ(testing::error_of([&] { second.backward(); }),
+            "backward: 'tanh' was already passed through by an earlier backward, which freed its graph; run the "
+            "forward again");
+}
+
+// Matrix products with an empty dimension: the gradients are empty, or zeros where they are sums
+// of no products. Shared 2-D b with a transposed or K = 0 / N = 0 a used to die (SIGFPE) or throw
+// from a reshape of an empty matrix.
+TEST(Autograd, MatmulWithAnEmptyDimensionGivesEmptyOrZeroGradients) {
+  struct Case {
+    Shape a, b;
+    bool ta, tb;
+  };
+  for (const Case& c :
+       {Case{{2, 0, 3}, {0, 4}, true, false}, Case{{2, 2, 0}, {2, 3}, true, false}, Case{{2, 2, 0}, {3, 2}, true, true},
+        Case{{2, 3, 0}, {0, 4}, false, false}, Case{{2, 3, 2}, {2, 0}, false, false},
+        Case{{2, 3, 2}, {0, 2}, false, true}, Case{{0, 3, 2}, {2, 4}, false, false}}) {
+    auto a = ag::Var::parameter(Tensor::ones(c.a, DType::f64), "a");
+    auto b = ag::Var::parameter(Tensor::ones(c.b, DType::f64), "b");
+    ag::sum(ag::matmul(a, b, c.ta, c.tb)).backward();
+    const std::string what = shape_str(c.a) + (c.ta ? "^T" : "") + " @ " + shape_str(c.b) + (c.tb ? "^T" : "");
+    ASSERT_EQ(a.grad().shape(), c.a) << what;
+    ASSERT_EQ(b.grad().shape(), c.b) << what;
+    for (double v : a.grad().to_doubles()) EXPECT_EQ(v, 0.0) << what;
+    for (double v : b.grad().to_doubles()) EXPECT_EQ(v, 0.0) << what;
+  }
+}
+
+// Dimensions that are no permutation are refused before anything is written (the inverse was
+// computed first and wrote out of bounds: a crash or a corrupted heap).
+TEST(Autograd, PermuteRefusesDimensionsThatAreNoPermutation) {
+  auto x = ag::Var::parameter(Tensor::ones({3, 2}, DType::f64), "x");
+  EXPECT_EQ(testing::error_of([&] {
+              (void)ag::permute(x, {0, 1000000});
+            }),
+            "permute: [0, 1000000] is not a permutation of the dimensions of [3, 2]");
+  EXPECT_EQ(testing::error_of([&] {
+              (void)ag::permute(x, {-1, 0});
+            }),
+            "permute: [-1, 0] is not a permutation of the dimensions of [3, 2]");
+  EXPECT_EQ(testing::error_of([] {
+              (void)cpu::inverse_permutation({1, 1});
+            }),
+            "permute: [1, 1] is not a permutation of 0..1");
+  EXPECT_EQ(cpu::inverse_permutation({2, 0, 1}), (std::vector<std::int64_t>{1, 2, 0}));
 }
 
 TEST(Autograd, DeepGraphNeedsNoRecursion) {

@@ -163,8 +163,12 @@ TEST(Reduce, SumMeanAndPerDimension) {
   EXPECT_EQ(cpu::sum_dim(x, -1, true).shape(), (Shape{2, 1}));
   EXPECT_EQ(cpu::mean_dim(x, 1, false).to_doubles(), (std::vector<double>{2, 5}));
   EXPECT_EQ(error_of([&] { (void)cpu::sum_dim(x, 2, false); }), "sum_dim: dimension 2 out of range for shape [2, 3]");
-  // Float32 sums of many values stay accurate (double accumulation).
+  // Float32 sums of many values stay accurate (double accumulation), over all and over a dimension:
+  // a float32 accumulator stops at 2^24 when adding ones.
   EXPECT_NEAR(cpu::sum_all(Tensor::full({1 << 22}, 0.1)).item(), 0.1f * (1 << 22), 1.0);
+  const std::int64_t n = (std::int64_t{1} << 24) + 8;
+  EXPECT_EQ(cpu::sum_dim(Tensor::ones({n, 1}), 0, false).item(), static_cast<double>(n));
+  EXPECT_EQ(cpu::mean_dim(Tensor::ones({1, n}), 1, false).item(), 1.0);
 }
 
 // A row of -inf logits (every class masked) has log-sum-exp -inf, as torch.logsumexp and the GPU
@@ -255,6 +259,14 @@ TEST(LayerNorm, NormalizesRowsAndAppliesGammaBeta) {
   }
   EXPECT_EQ(error_of([&] { (void)cpu::layer_norm_forward(x, Tensor::zeros({8}, DType::f64), b, 1e-5); }),
             "layer_norm: gamma [8] and beta [16] must have shape [16] to match input [3, 16]");
+  // No feature to normalize over: refused (it returned statistics it never wrote).
+  EXPECT_EQ(error_of([] {
+              (void)cpu::layer_norm_forward(Tensor::zeros({3, 0}), Tensor::zeros({0}), Tensor::zeros({0}), 1e-5);
+            }),
+            "layer_norm: input [3, 0] needs a last dimension of at least one feature to normalize over");
+  // The backward checks gamma too (it read past a short one).
+  EXPECT_EQ(error_of([&] { (void)cpu::layer_norm_backward(x, x, Tensor::ones({1}, DType::f64), f.mean, f.rstd); }),
+            "layer_norm_backward: gamma [1] must have shape [16] to match input [3, 16]");
 }
 
 // ---------------------------------------------------------------- embedding
@@ -398,6 +410,30 @@ TEST(CrossEntropy, LabelSmoothingAndIgnoredRowsMatchTheFormula) {
             "cross_entropy: id 3 at flat position 1 of ids [3] is outside the vocabulary [0, 3)");
   EXPECT_EQ(error_of([&] { (void)cpu::cross_entropy_forward(z, Tensor::zeros({2}, DType::i32), eps, -100); }),
             "cross_entropy: targets [2] do not match logits [3, 3]");
+}
+
+// Masked classes (-inf logits) and huge logits. Without smoothing the loss is the NLL; it was NaN
+// (0 * inf) when any other class was -inf. The smoothing term sums shifted logits: a sum of the
+// logits themselves overflowed (float32 3e38 * 3) or cancelled.
+TEST(CrossEntropy, MaskedAndHugeLogitsGiveTheLoss) {
+  const double inf = std::numeric_limits<double>::infinity();
+  for (DType dt : {DType::f32, DType::f64}) {
+    const Tensor masked = Tensor::from(std::vector<double>{1, -inf, 2, 0, 0, -inf, -inf, 0}, {2, 4}).to(dt);
+    const Tensor t = Tensor::from(std::vector<std::int32_t>{0, 3}, {2});
+    const auto plain = cpu::cross_entropy_forward(masked, t, 0.0, -100);
+    const double nll0 = std::log(std::exp(1.0) + std::exp(2.0) + 1.0) - 1.0;
+    EXPECT_NEAR(plain.loss.to_doubles()[0], nll0, 1e-6);
+    EXPECT_NEAR(plain.loss.to_doubles()[1], std::log(2.0), 1e-6);  // two classes left, equally likely
+    EXPECT_EQ(plain.loss.to_doubles(), plain.nll.to_doubles());
+    // With smoothing, a -inf class gets probability eps/V in the target: the loss is +inf.
+    EXPECT_EQ(cpu::cross_entropy_forward(masked, t, 0.1, -100).loss.to_doubles()[0], inf);
+    const double big = dt == DType::f32 ? 3e38 : 1e300;
+    const Tensor huge = Tensor::from(std::vector<double>{big, big, big}, {1, 3}).to(dt);
+    const Tensor t0 = Tensor::from(std::vector<std::int32_t>{0}, {1});
+    for (double eps : {0.0, 0.1})
+      EXPECT_NEAR(cpu::cross_entropy_forward(huge, t0, eps, -100).loss.item(), std::log(3.0), 1e-6)
+          << dtype_name(dt) << " eps " << eps;
+  }
 }
 
 // ---------------------------------------------------------------- permute

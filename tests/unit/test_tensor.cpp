@@ -65,6 +65,15 @@ TEST(Tensor, ErrorsNameTheOperationAndShapes) {
   }
   EXPECT_THROW((void)t.size(2), Error);
   EXPECT_THROW((void)t.item(), Error);
+  // A shape whose element count wraps around 64 bits (it counted 0 elements and allocated none).
+  try {
+    (void)Tensor::zeros({std::int64_t{1} << 62, 4});
+    FAIL() << "an overflowing shape was accepted";
+  } catch (const Error& e) {
+    EXPECT_STREQ(e.what(), "shape [4611686018427387904, 4] has more elements than 64 bits count");
+  }
+  EXPECT_THROW((void)Tensor::from(std::vector<float>{}, {std::int64_t{1} << 62, 4}), Error);
+  EXPECT_THROW((void)Tensor::empty({std::int64_t{1} << 62}, DType::f64), Error);  // elements fit, bytes do not
 }
 
 TEST(Tensor, CudaSlotReportsClearlyWithoutAGpu) {

@@ -7,8 +7,14 @@
 namespace tessera::cpu {
 
 std::vector<std::int64_t> inverse_permutation(const std::vector<std::int64_t>& dims) {
-  std::vector<std::int64_t> inv(dims.size());
-  for (std::size_t i = 0; i < dims.size(); ++i) inv[static_cast<std::size_t>(dims[i])] = static_cast<std::int64_t>(i);
+  std::vector<std::int64_t> inv(dims.size(), -1);
+  for (std::size_t i = 0; i < dims.size(); ++i) {
+    const std::int64_t d = dims[i];
+    TESSERA_CHECK(d >= 0 && d < static_cast<std::int64_t>(dims.size()) && inv[static_cast<std::size_t>(d)] < 0,
+                  "permute: [{}] is not a permutation of 0..{}", fmt::join(dims, ", "),
+                  static_cast<std::int64_t>(dims.size()) - 1);
+    inv[static_cast<std::size_t>(d)] = static_cast<std::int64_t>(i);
+  }
   return inv;
 }
 

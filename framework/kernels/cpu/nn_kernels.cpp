@@ -17,7 +17,9 @@ namespace tessera::cpu {
 LayerNormOutput layer_norm_forward(const Tensor& x, const Tensor& gamma, const Tensor& beta, double eps) {
   check_float("layer_norm", x);
   check_cpu("layer_norm", x);
-  TESSERA_CHECK(x.dim() >= 1, "layer_norm: input needs at least one dimension, got {}", shape_str(x.shape()));
+  TESSERA_CHECK(x.dim() >= 1 && x.size(-1) > 0,
+                "layer_norm: input {} needs a last dimension of at least one feature to normalize over",
+                shape_str(x.shape()));
   const std::int64_t d = x.size(-1);
   TESSERA_CHECK(gamma.shape() == Shape{d} && beta.shape() == Shape{d},
                 "layer_norm: gamma {} and beta {} must have shape [{}] to match input {}", shape_str(gamma.shape()),
@@ -62,6 +64,9 @@ LayerNormGrads layer_norm_backward(const Tensor& dy, const Tensor& x, const Tens
   check_same_dtype("layer_norm_backward", dy, x);
   const std::int64_t d = x.size(-1);
   const std::int64_t rows = d == 0 ? 0 : x.numel() / d;
+  TESSERA_CHECK(gamma.shape() == Shape{d}, "layer_norm_backward: gamma {} must have shape [{}] to match input {}",
+                shape_str(gamma.shape()), d, shape_str(x.shape()));
+  check_same_dtype("layer_norm_backward", x, gamma);
   TESSERA_CHECK(mean.numel() == rows && rstd.numel() == rows,
                 "layer_norm_backward: mean {} / rstd {} do not hold one value per row of {}", shape_str(mean.shape()),
                 shape_str(rstd.shape()), shape_str(x.shape()));
@@ -255,17 +260,23 @@ CrossEntropyOutput cross_entropy_forward(const Tensor& logits, const Tensor& tar
     for (std::int64_t i = 0; i < dm.n; ++i) {
       const T* row = z + i * dm.v;
       const auto [m, log_sum] = row_log_sum_exp(row, dm.v);
-      T sum_z = 0;
-#pragma omp simd reduction(+ : sum_z)
-      for (std::int64_t j = 0; j < dm.v; ++j) sum_z += row[j];
       lse[i] = m + log_sum;
       if (t[i] == ignore_index) {
         loss[i] = nll[i] = 0;
         continue;
       }
       nll[i] = (m - row[t[i]]) + log_sum;
-      // -sum_j q_j log p_j with log p_j = z_j - lse and q = (1-eps) onehot + eps/V.
-      loss[i] = (T(1) - eps) * ((m - row[t[i]]) + log_sum) + eps * ((m - sum_z / vocab) + log_sum);
+      // -sum_j q_j log p_j with log p_j = z_j - lse and q = (1-eps) onehot + eps/V. The uniform
+      // part, lse - mean(z) = log_sum - mean(z - m), sums the shifted logits: a sum of the logits
+      // themselves overflows for huge ones, and without smoothing it is left out (a -inf logit
+      // would make it 0 * inf = NaN).
+      loss[i] = (T(1) - eps) * nll[i];
+      if (eps > 0) {
+        T sum_shifted = 0;
+#pragma omp simd reduction(+ : sum_shifted)
+        for (std::int64_t j = 0; j < dm.v; ++j) sum_shifted += row[j] - m;
+        loss[i] += eps * (log_sum - sum_shifted / vocab);
+      }
     }
   });
   return out;

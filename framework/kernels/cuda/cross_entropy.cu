@@ -61,7 +61,9 @@ __global__ void cross_entropy_kernel(const T* __restrict__ logits, const std::in
   if (threadIdx.x == 0) {
     lse_out[row] = st.lse;
     const float zt = ignored ? 0.0f : to_float(z[t]);
-    loss[row] = ignored ? 0.0f : st.lse - (1.0f - smoothing) * zt - smoothing / static_cast<float>(vocab) * st.sum;
+    // Without smoothing the sum is left out: a -inf logit would make it 0 * inf = NaN (as the CPU twin).
+    const float uniform_part = smoothing > 0.0f ? smoothing / static_cast<float>(vocab) * st.sum : 0.0f;
+    loss[row] = ignored ? 0.0f : st.lse - (1.0f - smoothing) * zt - uniform_part;
     nll[row] = ignored ? 0.0f : st.lse - zt;
   }
   if (dlogits == nullptr) return;

@@ -102,6 +102,8 @@ cpu::LayerNormOutput layer_norm_forward(const Tensor& x, const Tensor& gamma, co
   check_f32_gpu(op, gamma, "gamma");
   check_f32_gpu(op, beta, "beta");
   const std::int64_t cols = x.size(-1), rows = cols == 0 ? 0 : x.numel() / cols;
+  TESSERA_CHECK(cols > 0, "{}: input {} needs a last dimension of at least one feature to normalize over", op,
+                x.describe());
   TESSERA_CHECK(gamma.shape() == Shape{cols} && beta.shape() == Shape{cols},
                 "{}: gamma {} and beta {} must have shape [{}] for x {}", op, gamma.describe(), beta.describe(), cols,
                 x.describe());

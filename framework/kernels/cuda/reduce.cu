@@ -1,5 +1,5 @@
-// Reductions, softmax over the last dimension, and permutes. Every sum accumulates in float32 in
-// a fixed order (no atomics), so results do not change from run to run.
+// Reductions, softmax over the last dimension, and permutes. Every sum accumulates in a fixed
+// order (no atomics), so results do not change from run to run; sums over a dimension in double.
 #include "kernels/cuda/common.cuh"
 
 namespace tessera::cuda {
@@ -13,9 +13,9 @@ __global__ void reduce_dim_kernel(const T* __restrict__ x, T* __restrict__ y, st
   for (std::int64_t idx = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; idx < outer * inner;
        idx += static_cast<std::int64_t>(gridDim.x) * blockDim.x) {
     const std::int64_t o = idx / inner, i = idx % inner;
-    float s = 0.0f;
+    double s = 0.0;  // as the CPU twin: a float32 sum of 2^25 ones would stop at 2^24
     for (std::int64_t j = 0; j < n; ++j) s += to_float(x[(o * n + j) * inner + i]);
-    y[idx] = from_float<T>(scale * s);
+    y[idx] = from_float<T>(scale * static_cast<float>(s));
   }
 }
 
