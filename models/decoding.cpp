@@ -74,7 +74,7 @@ class EnsembleDecoder {
   // log(mean_i p_i) = logsumexp_i(log p_i) - log(models), in double.
   Tensor step(const std::vector<std::int32_t>& last) {
     const auto& models = models_.models();
-    if (models.size() == 1) return models[0]->decode_step(caches_[0], last);
+    if (models.size() == 1) return models[0]->decode_step(caches_[0], last).to(DType::f32);  // a float64 model too
     std::vector<Tensor> each;
     for (std::size_t i = 0; i < models.size(); ++i)
       each.push_back(models[i]->decode_step(caches_[i], last).to(DType::f32));
@@ -127,9 +127,11 @@ TokenRows decode_one_per_row(const Ensemble& models, const Tensor& src, const Te
   const auto limit = output_limits(models, src_padding, max_extra_len);
   EnsembleDecoder decoder(models, src, src_padding);
   TokenRows out(static_cast<std::size_t>(batch));
-  std::vector<std::int64_t> active(static_cast<std::size_t>(batch));  // sentence of each cache row
-  std::iota(active.begin(), active.end(), 0);
-  std::vector<std::int32_t> last(static_cast<std::size_t>(batch), kBosId);
+  std::vector<std::int64_t> active;  // sentence of each cache row; a row with no room for a token stays empty
+  for (std::int64_t s = 0; s < batch; ++s)
+    if (limit[static_cast<std::size_t>(s)] > 0) active.push_back(s);
+  if (static_cast<std::int64_t>(active.size()) != batch && !active.empty()) decoder.select_rows(active);
+  std::vector<std::int32_t> last(active.size(), kBosId);
   while (!active.empty()) {
     const Tensor logp = decoder.step(last);
     std::vector<std::int64_t> keep_rows, keep_sent;
@@ -227,6 +229,7 @@ TokenRows greedy_decode_uncached(const Transformer& model, const Tensor& src, co
   const ag::Var memory = model.encode(src, src_padding, no_dropout);
   TokenRows out(static_cast<std::size_t>(batch));
   std::vector<bool> done(static_cast<std::size_t>(batch), false);
+  for (std::size_t s = 0; s < done.size(); ++s) done[s] = limit[s] <= 0;  // no room for a token: empty
   std::vector<std::vector<std::int32_t>> prefix(static_cast<std::size_t>(batch), {kBosId});
   for (std::int64_t step = 0; std::find(done.begin(), done.end(), false) != done.end(); ++step) {
     std::vector<std::int32_t> ids;
@@ -291,6 +294,7 @@ NBestRows beam_search_nbest(const Ensemble& models, const Tensor& src, const Ten
     for (std::size_t a = 0; a < active.size(); ++a) {
       const auto s = static_cast<std::size_t>(active[a]);
       const bool at_limit = step + 1 >= limit[s];
+      const bool no_room = step >= limit[s];  // a limit of 0: only eos, for an empty hypothesis
       // The 2k best continuations over all beams of this sentence.
       std::vector<Cand> cands;
       cands.reserve(static_cast<std::size_t>(k * vocab));
@@ -299,11 +303,17 @@ NBestRows beam_search_nbest(const Ensemble& models, const Tensor& src, const Ten
         if (h.log_prob == neg_inf) continue;
         const float* row = logp.data<float>() + (static_cast<std::int64_t>(a) * k + j) * vocab;
         for (std::int64_t v = 0; v < vocab; ++v)
-          if (is_output_token(v)) cands.push_back({h.log_prob + row[v], j, static_cast<std::int32_t>(v)});
+          if (is_output_token(v) && (!no_room || v == kEosId))
+            cands.push_back({h.log_prob + row[v], j, static_cast<std::int32_t>(v)});
       }
       const std::size_t top = std::min(cands.size(), static_cast<std::size_t>(2 * k));
+      // Equal log-probabilities: the earlier beam, then the lower id (as greedy decoding), so that
+      // beam 1 is greedy decoding and the order does not depend on the sort's implementation.
       std::partial_sort(cands.begin(), cands.begin() + static_cast<std::ptrdiff_t>(top), cands.end(),
-                        [](const Cand& x, const Cand& y) { return x.log_prob > y.log_prob; });
+                        [](const Cand& x, const Cand& y) {
+                          if (x.log_prob != y.log_prob) return x.log_prob > y.log_prob;
+                          return x.beam != y.beam ? x.beam < y.beam : x.token < y.token;
+                        });
       std::vector<Hyp> next;
       for (std::size_t c = 0; c < top && static_cast<std::int64_t>(next.size()) < k; ++c) {
         const Cand& cd = cands[c];

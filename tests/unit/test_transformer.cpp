@@ -99,6 +99,79 @@ TEST(Transformer, CachedDecoderEqualsUncachedAndBeamOneEqualsGreedy) {
   for (const auto& h : beam4) EXPECT_LE(h.size(), 7u + 6u);
 }
 
+// A float64 model decodes with every decoder (the single-model step returned float64 where the
+// searches read float32: an error).
+TEST(Transformer, Float64ModelDecodesWithEveryDecoder) {
+  TransformerConfig c = tiny_config();
+  c.dtype = DType::f64;
+  Transformer m(c, 11);
+  Tensor src, pad;
+  random_sources(4, 7, 23, src, pad);
+  const auto uncached = models::greedy_decode_uncached(m, src, pad, 5);
+  EXPECT_EQ(models::greedy_decode(m, src, pad, 5), uncached);
+  EXPECT_EQ(models::beam_search(m, src, pad,
+                                {.beam = 1, .length_penalty = 0.6, .max_extra_len = 5, .sampling = std::nullopt}),
+            uncached);
+  EXPECT_EQ(
+      models::beam_search(m, src, pad, {.beam = 3, .length_penalty = 0.6, .max_extra_len = 5, .sampling = std::nullopt})
+          .size(),
+      4u);
+  EXPECT_EQ(models::sample_decode(m, src, pad, 5, models::SamplingOptions{.top_k = 1}), uncached);
+}
+
+// Two tokens of exactly equal log-probability: beam 1 takes the lower id, as greedy decoding (the
+// unstable sort took either). With eos in the tie, both stop at once.
+TEST(Transformer, BeamOneBreaksExactTiesAsGreedy) {
+  for (const auto& [low, high] : {std::pair<int, int>{5, 6}, {data::kEosId, 8}}) {
+    TransformerConfig c = tiny_config();
+    c.tie_output = false;
+    Transformer m(c, 5);
+    Tensor norm_bias = m.parameter("decoder.layers.1.final_layer_norm.bias").value();
+    Tensor out = m.parameter("decoder.output_projection.weight").value();
+    float* w = out.data<float>();
+    for (std::int64_t j = 0; j < c.d_model; ++j) {  // a strong, identical preference for both tokens
+      norm_bias.data<float>()[j] = 1.0f;
+      w[low * c.d_model + j] += 30.0f / static_cast<float>(c.d_model);
+      w[high * c.d_model + j] = w[low * c.d_model + j];
+    }
+    Tensor src, pad;
+    random_sources(3, 6, 23, src, pad);
+    const auto greedy = models::greedy_decode(m, src, pad, 3);
+    for (const auto& row : greedy) {
+      if (low == data::kEosId) {
+        EXPECT_TRUE(row.empty());
+      }
+      for (std::int32_t t : row) EXPECT_NE(t, high);
+    }
+    EXPECT_EQ(models::beam_search(m, src, pad,
+                                  {.beam = 1, .length_penalty = 0.6, .max_extra_len = 3, .sampling = std::nullopt}),
+              greedy)
+        << "tie of " << low << " and " << high;
+  }
+}
+
+// A row with no room for a token (an all-padding source and no extra length) gets an empty output
+// from every decoder; it got one token.
+TEST(Transformer, ALengthLimitOfZeroGivesAnEmptyOutput) {
+  Transformer m(tiny_config(), 11);
+  Tensor src, pad;
+  random_sources(3, 6, 23, src, pad);
+  for (std::int64_t j = 0; j < 6; ++j) {  // row 1: all padding
+    src.data<std::int32_t>()[6 + j] = data::kPadId;
+    pad.data<std::int32_t>()[6 + j] = 1;
+  }
+  const auto check = [](const models::TokenRows& rows, const char* what) {
+    ASSERT_EQ(rows.size(), 3u) << what;
+    EXPECT_TRUE(rows[1].empty()) << what;
+  };
+  check(models::greedy_decode(m, src, pad, 0), "greedy");
+  check(models::greedy_decode_uncached(m, src, pad, 0), "uncached greedy");
+  check(models::beam_search(m, src, pad,
+                            {.beam = 4, .length_penalty = 0.6, .max_extra_len = 0, .sampling = std::nullopt}),
+        "beam 4");
+  check(models::sample_decode(m, src, pad, 0, models::SamplingOptions{}), "sampling");
+}
+
 // log(mean of the models' probabilities) of every token at every position of the teacher-forced
 // target [bos, tokens...] of one source: [positions][vocab], in double from the logits.
 std::vector<std::vector<double>> ensemble_log_probs(const std::vector<const Transformer*>& models,
