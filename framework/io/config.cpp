@@ -22,6 +22,21 @@ namespace {
 // Text helpers
 
 bool is_digit(char c) { return c >= '0' && c <= '9'; }
+
+// A value as an error quotes it: control bytes as \xNN, and at most max_bytes (cut at a character
+// boundary) with its full size, so that a corpus or binary file given as a config does not pour
+// itself into the terminal.
+std::string excerpt(std::string_view s, std::size_t max_bytes = 60) {
+  std::size_t end = std::min(s.size(), max_bytes);
+  while (end < s.size() && end > 0 && (static_cast<unsigned char>(s[end]) & 0xC0) == 0x80) --end;  // UTF-8 continuation
+  std::string out;
+  for (const char c : s.substr(0, end)) {
+    const auto u = static_cast<unsigned char>(c);
+    out += u < 0x20 || u == 0x7F ? fmt::format("\\x{:02X}", u) : std::string(1, c);
+  }
+  if (end < s.size()) out += fmt::format("... ({} bytes)", s.size());
+  return out;
+}
 bool is_alpha(char c) { return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z'); }
 
 std::string_view trim(std::string_view s) {
@@ -227,11 +242,12 @@ const char* type_name(ValueType type) {
 // ("configs/x.yaml:3: ", "--set a=b: ").
 std::string normalize(const KeySpec& spec, std::string_view text, const std::string& at) {
   const auto wrong_type = [&] {
-    return ConfigError(fmt::format("{}'{}' expects {}, got '{}'", at, spec.key, expected_text(spec.type), text));
+    return ConfigError(
+        fmt::format("{}'{}' expects {}, got '{}'", at, spec.key, expected_text(spec.type), excerpt(text)));
   };
   const auto out_of_range = [&] {
     return ConfigError(
-        fmt::format("{}'{}' = {} is outside the allowed range {}", at, spec.key, text, format_range(spec)));
+        fmt::format("{}'{}' = {} is outside the allowed range {}", at, spec.key, excerpt(text), format_range(spec)));
   };
   switch (spec.type) {
     case ValueType::integer: {
@@ -256,7 +272,8 @@ std::string normalize(const KeySpec& spec, std::string_view text, const std::str
       return std::string(text);
     case ValueType::string:
       if (!spec.choices.empty() && std::find(spec.choices.begin(), spec.choices.end(), text) == spec.choices.end()) {
-        throw ConfigError(fmt::format("{}'{}' = '{}' is not one of: {}", at, spec.key, text, join(spec.choices, ", ")));
+        throw ConfigError(
+            fmt::format("{}'{}' = '{}' is not one of: {}", at, spec.key, excerpt(text), join(spec.choices, ", ")));
       }
       return std::string(text);
   }
@@ -334,7 +351,7 @@ void add_key(std::vector<KeySpec>& keys, KeySpec spec) {
 std::string describe(const YAML::Node& node) {
   switch (node.Type()) {
     case YAML::NodeType::Scalar:
-      return fmt::format("'{}'", node.Scalar());
+      return fmt::format("'{}'", excerpt(node.Scalar()));
     case YAML::NodeType::Sequence:
       return "a list";
     case YAML::NodeType::Map:
@@ -365,7 +382,7 @@ class Loader {
     try {
       documents = YAML::LoadAll(text);
     } catch (const YAML::Exception& e) {
-      throw ConfigError(fmt::format("{}YAML syntax error: {}", at(e.mark), e.msg));
+      throw ConfigError(fmt::format("{}YAML syntax error: {}", at(e.mark), excerpt(e.msg, 200)));
     }
     if (documents.empty()) return;  // empty or comments only: all defaults
     if (documents.size() > 1) {
@@ -466,7 +483,7 @@ void apply_override(const Schema& schema, const std::string& override_text,
   try {
     value = YAML::Load(override_text.substr(eq + 1));
   } catch (const YAML::Exception& e) {
-    throw ConfigError(fmt::format("{}invalid YAML value: {}", where, e.msg));
+    throw ConfigError(fmt::format("{}invalid YAML value: {}", where, excerpt(e.msg, 200)));
   }
   const std::optional<std::string> text = scalar_text(*spec, value);
   if (!text) {

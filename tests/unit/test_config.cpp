@@ -532,6 +532,21 @@ TEST(ConfigErrors, TopLevelMustBeAMap) {
   EXPECT_EQ(parse_error("- steps: 1\n"), "configs/x.yaml:1: expected a map of keys at the top level, got a list");
 }
 
+// A corpus or a binary file given as the config: the error quotes the start of the value, with
+// control bytes escaped, not all of it (a 100,000-character line went whole into one message).
+TEST(ConfigErrors, QuotedValuesAreShortAndPrintable) {
+  const std::string line(100000, 'a');
+  EXPECT_EQ(parse_error(line + "\n"), "configs/x.yaml:1: expected a map of keys at the top level, got '" +
+                                          std::string(60, 'a') + "... (100000 bytes)'");
+  // Cut at a character boundary: 59 bytes, then a two-byte character that would end past 60.
+  EXPECT_EQ(
+      parse_error(std::string(59, 'a') + "\xC3\xA9tail\n"),
+      "configs/x.yaml:1: expected a map of keys at the top level, got '" + std::string(59, 'a') + "... (65 bytes)'");
+  EXPECT_EQ(override_error("model.norm=a\tb"),
+            "--set model.norm=a\tb: 'model.norm' = 'a\\x09b' is not one of: post, pre");
+  EXPECT_EQ(parse_error("\"\\\x01\"\n"), "configs/x.yaml:1: YAML syntax error: unknown escape character: \\x01");
+}
+
 TEST(ConfigErrors, OneDocumentOnly) {
   EXPECT_EQ(parse_error("steps: 1\n---\nsteps: 2\n"), "configs/x.yaml:3: expected one YAML document, found 2");
 }

@@ -500,7 +500,7 @@ TEST(Transformer, BadConfigsAreNamed) {
     Transformer m(c, 1);
     FAIL();
   } catch (const Error& e) {
-    EXPECT_STREQ(e.what(), "model: d_model 16 is not divisible by heads 5");
+    EXPECT_STREQ(e.what(), "model: d_model 16 is not divisible by heads 5 (model.d_model, model.heads)");
   }
   c = tiny_config();
   c.bf16_compute = true;  // mixed precision is a GPU feature
