@@ -147,8 +147,8 @@ PY
   limit 120 python3 "$here/sdpa_reference.py" > "$work/sdpa.csv" 2>&1
   python3 - "$work/bench.csv" "$work/sdpa.csv" <<'PY'
 import csv, sys
-def rows(path):
-    lines = [l for l in open(path) if l and not l.startswith("#")]
+def rows(path):  # the header and the rows only: a warning on stderr (torch's, say) must not become the header
+    lines = [l for l in open(path) if l.startswith("d,") or l[:1].isdigit()]
     try:
         return {(r["d"], r["causal"], r["seqlen"]): r for r in csv.DictReader(lines)}
     except Exception:
@@ -165,10 +165,14 @@ for key, r in ours.items():
     ratio = f"{float(r['fwd_bwd_tflops']) / float(t['fwd_bwd_tflops']):.2f}" if t else "-"
     print(f"| {key[0]} | {key[1]} | {key[2]} | {r['fwd_tflops']} | {r['fwd_bwd_tflops']} | "
           f"{t['fwd_tflops'] if t else '-'} | {t['fwd_bwd_tflops'] if t else '-'} | {ratio} |")
-# The issue's target: forward+backward at least 80% of SDPA's rate at d_k 64, on every shape.
+# The issue's target: forward+backward at least 80% of SDPA's rate at d_k 64, on every shape
+# (all 8: causal or not, 4 lengths), both sides measured.
 ratios = [float(r["fwd_bwd_tflops"]) / float(torch[k]["fwd_bwd_tflops"]) for k, r in ours.items()
           if k[0] == "64" and k in torch and float(torch[k]["fwd_bwd_tflops"]) > 0]
-if ratios:
+if 0 < len(ratios) < 8:
+    print(f"\nTarget, fwd+bwd >= 0.80 of SDPA at d 64: not judged (only {len(ratios)} of the 8 shapes measured on both "
+          f"sides; worst ratio of those {min(ratios):.2f})")
+elif ratios:
     print(f"\nTarget, fwd+bwd >= 0.80 of SDPA at d 64: worst ratio {min(ratios):.2f} over {len(ratios)} shapes: "
           f"{'MET' if min(ratios) >= 0.8 else 'NOT MET'}")
 else:

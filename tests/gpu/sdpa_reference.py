@@ -24,13 +24,13 @@ if not torch.cuda.is_available():
 def time_ms(fn):
     fn()
     torch.cuda.synchronize()
-    warm_until = time.perf_counter() + 0.1
+    warm_start = time.perf_counter()
     calls = 0
-    while time.perf_counter() < warm_until or calls < 3:
+    while time.perf_counter() - warm_start < 0.1 or calls < 3:
         fn()
         calls += 1
         torch.cuda.synchronize()
-    per_call = 100.0 / calls
+    per_call = 1000.0 * (time.perf_counter() - warm_start) / calls
     repeats = min(100, max(3, int(60.0 / per_call + 1)))
     start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     start.record()

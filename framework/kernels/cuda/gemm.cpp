@@ -6,6 +6,7 @@
 #include <atomic>
 
 #include "kernels/cuda/device.h"
+#include "kernels/cuda/launch.h"
 
 namespace tessera::cuda {
 namespace {
@@ -61,6 +62,12 @@ void matmul_into(Tensor& out, const Tensor& a, const Tensor& b, bool trans_a, bo
   TESSERA_CHECK(out.numel() == d.batch * d.m * d.n && out.size(-1) == d.n, "{}: out {} is not [..., {}, {}]", op,
                 out.describe(), d.m, d.n);
   if (d.batch * d.m * d.n == 0) return;
+  if (d.k == 0) {  // a sum of no products: beta * out, as the CPU twin (cuBLAS has been seen to write garbage here)
+    check_launch(op, beta == 0.0 ? cudaMemsetAsync(out.raw_data(), 0, out.nbytes(), nullptr)
+                                 : launch_unary(Unary::affine, out.raw_data(), out.raw_data(), out.numel(),
+                                                static_cast<float>(beta), 0.0f, elem, nullptr));
+    return;
+  }
   // Row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T: cuBLAS gets B first.
   const cudaDataType type = elem == Elem::bf16 ? CUDA_R_16BF : CUDA_R_32F;
   const cublasComputeType_t compute =
