@@ -35,8 +35,8 @@ void validate(const TransformerConfig& c, int tensor_parallel) {
   TESSERA_CHECK(c.src_vocab > 4 && c.tgt_vocab > 4,
                 "model: vocabulary sizes must exceed the 4 special ids, got {} and {}", c.src_vocab, c.tgt_vocab);
   TESSERA_CHECK(c.encoder_layers >= 1 && c.decoder_layers >= 1, "model: layers must be >= 1");
-  TESSERA_CHECK(c.heads >= 1 && c.d_model % c.heads == 0, "model: d_model {} is not divisible by heads {} (model.d_model, model.heads)", c.d_model,
-                c.heads);
+  TESSERA_CHECK(c.heads >= 1 && c.d_model % c.heads == 0,
+                "model: d_model {} is not divisible by heads {} (model.d_model, model.heads)", c.d_model, c.heads);
   TESSERA_CHECK(c.d_model % 2 == 0, "model: d_model {} must be even (sinusoidal positions)", c.d_model);
   TESSERA_CHECK(c.dropout >= 0 && c.dropout < 1, "model: dropout {} outside [0, 1)", c.dropout);
   TESSERA_CHECK(c.heads % tensor_parallel == 0,

@@ -22,6 +22,7 @@ namespace {
 // Text helpers
 
 bool is_digit(char c) { return c >= '0' && c <= '9'; }
+bool is_alpha(char c) { return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z'); }
 
 // A value as an error quotes it: control bytes as \xNN, and at most max_bytes (cut at a character
 // boundary) with its full size, so that a corpus or binary file given as a config does not pour
@@ -37,7 +38,6 @@ std::string excerpt(std::string_view s, std::size_t max_bytes = 60) {
   if (end < s.size()) out += fmt::format("... ({} bytes)", s.size());
   return out;
 }
-bool is_alpha(char c) { return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z'); }
 
 std::string_view trim(std::string_view s) {
   const auto space = [](char c) { return c == ' ' || c == '\t' || c == '\r' || c == '\n'; };
