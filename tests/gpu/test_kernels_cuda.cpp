@@ -100,6 +100,15 @@ TEST(CudaKernels, ReluNaNAndMinusInfinityRowsMatchCpu) {
   const Tensor masked_targets = Tensor::from(std::vector<std::int32_t>{0, 3}, {2});
   expect_close(cuda::cross_entropy_forward(masked.to(Device::cuda), masked_targets.to(Device::cuda), 0.0, -100).loss,
                cpu::cross_entropy_forward(masked, masked_targets, 0.0, -100).loss, kF32Tol, "masked cross entropy");
+  // Logits near float's limit: a plain float sum of them overflows; the loss is still ln 3.
+  const Tensor huge = Tensor::from(std::vector<float>{3e38f, 3e38f, 3e38f}, {1, 3});
+  const Tensor target0 = Tensor::from(std::vector<std::int32_t>{0}, {1});
+  for (double eps : {0.0, 0.1}) {
+    const Tensor gpu_loss =
+        cuda::cross_entropy_forward(huge.to(Device::cuda), target0.to(Device::cuda), eps, -100).loss;
+    EXPECT_NEAR(gpu_loss.to(Device::cpu).item(), std::log(3.0), 1e-5) << "huge logits, eps " << eps;
+    expect_close(gpu_loss, cpu::cross_entropy_forward(huge, target0, eps, -100).loss, kF32Tol, "huge logits");
+  }
 }
 
 TEST(CudaKernels, ReductionsSoftmaxAndPermuteMatchCpu) {

@@ -8,14 +8,19 @@ namespace {
 constexpr int kThreads = 256;
 
 struct RowStats {
-  float lse, sum;  // log-sum-exp and plain sum of the row's logits
+  float m, log_sum;    // the row's max and log of sum of exp(z - m): lse = m + log_sum
+  float mean_shifted;  // mean of z - m, for the uniform (smoothing) part of the loss
+  __device__ float lse() const { return m + log_sum; }
 };
 
 template <typename T>
 __device__ RowStats row_stats(const T* __restrict__ z, std::int64_t vocab) {
-  __shared__ float m_s[32], s_s[32], sum_s[32];
+  __shared__ float m_s[32], s_s[32];
+  __shared__ double sum_s[32];
   MaxSum ms{-INFINITY, 0.0f};
-  float sum = 0.0f;
+  // The logits' plain sum is kept in double: a float sum overflows for |z| near 1e38 (the CPU
+  // twin sums z - m instead, which needs the max first); mean(z) - m is then exact enough.
+  double sum = 0.0;
   for (std::int64_t j = threadIdx.x; j < vocab; j += blockDim.x) {
     const float v = to_float(z[j]);
     ms = merge(ms, MaxSum{v, 1.0f});
@@ -32,10 +37,11 @@ __device__ RowStats row_stats(const T* __restrict__ z, std::int64_t vocab) {
   __syncthreads();
   const int warps = static_cast<int>(blockDim.x) / 32;
   ms = lane < warps ? MaxSum{m_s[lane], s_s[lane]} : MaxSum{-INFINITY, 0.0f};
-  sum = lane < warps ? sum_s[lane] : 0.0f;
+  sum = lane < warps ? sum_s[lane] : 0.0;
   ms = warp_merge(ms);
   sum = warp_sum(sum);
-  return {ms.m + logf(ms.s), sum};  // every warp computed the same totals
+  // every warp computed the same totals
+  return {ms.m, logf(ms.s), static_cast<float>(sum / static_cast<double>(vocab) - static_cast<double>(ms.m))};
 }
 
 template <typename T>
@@ -59,12 +65,13 @@ __global__ void cross_entropy_kernel(const T* __restrict__ logits, const std::in
   const std::int32_t t = targets[row];
   const bool ignored = t == ignore_index;
   if (threadIdx.x == 0) {
-    lse_out[row] = st.lse;
-    const float zt = ignored ? 0.0f : to_float(z[t]);
-    // Without smoothing the sum is left out: a -inf logit would make it 0 * inf = NaN (as the CPU twin).
-    const float uniform_part = smoothing > 0.0f ? smoothing / static_cast<float>(vocab) * st.sum : 0.0f;
-    loss[row] = ignored ? 0.0f : st.lse - (1.0f - smoothing) * zt - uniform_part;
-    nll[row] = ignored ? 0.0f : st.lse - zt;
+    lse_out[row] = st.lse();
+    // As the CPU twin: nll = (m - z_t) + log_sum, loss = (1 - eps) nll + eps (log_sum - mean(z - m)).
+    // Without smoothing the uniform part is left out: a -inf logit would make it 0 * inf = NaN.
+    const float row_nll = ignored ? 0.0f : (st.m - to_float(z[t])) + st.log_sum;
+    const float uniform_part = smoothing > 0.0f ? smoothing * (st.log_sum - st.mean_shifted) : 0.0f;
+    loss[row] = ignored ? 0.0f : (1.0f - smoothing) * row_nll + uniform_part;
+    nll[row] = row_nll;
   }
   if (dlogits == nullptr) return;
   T* dz = dlogits + row * vocab;
@@ -72,7 +79,7 @@ __global__ void cross_entropy_kernel(const T* __restrict__ logits, const std::in
     for (std::int64_t j = threadIdx.x; j < vocab; j += blockDim.x) dz[j] = from_float<T>(0.0f);
     return;
   }
-  write_gradient(z, dz, vocab, st.lse, t, grad_scale * (dloss ? dloss[row] : 1.0f), smoothing);
+  write_gradient(z, dz, vocab, st.lse(), t, grad_scale * (dloss ? dloss[row] : 1.0f), smoothing);
 }
 
 template <typename T>
