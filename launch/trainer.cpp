@@ -1239,12 +1239,15 @@ TrainResult run_training(const io::Config& cfg, const TrainOptions& options) {
     });
   }
   if (grid.root()) {
-    std::error_code ec;
-    if (fs::exists(dir, ec) && !fs::is_directory(dir, ec))
+    // The checks' error codes are their own: is_symlink leaves ENOENT in its code for a folder
+    // that does not exist yet, which is no error here.
+    std::error_code ignored;
+    if (fs::exists(dir, ignored) && !fs::is_directory(dir, ignored))
       fail("output.dir '{}' is a file, not a folder", dir.string());
-    if (fs::is_symlink(dir, ec) && !fs::exists(dir, ec))  // scratch space not mounted, say
+    if (fs::is_symlink(dir, ignored) && !fs::exists(dir, ignored))  // scratch space not mounted, say
       fail("output.dir '{}' is a symbolic link to '{}', which does not exist", dir.string(),
-           fs::read_symlink(dir, ec).string());
+           fs::read_symlink(dir, ignored).string());
+    std::error_code ec;
     if (dir.has_parent_path()) fs::create_directories(dir.parent_path(), ec);
     // This start's own mkdir, not an earlier look: a folder another start made meanwhile is theirs.
     const bool made = !ec && fs::create_directory(dir, ec);

@@ -233,4 +233,9 @@ expect_error "checkpoint_00000003\.h5.*; resume from an earlier checkpoint with 
 head -c 100 "$work/damaged/checkpoint_00000002.h5" > "$work/damaged/cut.h5" && mv "$work/damaged/cut.h5" "$work/damaged/checkpoint_00000002.h5"
 expect_error "checkpoint_00000003\.h5.*; resume from an earlier checkpoint with --resume [^ ]*damaged/checkpoint_00000001\.h5$" \
   "$tessera" train $common --set output.dir="$work/damaged" --set train.max_steps=4 --resume
+
+# An output.dir given as a bare name (no '/') that does not exist yet is created in the current folder.
+(cd "$work" && "$tessera" train $common --set output.dir=bare --set train.max_steps=1 --set train.valid_every=0 \
+  > "$work/bare.log" 2>&1) || { cat "$work/bare.log"; fail "output.dir given as a bare name"; }
+[ -f "$work/bare/model.h5" ] || fail "no bare/model.h5 in $work: $(ls -A "$work")"
 echo PASS
