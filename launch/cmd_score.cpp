@@ -132,7 +132,8 @@ int run_score(const ScoreOptions& opt) {
     if (launched_by_mpi()) world = dist::MpiCommunicator::world();
     const bool root = world == nullptr || world->rank() == 0;
     const bool src_stdin = opt.src == "-";  // as --hyp - and translate -i -
-    if (src_stdin && world != nullptr && world->size() > 1)
+    // Counted: under an MPMD launch some ranks may have --src FILE and others not.
+    if (world != nullptr && world->size() > 1 && dist::count_ranks(src_stdin, world.get()) > 0)
       throw EveryRankError(
           "score --checkpoint under mpirun: give the source with --src FILE (mpirun passes standard input to rank 0 "
           "only)");

@@ -210,7 +210,8 @@ Command add_translate_command(CLI::App& parent) {
             if (launched_by_mpi()) world = dist::MpiCommunicator::world();
             const bool root = world == nullptr || world->rank() == 0;
             if (opt->input == "-") opt->input.clear();  // standard input, as score's --hyp -
-            if (world != nullptr && world->size() > 1 && opt->input.empty())
+            // Counted: under an MPMD launch some ranks may have -i and others not.
+            if (world != nullptr && world->size() > 1 && dist::count_ranks(opt->input.empty(), world.get()) > 0)
               throw EveryRankError(
                   "translate under mpirun: give the sentences with -i FILE (mpirun passes standard input to rank 0 "
                   "only)");

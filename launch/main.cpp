@@ -3,10 +3,13 @@
 #include <fmt/ranges.h>
 
 #include <algorithm>
+#include <atomic>
+#include <chrono>
 #include <csignal>
 #include <cstdio>
 #include <exception>
 #include <sstream>
+#include <thread>
 
 #include "common/error.h"
 #include "dist/mpi_communicator.h"
@@ -45,6 +48,41 @@ std::string build_and_gpu() {
 #endif
 }
 
+// An error every rank should meet alike (a bad config, a non-finite gradient norm): rank 0 prints
+// it and every rank exits 1. Under mpirun a rank cannot know that the others met it too: a config
+// file missing on one machine, an MPMD command line or a run folder not shared fail one rank
+// alone. So it waits a few seconds for every rank to fail; when some do not, it prints the error
+// with its rank and ends the job, so that no rank waits for it in vain and no error goes unsaid.
+int exit_on_every_rank_error(const std::string& what, bool rank_0_alone) {
+  using namespace tessera::launch;
+  const int rank = launcher_rank();
+  if (rank == 0) fmt::print(stderr, "tessera: error: {}\n", what);
+  std::fflush(stderr);
+  if (rank_0_alone || !launched_by_mpi() || launcher_size() < 2) return 1;
+  const auto say_and_end = [rank, what] {
+    if (rank != 0) fmt::print(stderr, "tessera: error on rank {}: {}\n", rank, what);
+    std::fflush(stderr);
+  };
+  // MPI_Init (this rank failed before it) waits for every rank, also those that have exited (a
+  // command only rank 0 runs): bounded all the same.
+  static std::atomic<bool> decided{false};
+  const double timeout = tessera::dist::collective_timeout();
+  const double window = timeout > 0 ? std::min(10.0, timeout / 2) : 10.0;
+  std::thread([say_and_end, window] {
+    std::this_thread::sleep_for(std::chrono::duration<double>(window + 30.0));
+    if (decided.exchange(true)) return;
+    say_and_end();
+    std::_Exit(1);
+  }).detach();
+  const bool alike = tessera::dist::every_rank_arrives_within(window);
+  if (decided.exchange(true))
+    for (;;) std::this_thread::sleep_for(std::chrono::seconds(1));  // the thread above is ending the process
+  if (alike) return 1;
+  say_and_end();
+  MPI_Abort(MPI_COMM_WORLD, 1);
+  return 1;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -80,14 +118,16 @@ int main(int argc, char** argv) {
     std::ostringstream quiet;
     return app.exit(e, quiet, quiet);
   }
+  const Command* running = nullptr;
   try {
     for (const auto& c : commands)
-      if (c.app->parsed()) return c.one_process && launcher_rank() != 0 ? 0 : c.run();
+      if (c.app->parsed()) {
+        running = &c;
+        return c.one_process && launcher_rank() != 0 ? 0 : c.run();
+      }
   } catch (const tessera::EveryRankError& e) {
-    // Every rank fails alike (the config, a non-finite gradient norm): one of them says so, all exit.
-    std::fflush(stdout);
-    if (launcher_rank() == 0) fmt::print(stderr, "tessera: error: {}\n", e.what());
-    return 1;
+    std::fflush(stdout);  // what was logged comes before the error
+    return exit_on_every_rank_error(e.what(), running != nullptr && running->one_process);
   } catch (const std::exception& e) {
     std::fflush(stdout);  // what was logged comes before the error, also when both go to one pipe
     if (launched_by_mpi() && tessera::dist::mpi_initialized()) {

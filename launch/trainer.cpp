@@ -1085,18 +1085,41 @@ double linear_decay_learning_rate(double factor, std::int64_t d_model, std::int6
 namespace {
 
 // A run without --resume into a folder holding another run's checkpoints would overwrite some of
-// them and leave the rest, and a later --resume could pick up the other run's: refused (every rank
-// sees the same folder, so every rank refuses alike).
-void check_no_earlier_run(const fs::path& dir) {
+// them and leave the rest, and a later --resume could pick up the other run's: refused. Each rank
+// looks for itself; where the folder is not one shared folder, a rank may see a run that rank 0
+// does not, and every rank refuses alike all the same (no rank goes on alone).
+void check_no_earlier_run(const fs::path& dir, dist::Communicator* world) {
   std::vector<std::string> found;
   for (const auto& [step, path] : step_checkpoints(dir)) found.push_back(path.filename().string());
   for (const char* name : {"checkpoint_best.h5", "model.h5"})
     if (fs::exists(dir / name)) found.emplace_back(name);
-  if (found.empty()) return;
+  const int ranks = dist::count_ranks(!found.empty(), world);
+  if (ranks == 0) return;
+  if (found.empty())  // rank 0 did not find one: its message says where
+    throw io::ConfigError(fmt::format(
+        "output.dir '{}' already holds a run on {} of {} ranks, though not on rank 0 (a run folder that is not one "
+        "shared folder): train into another output.dir, or delete the earlier run's files on every machine",
+        dir.string(), ranks, world->size()));
   throw io::ConfigError(fmt::format(
       "output.dir '{}' already holds a run ({}{}): continue it with --resume, or train into another output.dir "
       "(or delete that one)",
       dir.string(), found.front(), found.size() > 1 ? fmt::format(" and {} more", found.size() - 1) : ""));
+}
+
+// Why --resume alone cannot go on in `dir`, which holds no checkpoint_<step>.h5 (empty: it starts
+// from scratch).
+std::string resume_refusal(const fs::path& dir) {
+  if (fs::exists(dir / "checkpoint_best.h5"))  // starting from scratch would overwrite it
+    return fmt::format(
+        "--resume: output.dir '{}' holds no checkpoint_<step>.h5 but a run's checkpoint_best.h5: resume from it with "
+        "--resume {}, or train into another output.dir",
+        dir.string(), (dir / "checkpoint_best.h5").string());
+  if (fs::exists(dir / "model.h5"))  // weights only: nothing to resume from
+    return fmt::format(
+        "--resume: output.dir '{}' holds a finished run's model.h5 (weights only) and no checkpoint to resume from: "
+        "train into another output.dir",
+        dir.string());
+  return {};
 }
 
 // A resume that cannot work is refused from the checkpoint's header, before minutes of data
@@ -1183,38 +1206,31 @@ TrainResult run_training(const io::Config& cfg, const TrainOptions& options) {
   std::optional<RunFolderLock> folder_lock;  // rank 0's, until the run ends
   StartLeftovers leftovers(folder_lock);     // destroyed before the lock, after the run's files below
   if (grid.root() && fs::is_directory(dir)) folder_lock.emplace(dir);
-  if (!options.resume) check_no_earlier_run(dir);
+  if (!options.resume) check_no_earlier_run(dir, grid.world.get());
   std::string resume_path = options.resume_path;
   std::vector<std::pair<std::int64_t, fs::path>> saved;  // with --resume alone: the folder's step checkpoints
   if (options.resume && resume_path.empty()) {
     saved = step_checkpoints(dir);
-    if (!saved.empty()) {
-      resume_path = saved.back().second.string();
-    } else if (fs::exists(dir / "checkpoint_best.h5")) {  // starting from scratch would overwrite it
-      throw io::ConfigError(fmt::format(
-          "--resume: output.dir '{}' holds no checkpoint_<step>.h5 but a run's checkpoint_best.h5: resume from it "
-          "with --resume {}, or train into another output.dir",
-          dir.string(), (dir / "checkpoint_best.h5").string()));
-    } else if (fs::exists(dir / "model.h5")) {  // weights only: nothing to resume from
-      throw io::ConfigError(fmt::format(
-          "--resume: output.dir '{}' holds a finished run's model.h5 (weights only) and no checkpoint to resume "
-          "from: train into another output.dir",
-          dir.string()));
-    } else {
-      fmt::print("train: --resume: no checkpoint_<step>.h5 in {}; starting from scratch\n", dir.string());
-    }
-  }
-  // With --resume alone each rank lists output.dir for itself: ranks that see other folders (not one
-  // shared folder) would go on from other checkpoints, or some from scratch, and never line up. (A
-  // path given is already the same on every rank: make_process_grid compared the command lines.)
-  if (options.resume && options.resume_path.empty())
+    if (!saved.empty()) resume_path = saved.back().second.string();
+    const std::string refusal = saved.empty() ? resume_refusal(dir) : std::string();
+    // Each rank lists output.dir for itself: ranks that see other folders (not one shared folder)
+    // would go on from other checkpoints, or some from scratch, or refuse alone, and never line up:
+    // compared before any of that. (A path given is already the same on every rank:
+    // make_process_grid compared the command lines.)
     check_same_on_every_rank(
-        hash_combine(0, resume_path), grid.world.get(),
+        hash_combine(hash_combine(0, resume_path), refusal), grid.world.get(),
         fmt::format("the checkpoint --resume continues from ({} on rank 0)",
-                    resume_path.empty() ? "none: starting from scratch" : fmt::format("'{}'", resume_path)),
+                    !resume_path.empty()                     ? fmt::format("'{}'", resume_path)
+                    : refusal.empty()                        ? std::string("none: starting from scratch")
+                    : fs::exists(dir / "checkpoint_best.h5") ? std::string("none, but a checkpoint_best.h5")
+                                                             : std::string("none, but a model.h5")),
         fmt::format("found another in output.dir '{}' (or none): the run folder must be one folder that every rank "
                     "sees (a shared file system)",
                     dir.string()));
+    if (!refusal.empty()) throw io::ConfigError(refusal);
+    if (resume_path.empty())
+      fmt::print("train: --resume: no checkpoint_<step>.h5 in {}; starting from scratch\n", dir.string());
+  }
   // Before the folder is created or the config printed: a refused resume leaves no trace.
   if (!resume_path.empty()) {
     root_first(grid.world.get(), [&] {

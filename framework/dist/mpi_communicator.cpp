@@ -55,6 +55,8 @@ std::atomic<double> g_timeout_s{0};
 std::atomic<std::int64_t> g_collective_start_ms{0};  // 0: not in a collective
 std::atomic<const char*> g_collective_name{""};
 std::atomic<int> g_untimed{0};  // live UntimedCollectives
+// every_rank_arrives_within's own communicator: duplicated at MPI_Init, when every rank is there.
+MPI_Comm g_arrival_comm = MPI_COMM_NULL;
 
 std::int64_t now_ms() {
   return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now().time_since_epoch())
@@ -146,12 +148,29 @@ void ensure_mpi_initialized() {
   check_mpi(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_FUNNELED, &provided), "MPI_Init_thread");
   // Errors come back as codes we turn into messages naming the operation.
   MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+  check_mpi(MPI_Comm_dup(MPI_COMM_WORLD, &g_arrival_comm), "MPI_Comm_dup");
   std::atexit([] {
     int finalized = 0;
     MPI_Finalized(&finalized);
     if (!finalized) MPI_Finalize();
   });
 }
+
+bool every_rank_arrives_within(double window_s) {
+  ensure_mpi_initialized();
+  MPI_Request req;
+  if (MPI_Ibarrier(g_arrival_comm, &req) != MPI_SUCCESS) return false;
+  const std::int64_t deadline = now_ms() + static_cast<std::int64_t>(window_s * 1000.0);
+  for (;;) {
+    int done = 0;
+    if (MPI_Test(&req, &done, MPI_STATUS_IGNORE) != MPI_SUCCESS) return false;
+    if (done) return true;
+    if (now_ms() > deadline) return false;  // the request stays pending: the job is about to end
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+}
+
+double collective_timeout() { return g_timeout_s; }
 
 std::unique_ptr<MpiCommunicator> MpiCommunicator::world() {
   ensure_mpi_initialized();

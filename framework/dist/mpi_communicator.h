@@ -13,10 +13,17 @@ namespace tessera::dist {
 void ensure_mpi_initialized();
 bool mpi_initialized();
 
+// For an error that every rank should meet alike (a bad config): whether every rank of the job
+// calls this within `window_s` seconds, each with such an error of its own. It waits on a
+// communicator used for nothing else, since the ranks that did not fail may be inside any
+// collective of theirs; it initializes MPI when this rank has not yet (an error before it).
+bool every_rank_arrives_within(double window_s);
+
 // A rank that waits longer than `seconds` inside one blocking collective (another rank died or
 // hangs) prints which collective, for how long, and exits with status 1, which makes the
 // launcher end the job. 0 turns the watchdog off (the default).
 void set_collective_timeout(double seconds);
+double collective_timeout();  // the value set, 0 when none
 // Marks one blocking wait for a collective (MPI or NCCL) for that watchdog, while alive. Within
 // one already alive (a tensor-parallel checkpoint's parallel I/O, whose collectives include
 // barriers of our own), the outer one times the whole wait.

@@ -325,6 +325,32 @@ timeout 120 mpirun --oversubscribe -np 1 -wdir "$work/mpmd2/r0" $resume_each : -
 [ "$(grep -c "error: the checkpoint --resume continues from ('out/checkpoint_00000010\.h5' on rank 0) differs between the ranks: 1 of 2 ranks found another in output\.dir 'out' (or none)" \
   "$work/mpmd2/log")" -eq 1 ] || { cat "$work/mpmd2/log"; fail "ranks seeing other run folders: not said once"; }
 
+# ... and every other way in which ranks see other run folders: decided together, said once, no
+# rank left waiting (a rank that refused alone waited out parallel.timeout_s, or hung in MPI_Finalize).
+folders() {  # folders NAME PATTERN FILE0 FILE1 ARGS...: rank r's out/ holds FILEr (- : nothing)
+  name=$1 pattern=$2 && mkdir -p "$work/$name/r0/out" "$work/$name/r1/out"
+  [ "$3" = - ] || cp "$work/single/checkpoint_00000010.h5" "$work/$name/r0/out/$3"
+  [ "$4" = - ] || cp "$work/single/checkpoint_00000010.h5" "$work/$name/r1/out/$4"
+  shift 4
+  each="$tessera train $common --set train.max_steps=30 --set parallel.data=2 --set output.dir=out $*"
+  status=0
+  timeout 120 mpirun --oversubscribe -np 1 -wdir "$work/$name/r0" $each : -np 1 -wdir "$work/$name/r1" $each \
+    > "$work/$name.log" 2>&1 || status=$?
+  refused_once "$name" "$pattern"
+}
+folders folders_best "error: the checkpoint --resume continues from (none, but a checkpoint_best\.h5 on rank 0) differs between the ranks: 1 of 2 ranks found another" \
+  checkpoint_best.h5 - --resume
+folders folders_model "error: the checkpoint --resume continues from (none: starting from scratch on rank 0) differs between the ranks: 1 of 2 ranks found another" \
+  - model.h5 --resume
+folders folders_fresh "error: output\.dir 'out' already holds a run on 1 of 2 ranks, though not on rank 0" - model.h5
+# A config error on one rank alone (a config file that differs between machines; here an MPMD
+# launch): that rank says it, naming itself, and the job ends (it was said by none).
+status=0
+timeout 120 mpirun --oversubscribe -np 1 "$tessera" train $common --set parallel.data=2 --set output.dir="$work/one_bad" \
+  : -np 1 "$tessera" train $common --set parallel.data=2 --set output.dir="$work/one_bad" --set model.d_ff=4 \
+  > "$work/one_bad.log" 2>&1 || status=$?
+refused_once one_bad "error on rank 1: --set model\.d_ff=4: 'model\.d_ff' = 4 is outside the allowed range"
+
 # A tensor-parallel checkpoint's /train attributes are group rank 0's: parallel HDF5 takes each
 # attribute from any rank, and with each rank's own elapsed_seconds a 3-layer model's file held two
 # ranks' fields and failed its checksum. It resumes in one process.
