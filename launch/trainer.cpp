@@ -5,6 +5,7 @@
 #include <fmt/ranges.h>
 
 #include <algorithm>
+#include <charconv>
 #include <chrono>
 #include <cmath>
 #include <csignal>
@@ -155,8 +156,11 @@ std::vector<std::pair<std::int64_t, fs::path>> step_checkpoints(const fs::path& 
   for (const auto& entry : fs::directory_iterator(dir, ec)) {
     std::smatch m;
     const std::string file = entry.path().filename().string();
-    if (entry.is_regular_file() && std::regex_match(file, m, name))
-      out.emplace_back(std::stoll(m[1].str()), entry.path());
+    std::int64_t step = 0;
+    // A step past int64 (a stray file's name) is no checkpoint of a run's: not listed.
+    if (entry.is_regular_file() && std::regex_match(file, m, name) &&
+        std::from_chars(file.data() + m.position(1), file.data() + m.position(1) + m.length(1), step).ec == std::errc())
+      out.emplace_back(step, entry.path());
   }
   std::sort(out.begin(), out.end());
   return out;
@@ -173,6 +177,20 @@ std::string format_duration(double seconds) {
 
 // JSON numbers: finite values as is, others as null (JSON has no NaN).
 std::string json_number(double v) { return std::isfinite(v) ? fmt::format("{}", v) : "null"; }
+
+// A JSON string literal: quotes, backslashes and control bytes escaped (a path may hold any).
+std::string json_string(const std::string& s) {
+  std::string out = "\"";
+  for (const char c : s) {
+    if (c == '"' || c == '\\')
+      out += fmt::format("\\{}", c);
+    else if (static_cast<unsigned char>(c) < 0x20)
+      out += fmt::format("\\u{:04x}", static_cast<unsigned>(c));
+    else
+      out += c;
+  }
+  return out + "\"";
+}
 
 struct LossSums {
   double smoothed = 0, nll = 0;
@@ -311,6 +329,7 @@ class Run {
           path, s.position, s.epoch + 1, batcher_.batches_per_epoch()));
     batcher_.seek(s.epoch, s.position);
     step_ = s.step;
+    lr_ = s.learning_rate;  // the last step's, saved again by a checkpoint before this session's first step
     elapsed_before_ = s.elapsed_seconds;
     best_valid_ = s.best_valid;
     best_valid_step_ = s.best_valid_step;
@@ -344,7 +363,7 @@ class Run {
     fmt::print("train: resumed from {} at step {} (epoch {}, batch {} of the epoch)\n", path, s.step, s.epoch + 1,
                s.position);
     if (grid_.root()) set_aside_later_checkpoints(s.step);
-    metric(fmt::format("{{\"resumed_from\": \"{}\", \"step\": {}}}\n", path, s.step));
+    metric(fmt::format("{{\"resumed_from\": {}, \"step\": {}}}\n", json_string(path), s.step));
   }
 
   TrainResult train() {
@@ -1264,11 +1283,15 @@ TrainResult run_training(const io::Config& cfg, const TrainOptions& options) {
       fail("output.dir '{}' is a symbolic link to '{}', which does not exist", dir.string(),
            fs::read_symlink(dir, ignored).string());
     std::error_code ec;
-    if (dir.has_parent_path()) fs::create_directories(dir.parent_path(), ec);
+    // "run/" names the folder run: its parents are what may need making first, not run itself
+    // (else this start's mkdir found it made, and a refused start left it behind).
+    fs::path folder = dir;
+    while (!folder.has_filename() && folder.has_relative_path()) folder = folder.parent_path();
+    if (folder.has_parent_path()) fs::create_directories(folder.parent_path(), ec);
     // This start's own mkdir, not an earlier look: a folder another start made meanwhile is theirs.
-    const bool made = !ec && fs::create_directory(dir, ec);
+    const bool made = !ec && fs::create_directory(folder, ec);
     if (ec) fail("cannot create output.dir '{}': {}", dir.string(), ec.message());
-    if (made) leftovers.created_folder(dir);
+    if (made) leftovers.created_folder(folder);
     if (!folder_lock) folder_lock.emplace(dir);
     fmt::print("config (effective):\n{}", cfg.to_yaml(false));
     // A crash mid-save leaves "<name>.tmp" behind: never a valid checkpoint, so it goes (with the

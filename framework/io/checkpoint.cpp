@@ -451,6 +451,38 @@ class Reader {
     if (!ok) fail("checkpoint '{}': {}{}", path_, what, h5_error());
   }
 
+  // A float dataset's shape, checked before memory is taken for it: a damaged file can claim more
+  // elements than 64 bits count, or than its bytes hold (the data is stored contiguously).
+  Shape stored_shape(hid_t ds, const std::string& where) const {
+    H5Handle type{H5Dget_type(ds), H5Tclose};
+    check(type.valid() && H5Tget_class(type.id()) == H5T_FLOAT,
+          fmt::format("dataset '{}' is not floating point", where));
+    H5Handle space{H5Dget_space(ds), H5Sclose};
+    const int rank = space.valid() ? H5Sget_simple_extent_ndims(space.id()) : -1;
+    check(rank >= 0, fmt::format("cannot read the shape of '{}'", where));
+    std::vector<hsize_t> dims(static_cast<std::size_t>(rank));
+    check(H5Sget_simple_extent_dims(space.id(), dims.data(), nullptr) >= 0,
+          fmt::format("cannot read the shape of '{}'", where));
+    const auto element_bytes = static_cast<std::uint64_t>(H5Tget_size(type.id()));
+    std::uint64_t bytes = element_bytes;  // stays within 2^63 while `fits`
+    bool fits = true;
+    for (const hsize_t d : dims) {
+      if (d != 0 && bytes > (std::uint64_t{1} << 62) / d) fits = false;
+      bytes = fits ? bytes * d : 0;
+    }
+    hsize_t file_bytes = 0;
+    const bool sized = H5Fget_filesize(file_, &file_bytes) >= 0;
+    H5Handle plist{H5Dget_create_plist(ds), H5Pclose};
+    const bool contiguous = plist.valid() && H5Pget_layout(plist.id()) == H5D_CONTIGUOUS;
+    if (fits && contiguous && sized) fits = bytes <= file_bytes;
+    std::string claimed;
+    for (std::size_t i = 0; i < dims.size(); ++i) claimed += fmt::format("{}{}", i > 0 ? ", " : "", dims[i]);
+    check(fits, fmt::format("dataset '{}' claims the shape [{}], more than the file's {} bytes hold: the file is "
+                            "corrupted",
+                            where, claimed, file_bytes));
+    return Shape(dims.begin(), dims.end());
+  }
+
   // Training stops before a non-finite update, so its checkpoints hold finite numbers only: one
   // that does not (edited, or written by another tool) would translate into empty lines in silence.
   // `block`: which part of the dataset `t` is, when a part (the element is counted within it).
@@ -475,14 +507,7 @@ class Reader {
     const std::string where = group_path + "/" + name;
     H5Handle ds{H5Dopen2(file_, where.c_str(), H5P_DEFAULT), H5Dclose};
     check(ds.valid(), fmt::format("cannot open dataset '{}'", where));
-    H5Handle type{H5Dget_type(ds.id()), H5Tclose};
-    check(H5Tget_class(type.id()) == H5T_FLOAT, fmt::format("dataset '{}' is not floating point", where));
-    H5Handle space{H5Dget_space(ds.id()), H5Sclose};
-    const int rank = H5Sget_simple_extent_ndims(space.id());
-    check(rank >= 0, fmt::format("cannot read the shape of '{}'", where));
-    std::vector<hsize_t> dims(static_cast<std::size_t>(rank));
-    H5Sget_simple_extent_dims(space.id(), dims.data(), nullptr);
-    Tensor t = Tensor::empty(Shape(dims.begin(), dims.end()), DType::f32);
+    Tensor t = Tensor::empty(stored_shape(ds.id(), where), DType::f32);
     check(H5Dread(ds.id(), H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, t.raw_data()) >= 0,
           fmt::format("cannot read dataset '{}' (truncated or corrupted file?)", where));
     verify(ds.id(), where, checksum(t.raw_data(), static_cast<std::size_t>(t.numel()) * sizeof(float)));
@@ -902,17 +927,15 @@ ShardedCheckpoint load_checkpoint_sharded(const std::string& path, const std::ma
       const std::string where = group_path + "/" + name;
       H5Handle ds{H5Dopen2(file.id(), where.c_str(), H5P_DEFAULT), H5Dclose};
       r.check(ds.valid(), fmt::format("cannot open dataset '{}'", where));
+      const Shape full = r.stored_shape(ds.id(), where);
       H5Handle fspace{H5Dget_space(ds.id()), H5Sclose};
-      const int rank = H5Sget_simple_extent_ndims(fspace.id());
-      std::vector<hsize_t> full(static_cast<std::size_t>(std::max(rank, 0)));
-      H5Sget_simple_extent_dims(fspace.id(), full.data(), nullptr);
       const dist::ShardDim dim = shard_of(shards, name);
-      Shape block_shape(full.begin(), full.end());
+      Shape block_shape = full;
       if (dim != dist::ShardDim::replicated && !block_shape.empty()) {
         const std::size_t d = block_shape.size() == 1 || dim == dist::ShardDim::rows ? 0 : 1;
         r.check(d < block_shape.size() && block_shape[d] % parts == 0,
                 fmt::format("dataset '{}' of shape {} does not split into {} tensor-parallel blocks", where,
-                            shape_str(Shape(full.begin(), full.end())), parts));
+                            shape_str(full), parts));
         block_shape[d] /= parts;
       }
       Tensor block = Tensor::empty(block_shape, DType::f32);
@@ -923,9 +946,10 @@ ShardedCheckpoint load_checkpoint_sharded(const std::string& path, const std::ma
       r.check(H5Dread(ds.id(), H5T_NATIVE_FLOAT, mspace.id(), fspace.id(), H5P_DEFAULT, block.raw_data()) >= 0,
               fmt::format("cannot read dataset '{}' (truncated or corrupted file?)", where));
       r.verify(ds.id(), where, group_crc(block, dim, group.comm(), parts));
-      r.check_finite(
-          block, where,
-          parts > 1 ? fmt::format(" of its tensor-parallel block {} of {}", part + 1, parts) : std::string());
+      r.check_finite(block, where,
+                     parts > 1 && dim != dist::ShardDim::replicated
+                         ? fmt::format(" of its tensor-parallel block {} of {}", part + 1, parts)
+                         : std::string());
       out.emplace(name, std::move(block));
     }
     return out;

@@ -110,7 +110,7 @@ std::int64_t checkpoint_step(const std::string& path);
 std::map<std::string, std::string> load_vocabularies(const std::string& path);
 
 // The element-wise mean of the checkpoints' weights (accumulated in float64), as a weights-only
-// checkpoint with the first file's config and vocabularies and the last file's step. All must
+// checkpoint with the first file's config and vocabularies and the largest step. All must
 // hold the same names and shapes, and the same vocabularies where they hold any; throws naming
 // the file that differs.
 Checkpoint average_checkpoints(const std::vector<std::string>& paths);

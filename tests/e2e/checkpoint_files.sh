@@ -126,6 +126,25 @@ cp -r "$dir" "$work/changed"
   --set train.max_steps=52 --resume > "$work/changed.log" 2>&1 || { cat "$work/changed.log"; fail "a resume with another task and dropout was refused"; }
 grep -q "resume: data.task = copy (the checkpoint was written with reverse)" "$work/changed.log" || fail "the task change was not printed"
 grep -q "train: resumed from .*checkpoint_00000050.h5 at step 50" "$work/changed.log" || fail "not resumed at step 50"
+# A fork of the finished run (resumed at its last step into another folder) saves that step again
+# as it was: the learning rate of /train too (it wrote 0, the rate before this session's first
+# step); and metrics.jsonl names the checkpoint it came from in valid JSON, whatever its path holds.
+mkdir -p "$work/we\"ird" && cp "$dir/checkpoint_00000050.h5" "$work/we\"ird/ck\\1.h5"
+"$tessera" train $common --set output.dir="$work/fork50" --set train.max_steps=50 --set train.valid_every=20 \
+  --resume "$work/we\"ird/ck\\1.h5" > "$work/fork50.log" 2>&1 || { cat "$work/fork50.log"; fail "the fork at step 50 failed"; }
+lr() { h5dump -a /train/learning_rate "$1" | grep '(0)'; }
+[ -n "$(lr "$dir/checkpoint_00000050.h5")" ] && [ "$(lr "$work/fork50/checkpoint_00000050.h5")" = "$(lr "$dir/checkpoint_00000050.h5")" ] \
+  || fail "the fork saved the learning rate $(lr "$work/fork50/checkpoint_00000050.h5"), not $(lr "$dir/checkpoint_00000050.h5")"
+grep -qF '{"resumed_from": "'"$work"'/we\"ird/ck\\1.h5", "step": 50}' "$work/fork50/metrics.jsonl" \
+  || { cat "$work/fork50/metrics.jsonl"; fail "resumed_from is not the path as a JSON string"; }
+# A start refused once it made its output.dir (the data no longer reaches the checkpoint's batch)
+# removes it, also when the name ends with '/' (the folder was made as the parent of "slash/", and
+# left behind).
+expect_error "cannot resume from '[^']*checkpoint_00000050\.h5': it stopped after batch" \
+  "$tessera" train $common --set output.dir="$work/slash/" --set data.synthetic_train_size=20 \
+  --resume "$dir/checkpoint_00000050.h5"
+[ ! -e "$work/slash" ] || fail "a refused start left the output.dir it made: $(ls -A "$work/slash")"
+
 # A run refused on the way (here: the checkpoint does not fit the configured model) leaves the
 # folder's config.yaml, that of the run it holds, as it was.
 before=$(md5sum < "$dir/config.yaml")
@@ -238,4 +257,9 @@ expect_error "checkpoint_00000003\.h5.*; resume from an earlier checkpoint with 
 (cd "$work" && "$tessera" train $common --set output.dir=bare --set train.max_steps=1 --set train.valid_every=0 \
   > "$work/bare.log" 2>&1) || { cat "$work/bare.log"; fail "output.dir given as a bare name"; }
 [ -f "$work/bare/model.h5" ] || fail "no bare/model.h5 in $work: $(ls -A "$work")"
+# A stray file named as a step checkpoint past int64's steps is none of the run's (it stopped
+# every train there with "stoll").
+touch "$work/bare/checkpoint_99999999999999999999.h5"
+"$tessera" train $common --set output.dir="$work/bare" --set train.max_steps=1 --set train.valid_every=0 --resume \
+  > "$work/bare2.log" 2>&1 || { cat "$work/bare2.log"; fail "a stray checkpoint_<huge step>.h5 stopped the resume"; }
 echo PASS

@@ -332,6 +332,33 @@ TEST_F(CheckpointTest, CorruptedDataFailsItsChecksum) {
   EXPECT_EQ(io::load_checkpoint(path("c.h5"), true).model.size(), 2u);
 }
 
+// A damaged file whose dataset claims a shape beyond its bytes (here: one declared, never written)
+// is refused naming the dataset, before memory is taken for it (it was an allocation failure of
+// 256 GiB that named nothing); a dataset of integers is named too.
+TEST_F(CheckpointTest, ShapesBeyondTheFileAndIntegerDatasetsAreNamed) {
+  const auto replace = [&](const char* name, hid_t type, const std::vector<hsize_t>& dims) {
+    io::save_checkpoint(path("c.h5"), sample_checkpoint());
+    const hid_t f = H5Fopen(path("c.h5").c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
+    ASSERT_GE(H5Ldelete(f, name, H5P_DEFAULT), 0);
+    const hid_t space = H5Screate_simple(static_cast<int>(dims.size()), dims.data(), nullptr);
+    const hid_t ds = H5Dcreate2(f, name, type, space, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+    ASSERT_GE(ds, 0);
+    H5Dclose(ds);
+    H5Sclose(space);
+    H5Fclose(f);
+  };
+  replace("/optimizer/exp_avg/embed_tokens.weight", H5T_IEEE_F32LE, {16, 4294967328ULL});
+  std::string msg = error_of([&] { io::load_checkpoint(path("c.h5")); });
+  EXPECT_NE(msg.find(fmt::format("checkpoint '{}': dataset '/optimizer/exp_avg/embed_tokens.weight' claims the shape "
+                                 "[16, 4294967328], more than the file's",
+                                 path("c.h5"))),
+            std::string::npos)
+      << msg;
+  replace("/model/embed_tokens.weight", H5T_STD_I32LE, {5, 2});
+  msg = error_of([&] { io::load_checkpoint(path("c.h5")); });
+  EXPECT_NE(msg.find("dataset '/model/embed_tokens.weight' is not floating point"), std::string::npos) << msg;
+}
+
 // A checkpoint holding a NaN or an infinity (with a checksum that matches) is refused, naming the
 // dataset and the element: the weights would translate into empty lines without a word.
 TEST_F(CheckpointTest, NonFiniteValuesAreRefused) {
