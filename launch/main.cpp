@@ -12,6 +12,7 @@
 #include <thread>
 
 #include "common/error.h"
+#include "common/hash.h"
 #include "dist/mpi_communicator.h"
 #include "io/config.h"
 #include "launch/commands.h"
@@ -53,13 +54,15 @@ std::string build_and_gpu() {
 // file missing on one machine, an MPMD command line or a run folder not shared fail one rank
 // alone. So it waits a few seconds for every rank to fail; when some do not, it prints the error
 // with its rank and ends the job, so that no rank waits for it in vain and no error goes unsaid.
+// A rank whose message differs from rank 0's prints its own too.
 int exit_on_every_rank_error(const std::string& what, bool rank_0_alone) {
   using namespace tessera::launch;
   const int rank = launcher_rank();
   if (rank == 0) fmt::print(stderr, "tessera: error: {}\n", what);
   std::fflush(stderr);
-  if (rank_0_alone || !launched_by_mpi() || launcher_size() < 2) return 1;
-  const auto say_and_end = [rank, what] {
+  // Not launcher_size() < 2: under srun with PMIx no variable says the size before MPI starts.
+  if (rank_0_alone || !launched_by_mpi()) return 1;
+  const auto say_own = [rank, what] {
     if (rank != 0) fmt::print(stderr, "tessera: error on rank {}: {}\n", rank, what);
     std::fflush(stderr);
   };
@@ -67,18 +70,22 @@ int exit_on_every_rank_error(const std::string& what, bool rank_0_alone) {
   // command only rank 0 runs): bounded all the same.
   static std::atomic<bool> decided{false};
   const double timeout = tessera::dist::collective_timeout();
-  const double window = timeout > 0 ? std::min(10.0, timeout / 2) : 10.0;
-  std::thread([say_and_end, window] {
+  // At least 2 s: ranks that all failed alike still unwind (free memory, abort NCCL) at their own pace.
+  const double window = timeout > 0 ? std::clamp(timeout / 2, 2.0, 10.0) : 10.0;
+  std::thread([say_own, window] {
     std::this_thread::sleep_for(std::chrono::duration<double>(window + 30.0));
     if (decided.exchange(true)) return;
-    say_and_end();
+    say_own();
     std::_Exit(1);
   }).detach();
-  const bool alike = tessera::dist::every_rank_arrives_within(window);
+  const tessera::dist::ErrorAgreement agreed = tessera::dist::agree_on_error(tessera::hash_combine(0, what), window);
   if (decided.exchange(true))
     for (;;) std::this_thread::sleep_for(std::chrono::seconds(1));  // the thread above is ending the process
-  if (alike) return 1;
-  say_and_end();
+  if (agreed.every_rank) {
+    if (!agreed.same_as_rank_0) say_own();
+    return 1;
+  }
+  say_own();
   MPI_Abort(MPI_COMM_WORLD, 1);
   return 1;
 }

@@ -1114,11 +1114,13 @@ void check_no_earlier_run(const fs::path& dir, dist::Communicator* world) {
     if (fs::exists(dir / name)) found.emplace_back(name);
   const int ranks = dist::count_ranks(!found.empty(), world);
   if (ranks == 0) return;
-  if (found.empty())  // rank 0 did not find one: its message says where
+  // Rank 0 prints its message; a rank whose message differs prints its own (main.cpp).
+  const bool on_rank_0 = dist::broadcast_u64(!found.empty(), world) != 0;
+  if (found.empty())
     throw io::ConfigError(fmt::format(
-        "output.dir '{}' already holds a run on {} of {} ranks, though not on rank 0 (a run folder that is not one "
-        "shared folder): train into another output.dir, or delete the earlier run's files on every machine",
-        dir.string(), ranks, world->size()));
+        "output.dir '{}' already holds a run on {} of {} ranks, though not on {} (a run folder that is not one shared "
+        "folder): train into another output.dir, or delete the earlier run's files on every machine",
+        dir.string(), ranks, world->size(), on_rank_0 ? "this one" : "rank 0"));
   throw io::ConfigError(fmt::format(
       "output.dir '{}' already holds a run ({}{}): continue it with --resume, or train into another output.dir "
       "(or delete that one)",

@@ -55,7 +55,7 @@ std::atomic<double> g_timeout_s{0};
 std::atomic<std::int64_t> g_collective_start_ms{0};  // 0: not in a collective
 std::atomic<const char*> g_collective_name{""};
 std::atomic<int> g_untimed{0};  // live UntimedCollectives
-// every_rank_arrives_within's own communicator: duplicated at MPI_Init, when every rank is there.
+// agree_on_error's own communicator: duplicated at MPI_Init, when every rank is there.
 MPI_Comm g_arrival_comm = MPI_COMM_NULL;
 
 std::int64_t now_ms() {
@@ -156,18 +156,30 @@ void ensure_mpi_initialized() {
   });
 }
 
-bool every_rank_arrives_within(double window_s) {
-  ensure_mpi_initialized();
-  MPI_Request req;
-  if (MPI_Ibarrier(g_arrival_comm, &req) != MPI_SUCCESS) return false;
-  const std::int64_t deadline = now_ms() + static_cast<std::int64_t>(window_s * 1000.0);
-  for (;;) {
-    int done = 0;
-    if (MPI_Test(&req, &done, MPI_STATUS_IGNORE) != MPI_SUCCESS) return false;
-    if (done) return true;
-    if (now_ms() > deadline) return false;  // the request stays pending: the job is about to end
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+ErrorAgreement agree_on_error(std::uint64_t message_hash, double window_s) {
+  ErrorAgreement out;
+  try {
+    ensure_mpi_initialized();
+    int rank = 0;
+    MPI_Comm_rank(g_arrival_comm, &rank);
+    // Rank 0's hash, as the max of it and the others' zeros.
+    const std::uint64_t mine = rank == 0 ? message_hash : 0;
+    std::uint64_t rank_0s = 0;
+    MPI_Request req;
+    if (MPI_Iallreduce(&mine, &rank_0s, 1, MPI_UINT64_T, MPI_MAX, g_arrival_comm, &req) != MPI_SUCCESS) return out;
+    const std::int64_t deadline = now_ms() + static_cast<std::int64_t>(window_s * 1000.0);
+    for (;;) {
+      int done = 0;
+      if (MPI_Test(&req, &done, MPI_STATUS_IGNORE) != MPI_SUCCESS) return out;
+      if (done) break;
+      if (now_ms() > deadline) return out;  // the request stays pending: the job is about to end
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    out.every_rank = true;
+    out.same_as_rank_0 = message_hash == rank_0s;
+  } catch (const Error&) {  // MPI could not start: not every rank is known to have met one
   }
+  return out;
 }
 
 double collective_timeout() { return g_timeout_s; }

@@ -3,6 +3,7 @@
 
 #include <mpi.h>
 
+#include <cstdint>
 #include <memory>
 
 #include "dist/communicator.h"
@@ -14,10 +15,14 @@ void ensure_mpi_initialized();
 bool mpi_initialized();
 
 // For an error that every rank should meet alike (a bad config): whether every rank of the job
-// calls this within `window_s` seconds, each with such an error of its own. It waits on a
-// communicator used for nothing else, since the ranks that did not fail may be inside any
-// collective of theirs; it initializes MPI when this rank has not yet (an error before it).
-bool every_rank_arrives_within(double window_s);
+// met one within `window_s` seconds, and whether their messages (by `message_hash`) agree. It
+// waits on a communicator used for nothing else, since the ranks that did not fail may be inside
+// any collective of theirs; it initializes MPI when this rank has not yet (an error before it).
+struct ErrorAgreement {
+  bool every_rank = false;      // every rank called agree_on_error in time
+  bool same_as_rank_0 = false;  // this rank's message is rank 0's
+};
+ErrorAgreement agree_on_error(std::uint64_t message_hash, double window_s);
 
 // A rank that waits longer than `seconds` inside one blocking collective (another rank died or
 // hangs) prints which collective, for how long, and exits with status 1, which makes the

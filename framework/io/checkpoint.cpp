@@ -428,8 +428,7 @@ class Reader {
       check(H5Tget_class(type.id()) == H5T_INTEGER && H5Tget_size(type.id()) == 1 &&
                 H5Sget_simple_extent_ndims(space.id()) == 1,
             fmt::format("dataset '{}' is not a string of bytes", where));
-      hsize_t n = 0;
-      H5Sget_simple_extent_dims(space.id(), &n, nullptr);
+      const hsize_t n = checked_dims(ds.id(), type.id(), where)[0];
       std::string bytes(static_cast<std::size_t>(n), '\0');
       check(n == 0 || H5Dread(ds.id(), H5T_NATIVE_UINT8, H5S_ALL, H5S_ALL, H5P_DEFAULT, bytes.data()) >= 0,
             fmt::format("cannot read dataset '{}' (truncated or corrupted file?)", where));
@@ -451,24 +450,30 @@ class Reader {
     if (!ok) fail("checkpoint '{}': {}{}", path_, what, h5_error());
   }
 
-  // A float dataset's shape, checked before memory is taken for it: a damaged file can claim more
-  // elements than 64 bits count, or than its bytes hold (the data is stored contiguously).
+  // A float dataset's shape, checked before memory is taken for it (see checked_dims).
   Shape stored_shape(hid_t ds, const std::string& where) const {
     H5Handle type{H5Dget_type(ds), H5Tclose};
     check(type.valid() && H5Tget_class(type.id()) == H5T_FLOAT,
           fmt::format("dataset '{}' is not floating point", where));
+    const std::vector<hsize_t> dims = checked_dims(ds, type.id(), where);
+    return Shape(dims.begin(), dims.end());
+  }
+
+  // A dataset's dimensions, checked before memory is taken for it: a damaged file can claim more
+  // elements than 64 bits count, or than its bytes hold (where the data is stored contiguously).
+  std::vector<hsize_t> checked_dims(hid_t ds, hid_t type, const std::string& where) const {
     H5Handle space{H5Dget_space(ds), H5Sclose};
     const int rank = space.valid() ? H5Sget_simple_extent_ndims(space.id()) : -1;
     check(rank >= 0, fmt::format("cannot read the shape of '{}'", where));
     std::vector<hsize_t> dims(static_cast<std::size_t>(rank));
     check(H5Sget_simple_extent_dims(space.id(), dims.data(), nullptr) >= 0,
           fmt::format("cannot read the shape of '{}'", where));
-    const auto element_bytes = static_cast<std::uint64_t>(H5Tget_size(type.id()));
-    std::uint64_t bytes = element_bytes;  // stays within 2^63 while `fits`
-    bool fits = true;
+    constexpr std::uint64_t kLimit = std::uint64_t{1} << 62;
+    std::uint64_t bytes = H5Tget_size(type);  // at most kLimit while `fits`
+    bool fits = bytes <= kLimit;
     for (const hsize_t d : dims) {
-      if (d != 0 && bytes > (std::uint64_t{1} << 62) / d) fits = false;
-      bytes = fits ? bytes * d : 0;
+      if (d > kLimit || (d != 0 && bytes > kLimit / d)) fits = false;  // each dimension too: one may be 0
+      if (fits) bytes *= d;
     }
     hsize_t file_bytes = 0;
     const bool sized = H5Fget_filesize(file_, &file_bytes) >= 0;
@@ -480,7 +485,7 @@ class Reader {
     check(fits, fmt::format("dataset '{}' claims the shape [{}], more than the file's {} bytes hold: the file is "
                             "corrupted",
                             where, claimed, file_bytes));
-    return Shape(dims.begin(), dims.end());
+    return dims;
   }
 
   // Training stops before a non-finite update, so its checkpoints hold finite numbers only: one

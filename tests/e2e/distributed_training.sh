@@ -350,6 +350,15 @@ timeout 120 mpirun --oversubscribe -np 1 "$tessera" train $common --set parallel
   : -np 1 "$tessera" train $common --set parallel.data=2 --set output.dir="$work/one_bad" --set model.d_ff=4 \
   > "$work/one_bad.log" 2>&1 || status=$?
 refused_once one_bad "error on rank 1: --set model\.d_ff=4: 'model\.d_ff' = 4 is outside the allowed range"
+# Every rank meets an error, but not the same: each that differs from rank 0's is said too (by its
+# rank), and no rank is left waiting (no abort).
+status=0
+timeout 120 mpirun --oversubscribe -np 1 "$tessera" train $common --set parallel.data=2 --set output.dir="$work/two_bad" \
+  --set model.d_ff=4 : -np 1 "$tessera" train $common --set parallel.data=2 --set output.dir="$work/two_bad" \
+  --set model.d_ff=5 > "$work/two_bad.log" 2>&1 || status=$?
+refused_once two_bad "^tessera: error: --set model\.d_ff=4: 'model\.d_ff' = 4 is outside"
+[ "$(grep -c "^tessera: error on rank 1: --set model\.d_ff=5: 'model\.d_ff' = 5 is outside" "$work/two_bad.log")" -eq 1 ] \
+  && ! grep -q MPI_ABORT "$work/two_bad.log" || { cat "$work/two_bad.log"; fail "two ranks' different config errors"; }
 
 # A tensor-parallel checkpoint's /train attributes are group rank 0's: parallel HDF5 takes each
 # attribute from any rank, and with each rank's own elapsed_seconds a 3-layer model's file held two

@@ -133,7 +133,7 @@ differ differ_members "the number of checkpoints (1) differs between the ranks" 
   translate --checkpoint "$checkpoint" -i "$work/src.txt" -- translate --checkpoint "$checkpoint" "$earlier" -i "$work/src.txt"
 # A rank without -i (it would read standard input, which mpirun gives rank 0 alone) is counted:
 # every rank refuses (the others hung, waiting for it in a collective without a timeout).
-differ differ_stdin "translate under mpirun: give the sentences with -i FILE" \
+differ differ_stdin "tessera: error: translate under mpirun: give the sentences with -i FILE" \
   translate --checkpoint "$checkpoint" -i "$work/src.txt" -- translate --checkpoint "$checkpoint"
 
 # score --checkpoint: the reverse task's reference is the source reversed.
@@ -151,7 +151,7 @@ timeout 60 mpirun --oversubscribe -np 1 "$tessera" score --ref "$work/ref.txt" -
   : -np 1 "$tessera" score --ref "$work/ref.txt" --checkpoint "$checkpoint" --src - \
   > "$work/score_stdin.log" 2>&1 < /dev/null || status=$?
 [ $status -ne 0 ] && [ $status -ne 124 ] && [ "$(grep -c "score --checkpoint under mpirun: give the source with --src FILE" \
-  "$work/score_stdin.log")" -eq 1 ] || { cat "$work/score_stdin.log"; fail "score with --src - on one rank: not refused once (status $status)"; }
+  "$work/score_stdin.log")" -eq 1 ] && grep -q "^tessera: error: score --checkpoint under mpirun" "$work/score_stdin.log" || { cat "$work/score_stdin.log"; fail "score with --src - on one rank: not refused once (status $status)"; }
 "$tessera" score --ref "$work/ref.txt" --checkpoint "$checkpoint" --src "$work/src.txt" --batch 4 > "$work/score_one.txt"
 grep -q '^BLEU = ' "$work/score_one.txt" || fail "score --checkpoint printed no score"
 mpirun -np 3 --oversubscribe "$tessera" score --ref "$work/ref.txt" --checkpoint "$checkpoint" --src "$work/src.txt" \

@@ -1,6 +1,7 @@
 // Run under mpirun -np 4 (CTest does): the MPI collectives against hand-computed results, and
 // tensor/data-parallel forward and backward against the single-process model in float64.
 #include <gtest/gtest.h>
+#include <hdf5.h>
 #include <mpi.h>
 #include <unistd.h>
 
@@ -15,6 +16,7 @@
 #include "dist/gradient_reducer.h"
 #include "dist/mpi_communicator.h"
 #include "dist/sharding.h"
+#include "io/checkpoint.h"
 #include "launch/schema.h"
 #include "launch/task.h"
 #include "models/transformer.h"
@@ -342,6 +344,46 @@ TEST(DistributedData, TranslationSharedOverReplicasEqualsOneReplicaAndStopsToget
     for (const auto& h : shared) tokens += h.size();
     EXPECT_GT(tokens, 0u) << "tp " << tp;
   }
+}
+
+// The tensor-parallel loader names what is wrong as the single-process one does: a NaN in a
+// replicated tensor (every rank reads it whole: no "block k of n"), a dataset of integers.
+TEST(ShardedCheckpoint, ReplicatedNaNAndIntegerDatasetsAreNamed) {
+  const auto pid = dist::broadcast_u64(static_cast<std::uint64_t>(::getpid()), &world());
+  const std::string file =
+      (std::filesystem::temp_directory_path() / fmt::format("tessera_sharded_{}.h5", pid)).string();
+  const std::map<std::string, dist::ShardDim> shards = {{"w", dist::ShardDim::rows}};
+  const auto load_error = [&] {
+    try {
+      (void)io::load_checkpoint_sharded(file, shards, world(), true);
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  io::Checkpoint c;
+  c.step = 1;
+  c.config_yaml = "model:\n  layers: 1\n";
+  c.model = {{"w", iota({8, 2}, 0, 1, DType::f32)}, {"b", iota({3}, 0, 1, DType::f32)}};
+  c.model.at("b").data<float>()[1] = std::numeric_limits<float>::quiet_NaN();
+  if (world().rank() == 0) io::save_checkpoint(file, c);
+  world().barrier();
+  EXPECT_EQ(load_error(),
+            fmt::format("checkpoint '{}': dataset '/model/b' holds a non-finite value (nan) at element 1", file));
+  world().barrier();
+  if (world().rank() == 0) {
+    const hid_t f = H5Fopen(file.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
+    H5Ldelete(f, "/model/b", H5P_DEFAULT);
+    const hsize_t n = 3;
+    const hid_t space = H5Screate_simple(1, &n, nullptr);
+    H5Dclose(H5Dcreate2(f, "/model/b", H5T_STD_I32LE, space, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT));
+    H5Sclose(space);
+    H5Fclose(f);
+  }
+  world().barrier();
+  EXPECT_NE(load_error().find("dataset '/model/b' is not floating point"), std::string::npos) << load_error();
+  world().barrier();
+  if (world().rank() == 0) std::filesystem::remove(file);
 }
 
 }  // namespace

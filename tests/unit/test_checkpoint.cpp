@@ -354,6 +354,11 @@ TEST_F(CheckpointTest, ShapesBeyondTheFileAndIntegerDatasetsAreNamed) {
                                  path("c.h5"))),
             std::string::npos)
       << msg;
+  // A vocabulary's bytes alike.
+  replace("/vocab/src", H5T_STD_U8LE, {68719476736ULL});
+  msg = error_of([&] { io::load_checkpoint(path("c.h5")); });
+  EXPECT_NE(msg.find("dataset '/vocab/src' claims the shape [68719476736], more than the file's"), std::string::npos)
+      << msg;
   replace("/model/embed_tokens.weight", H5T_STD_I32LE, {5, 2});
   msg = error_of([&] { io::load_checkpoint(path("c.h5")); });
   EXPECT_NE(msg.find("dataset '/model/embed_tokens.weight' is not floating point"), std::string::npos) << msg;
