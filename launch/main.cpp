@@ -86,8 +86,8 @@ int exit_on_every_rank_error(const std::string& what, bool rank_0_alone) {
     return 1;
   }
   say_own();
-  MPI_Abort(MPI_COMM_WORLD, 1);
-  return 1;
+  if (tessera::dist::mpi_initialized()) MPI_Abort(MPI_COMM_WORLD, 1);
+  return 1;  // MPI did not start: this exit status makes the launcher end the job
 }
 
 }  // namespace
