@@ -1,6 +1,7 @@
 #include "io/checkpoint.h"
 
 #include <fcntl.h>
+#include <fmt/ranges.h>
 #include <hdf5.h>
 #include <isa-l/crc.h>
 #include <unistd.h>
@@ -480,11 +481,10 @@ class Reader {
     H5Handle plist{H5Dget_create_plist(ds), H5Pclose};
     const bool contiguous = plist.valid() && H5Pget_layout(plist.id()) == H5D_CONTIGUOUS;
     if (fits && contiguous && sized) fits = bytes <= file_bytes;
-    std::string claimed;
-    for (std::size_t i = 0; i < dims.size(); ++i) claimed += fmt::format("{}{}", i > 0 ? ", " : "", dims[i]);
-    check(fits, fmt::format("dataset '{}' claims the shape [{}], more than the file's {} bytes hold: the file is "
-                            "corrupted",
-                            where, claimed, file_bytes));
+    if (!fits)
+      check(false, fmt::format("dataset '{}' claims the shape [{}], more than the file's {} bytes hold: the file is "
+                               "corrupted",
+                               where, fmt::join(dims, ", "), file_bytes));
     return dims;
   }
 

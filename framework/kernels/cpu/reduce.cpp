@@ -1,5 +1,6 @@
 #include "kernels/cpu/reduce.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <vector>
@@ -67,15 +68,20 @@ Tensor sum_dim(const Tensor& x, std::int64_t dim, bool keepdim) {
   dispatch_float("sum_dim", x.dtype(), [&]<typename T>() {
     const T* p = x.data<T>();
     T* o = out.data<T>();
-    // double accumulation, as sum_all: a float32 sum of 2^25 ones would stop at 2^24.
-#pragma omp parallel for schedule(static) if (outer * inner * len > 32768)
-    for (std::int64_t a = 0; a < outer; ++a) {
-      std::vector<double> acc(static_cast<std::size_t>(inner), 0.0);
-      for (std::int64_t l = 0; l < len; ++l) {
-        const T* src = p + (a * len + l) * inner;
-        for (std::int64_t c = 0; c < inner; ++c) acc[static_cast<std::size_t>(c)] += static_cast<double>(src[c]);
+    // double accumulation, as sum_all: a float32 sum of 2^25 ones would stop at 2^24. One
+    // accumulator row per thread, not per output row (a sum over the last dimension has many).
+#pragma omp parallel if (outer * inner * len > 32768)
+    {
+      std::vector<double> acc(static_cast<std::size_t>(inner));
+#pragma omp for schedule(static)
+      for (std::int64_t a = 0; a < outer; ++a) {
+        std::fill(acc.begin(), acc.end(), 0.0);
+        for (std::int64_t l = 0; l < len; ++l) {
+          const T* src = p + (a * len + l) * inner;
+          for (std::int64_t c = 0; c < inner; ++c) acc[static_cast<std::size_t>(c)] += static_cast<double>(src[c]);
+        }
+        for (std::int64_t c = 0; c < inner; ++c) o[a * inner + c] = static_cast<T>(acc[static_cast<std::size_t>(c)]);
       }
-      for (std::int64_t c = 0; c < inner; ++c) o[a * inner + c] = static_cast<T>(acc[static_cast<std::size_t>(c)]);
     }
   });
   return out;
