@@ -1178,6 +1178,25 @@ void check_resumable(const io::Config& cfg, const std::string& path) {
         path, fmt::join(differ, "; another "));
 }
 
+// A latest checkpoint that is damaged (a disk error, a copy cut short): the error names the newest
+// earlier one (of `saved`, the folder's step checkpoints, oldest first) whose header reads, to
+// resume from instead. Called while handling `e`; rethrows it as it is when there is none.
+[[noreturn]] void rethrow_naming_earlier_checkpoint(const Error& e,
+                                                    const std::vector<std::pair<std::int64_t, fs::path>>& saved) {
+  for (auto it = saved.rbegin(); saved.size() > 1 && ++it != saved.rend();) {
+    try {
+      io::read_checkpoint_header(it->second.string());
+    } catch (const Error&) {
+      continue;
+    }
+    const std::string message =
+        fmt::format("{}; resume from an earlier checkpoint with --resume {}", e.what(), it->second.string());
+    if (dynamic_cast<const EveryRankError*>(&e) != nullptr) throw EveryRankError(message);
+    throw Error(message);
+  }
+  throw;
+}
+
 // config.yaml: the effective config with each key's description, written through a temporary so
 // that a full disk cannot leave half of it.
 void write_effective_config(const io::Config& cfg, const fs::path& dir) {
@@ -1255,22 +1274,10 @@ TrainResult run_training(const io::Config& cfg, const TrainOptions& options) {
   // Before the folder is created or the config printed: a refused resume leaves no trace.
   if (!resume_path.empty()) {
     root_first(grid.world.get(), [&] {
-      // A latest checkpoint that cannot be read (a damaged disk, say): the newest before it whose
-      // header reads is named.
-      if (saved.size() > 1) {
-        try {
-          io::read_checkpoint_header(resume_path);
-        } catch (const Error& e) {
-          for (auto it = saved.rbegin() + 1; it != saved.rend(); ++it) {
-            try {
-              io::read_checkpoint_header(it->second.string());
-            } catch (const Error&) {
-              continue;
-            }
-            fail("{}; resume from an earlier checkpoint with --resume {}", e.what(), it->second.string());
-          }
-          throw;
-        }
+      try {
+        io::read_checkpoint_header(resume_path);
+      } catch (const Error& e) {
+        rethrow_naming_earlier_checkpoint(e, saved);
       }
       check_resumable(cfg, resume_path);
     });
@@ -1297,16 +1304,26 @@ TrainResult run_training(const io::Config& cfg, const TrainOptions& options) {
     if (!folder_lock) folder_lock.emplace(dir);
     fmt::print("config (effective):\n{}", cfg.to_yaml(false));
     // A crash mid-save leaves "<name>.tmp" behind: never a valid checkpoint, so it goes (with the
-    // folder locked: not a running train's save).
+    // folder locked: not a running train's save). Only the names a train saves: another tool's file
+    // in progress here (`tessera average -o RUN/avg.h5`, say) is not ours to remove.
+    static const std::regex train_temporary(R"((checkpoint_(\d+|best)|model)\.h5\.tmp)");
     for (const auto& entry : fs::directory_iterator(dir, ec))
-      if (entry.path().extension() == ".tmp" && entry.path().stem().extension() == ".h5") fs::remove(entry.path(), ec);
+      if (std::regex_match(entry.path().filename().string(), train_temporary)) fs::remove(entry.path(), ec);
   }
   StopSignals signals;
   if (grid.root()) leftovers.note_new_vocabularies(cfg);
   // Every rank at once: the data loading is collective (rank 0 reads and trains the vocabulary
   // first, then all encode a share of the corpus).
   auto run = std::make_unique<Run>(cfg, grid, resume_path);
-  if (!resume_path.empty()) run->resume(resume_path);
+  if (!resume_path.empty()) {
+    try {
+      run->resume(resume_path);
+    } catch (const Error& e) {
+      // Its header read above; a dataset that does not (a checksum, a truncation) is damage too.
+      if (std::string_view(e.what()).find("corrupted") == std::string_view::npos) throw;
+      rethrow_naming_earlier_checkpoint(e, saved);
+    }
+  }
   // Only now, with the data and any checkpoint accepted: a run refused on the way leaves the
   // folder's config.yaml (that of the run it holds) as it was, and no vocabulary of its own.
   leftovers.keep();

@@ -151,11 +151,22 @@ class Writer {
   bool collective_;
 };
 
+// The CRC-32 of the file's step (8 bytes, host byte order) followed by the config's bytes, stored
+// as the root's "crc32": the config decides the model's shape and the data it reads, so an edited
+// `heads: 4` must be refused, not translated with silently.
+std::uint32_t header_checksum(std::int64_t step, const std::string& config_yaml) {
+  std::string bytes(sizeof(step), '\0');
+  std::memcpy(bytes.data(), &step, sizeof(step));
+  bytes += config_yaml;
+  return checksum(bytes.data(), bytes.size());
+}
+
 void write_header(Writer& w, hid_t file, std::int64_t step, const std::string& config_yaml) {
   w.int_attr(file, "format_version", kCheckpointFormatVersion);
   w.int_attr(file, "step", step);
   w.string_attr(file, "config", config_yaml);
   w.string_attr(file, "created_by", "tessera");
+  w.int_attr(file, "crc32", header_checksum(step, config_yaml));
 }
 
 // The CRC-32 of the file's step and the training state's fields (8 bytes each, in declaration
@@ -547,6 +558,14 @@ void read_header(const Reader& r, hid_t file, std::int64_t& step, std::string& c
           fmt::format("format version {} is not the one this build reads ({})", version, kCheckpointFormatVersion));
   step = r.int_attr(file, "step");
   config_yaml = r.string_attr(file, "config");
+  if (r.has_attr(file, "crc32")) {  // files written before it have none
+    const auto expected = static_cast<std::uint32_t>(r.int_attr(file, "crc32"));
+    const std::uint32_t actual = header_checksum(step, config_yaml);
+    r.check(actual == expected, fmt::format("the root attributes 'step' and 'config' fail their checksum "
+                                            "(stored crc32 {:08x}, they have {:08x}): the file is corrupted or "
+                                            "was edited",
+                                            expected, actual));
+  }
   if (!r.has(file, "train")) return;
   H5Handle g{H5Gopen2(file, "train", H5P_DEFAULT), H5Gclose};
   r.check(g.valid(), "cannot open group '/train'");

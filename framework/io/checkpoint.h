@@ -1,6 +1,6 @@
 // Checkpoints in HDF5: one file holds everything a run needs to continue exactly where it stopped.
 //
-//   /                                   attrs: format_version, step, config (effective YAML), created_by
+//   /                                   attrs: format_version, step, config (effective YAML), created_by, crc32
 //   /model/<dotted.parameter.name>      float32, the full logical tensor          attr: crc32
 //   /optimizer/exp_avg/<name>           Adam first moment  (full checkpoints)    attr: crc32
 //   /optimizer/exp_avg_sq/<name>        Adam second moment (full checkpoints)    attr: crc32

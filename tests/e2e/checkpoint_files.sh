@@ -252,6 +252,15 @@ expect_error "checkpoint_00000003\.h5.*; resume from an earlier checkpoint with 
 head -c 100 "$work/damaged/checkpoint_00000002.h5" > "$work/damaged/cut.h5" && mv "$work/damaged/cut.h5" "$work/damaged/checkpoint_00000002.h5"
 expect_error "checkpoint_00000003\.h5.*; resume from an earlier checkpoint with --resume [^ ]*damaged/checkpoint_00000001\.h5$" \
   "$tessera" train $common --set output.dir="$work/damaged" --set train.max_steps=4 --resume
+# ... and when its header reads but a dataset fails its checksum (one byte of its data changed).
+"$tessera" train $common --set output.dir="$work/flipped" --set train.max_steps=2 --set checkpoint.every=1 \
+  --set checkpoint.keep_last=0 > /dev/null
+latest="$work/flipped/checkpoint_00000002.h5"
+offset=$(h5dump -p -H -d /model/embed_tokens.weight "$latest" | sed -n 's/^ *OFFSET \([0-9]*\)$/\1/p')
+[ -n "$offset" ] || fail "h5dump gave no offset of /model/embed_tokens.weight"
+printf '\377' | dd of="$latest" bs=1 seek=$((offset + 100)) conv=notrunc status=none
+expect_error "'/model/embed_tokens\.weight' fails its checksum.*; resume from an earlier checkpoint with --resume [^ ]*flipped/checkpoint_00000001\.h5$" \
+  "$tessera" train $common --set output.dir="$work/flipped" --set train.max_steps=3 --resume
 
 # An output.dir given as a bare name (no '/') that does not exist yet is created in the current folder.
 (cd "$work" && "$tessera" train $common --set output.dir=bare --set train.max_steps=1 --set train.valid_every=0 \

@@ -30,13 +30,19 @@ wait $pid && { echo "the run finished before it was killed"; exit 1; } || true
 [ ! -e "$work/killed/model.h5" ] || { echo "the run finished before it was killed"; exit 1; }
 ls "$work/killed"
 
-# What a kill during a save leaves (the temporary of a checkpoint) goes at the next start; another
-# .tmp file in the folder is not ours and stays.
-echo partial > "$work/killed/checkpoint_00000099.h5.tmp"
-echo mine > "$work/killed/notes.tmp"
+# What a kill during a save leaves (the temporary of a checkpoint, of the best, of model.h5) goes at
+# the next start; another .tmp file in the folder is not ours and stays, even an .h5 one (another
+# tool's file in progress, e.g. `tessera average -o` into the folder).
+for f in checkpoint_00000099.h5.tmp checkpoint_best.h5.tmp model.h5.tmp notes.tmp avg.h5.tmp; do
+  echo partial > "$work/killed/$f"
+done
 run "$work/killed" --resume > "$work/resumed.log"
-[ ! -e "$work/killed/checkpoint_00000099.h5.tmp" ] || { echo "FAIL: a checkpoint's leftover .tmp was not removed"; exit 1; }
-[ -e "$work/killed/notes.tmp" ] || { echo "FAIL: a .tmp file that is not a checkpoint's was removed"; exit 1; }
+for f in checkpoint_00000099.h5.tmp checkpoint_best.h5.tmp model.h5.tmp; do
+  [ ! -e "$work/killed/$f" ] || { echo "FAIL: the leftover $f was not removed"; exit 1; }
+done
+for f in notes.tmp avg.h5.tmp; do
+  [ -e "$work/killed/$f" ] || { echo "FAIL: $f, not a train's temporary, was removed"; exit 1; }
+done
 grep "resumed from" "$work/resumed.log"
 resumed_step=$(sed -n 's/.*resumed from .* at step \([0-9]*\).*/\1/p' "$work/resumed.log")
 [ "$resumed_step" -ge 20 ] && [ "$resumed_step" -lt 60 ] || { echo "FAIL: resumed at step $resumed_step, not from a checkpoint of 20 to 59"; exit 1; }

@@ -9,6 +9,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <limits>
 
 #include "io/checkpoint.h"
@@ -486,7 +487,7 @@ TEST_F(CheckpointTest, ChangedTrainingStateFailsItsChecksum) {
     H5Gclose(g);
     H5Fclose(f);
   };
-  for (const auto& [group, name] : {std::pair{"train", "optimizer_step"}, {"train", "position"}, {"/", "step"}}) {
+  for (const auto& [group, name] : {std::pair{"train", "optimizer_step"}, {"train", "position"}}) {
     io::save_checkpoint(path("c.h5"), sample_checkpoint());
     set_attr(group, name, 11);
     const std::string msg = error_of([&] { io::load_checkpoint(path("c.h5")); });
@@ -505,6 +506,58 @@ TEST_F(CheckpointTest, ChangedTrainingStateFailsItsChecksum) {
     H5Fclose(f);
   }
   EXPECT_EQ(io::load_checkpoint(path("c.h5")).state->optimizer_step, sample_checkpoint().state->optimizer_step);
+}
+
+// The root's step and config carry a checksum too, in every kind of file: an edited `layers: 2`
+// (the model's shape) or step is refused naming the root attributes, in weights-only files as
+// well; a file written before that checksum still loads.
+TEST_F(CheckpointTest, ChangedConfigOrStepFailsTheHeaderChecksum) {
+  const auto edit_root = [&](const std::string& file, const std::function<void(hid_t)>& edit) {
+    const hid_t f = H5Fopen(file.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
+    ASSERT_GE(f, 0);
+    edit(f);
+    H5Fclose(f);
+  };
+  const auto set_config = [](hid_t f) {  // same length, so the fixed-size string type still fits
+    const hid_t a = H5Aopen(f, "config", H5P_DEFAULT);
+    const hid_t type = H5Aget_type(a);
+    std::string text(H5Tget_size(type), '\0');
+    ASSERT_GE(H5Aread(a, type, text.data()), 0);
+    ASSERT_NE(text.find("layers: 2"), std::string::npos);
+    text.replace(text.find("layers: 2"), 9, "layers: 6");
+    ASSERT_GE(H5Awrite(a, type, text.data()), 0);
+    H5Tclose(type);
+    H5Aclose(a);
+  };
+  const auto set_step = [](hid_t f) {
+    const hid_t a = H5Aopen(f, "step", H5P_DEFAULT);
+    const std::int64_t v = 7;
+    ASSERT_GE(H5Awrite(a, H5T_NATIVE_INT64, &v), 0);
+    H5Aclose(a);
+  };
+  io::Checkpoint weights = sample_checkpoint();
+  weights.exp_avg.clear();
+  weights.exp_avg_sq.clear();
+  weights.state.reset();
+  for (const io::Checkpoint& c : {sample_checkpoint(), weights}) {
+    for (const auto& edit : {std::function<void(hid_t)>(set_config), std::function<void(hid_t)>(set_step)}) {
+      io::save_checkpoint(path("c.h5"), c);
+      edit_root(path("c.h5"), edit);
+      const std::string expected = fmt::format(
+          "checkpoint '{}': the root attributes 'step' and 'config' fail their checksum (stored crc32 ", path("c.h5"));
+      for (const auto& load : std::vector<std::function<void()>>{[&] { io::load_checkpoint(path("c.h5")); },
+                                                                 [&] { io::read_checkpoint_header(path("c.h5")); },
+                                                                 [&] { io::load_vocabularies(path("c.h5")); }}) {
+        const std::string msg = error_of(load);
+        EXPECT_NE(msg.find(expected), std::string::npos) << msg;
+        EXPECT_NE(msg.find("the file is corrupted or was edited"), std::string::npos) << msg;
+      }
+    }
+  }
+  io::save_checkpoint(path("c.h5"), weights);
+  edit_root(path("c.h5"), [](hid_t f) { ASSERT_GE(H5Adelete(f, "crc32"), 0); });
+  EXPECT_EQ(io::read_checkpoint_header(path("c.h5")).config_yaml, weights.config_yaml);
+  EXPECT_EQ(io::load_checkpoint(path("c.h5")).step, 42);
 }
 
 // Saving Adam's state and restoring it into a fresh optimizer continues bit-exactly.
