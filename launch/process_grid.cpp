@@ -97,10 +97,11 @@ ProcessGrid make_process_grid(const io::Config& cfg, std::string_view command_li
                            "every rank the same config file and command line");
   g.local_rank = world->mpi()->local_rank();
   if (tp * dp != g.size)
-    throw io::ConfigError(fmt::format(
-        "parallel.tensor ({}) x parallel.data ({}) = {} processes, but this run has {} ({})", tp, dp, tp * dp, g.size,
-        by_mpirun ? fmt::format("mpirun -np {}", g.size)
-                  : fmt::format("not started by mpirun: use mpirun -np {}", tp * dp)));
+    throw io::ConfigError(
+        fmt::format("{}: parallel.tensor ({}) x parallel.data ({}) = {} processes, but this run has {} ({})",
+                    cfg.where({"parallel.tensor", "parallel.data"}), tp, dp, tp * dp, g.size,
+                    by_mpirun ? fmt::format("mpirun -np {}", g.size)
+                              : fmt::format("not started by mpirun: use mpirun -np {}", tp * dp)));
   if (gpu) {
     const CudaDevice device = select_cuda_device(g.local_rank);
     g.gpu = device.description;

@@ -304,10 +304,12 @@ void pause_for_text_change_fault() {
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
 }
 
-// A config error: every rank reads the same config and meets it alike, so one rank prints it.
+// A config error about `keys`, prefixed with where they were set (see Config::where): every rank
+// reads the same config and meets it alike, so one rank prints it.
 template <typename... Args>
-void check_config(bool ok, fmt::format_string<Args...> f, Args&&... args) {
-  if (!ok) throw io::ConfigError(fmt::format(f, std::forward<Args>(args)...));
+void check_config(const io::Config& cfg, std::initializer_list<std::string> keys, bool ok,
+                  fmt::format_string<Args...> f, Args&&... args) {
+  if (!ok) throw io::ConfigError(cfg.where(keys) + ": " + fmt::format(f, std::forward<Args>(args)...));
 }
 
 // Of the vocabularies' bytes as a checkpoint stores them (0 for synthetic tasks).
@@ -330,12 +332,12 @@ std::uint64_t fingerprint_rows(const Rows& rows, std::uint64_t h = 0) {
 // Keys that are each valid alone but not together.
 void check_vocab_keys(const io::Config& cfg) {
   const bool joint = cfg.boolean("data.joint_vocab");
-  check_config(!joint || cfg.string("data.vocab_tgt").empty(),
-               "config: data.vocab_tgt = '{}' is set but data.joint_vocab is true (set data.joint_vocab: false "
+  check_config(cfg, {"data.vocab_tgt", "data.joint_vocab"}, !joint || cfg.string("data.vocab_tgt").empty(),
+               "data.vocab_tgt = '{}' is set but data.joint_vocab is true (set data.joint_vocab: false "
                "for one vocabulary per language)",
                cfg.string("data.vocab_tgt"));
-  check_config(joint || !cfg.boolean("model.share_embeddings"),
-               "config: data.joint_vocab is false but model.share_embeddings is true: one embedding table needs one "
+  check_config(cfg, {"data.joint_vocab", "model.share_embeddings"}, joint || !cfg.boolean("model.share_embeddings"),
+               "data.joint_vocab is false but model.share_embeddings is true: one embedding table needs one "
                "vocabulary (set model.share_embeddings: false)");
 }
 
@@ -343,8 +345,8 @@ void check_vocab_keys(const io::Config& cfg) {
 // in the decoder's input): without this check the first such batch would fail mid-run.
 void check_fits_positions(const io::Config& cfg, const char* length_key) {
   const std::int64_t longest = cfg.integer(length_key), positions = cfg.integer("model.max_positions");
-  check_config(longest + 1 <= positions,
-               "config: {} = {} needs model.max_positions >= {} (a sequence plus eos or bos), but it is {}", length_key,
+  check_config(cfg, {length_key, "model.max_positions"}, longest + 1 <= positions,
+               "{} = {} needs model.max_positions >= {} (a sequence plus eos or bos), but it is {}", length_key,
                longest, longest + 1, positions);
 }
 
@@ -375,7 +377,7 @@ TextCodec load_or_train_vocab(const io::Config& cfg, const std::string& path, co
           path, codec.size(), cfg.integer("data.vocab_size"));
     return codec;
   }
-  TESSERA_CHECK(cfg.string(key).empty(), "config: {} = '{}' does not exist", key, path);
+  TESSERA_CHECK(cfg.string(key).empty(), "{}: {} = '{}' does not exist", cfg.where({key}), key, path);
   std::filesystem::create_directories(std::filesystem::path(path).parent_path());
   data::VocabTrainOptions vo;
   vo.inputs = std::move(inputs);
@@ -525,12 +527,12 @@ TaskData load_task_data(const io::Config& cfg, dist::Communicator* world, const 
     t.synthetic = true;
     const std::int64_t vocab = cfg.integer("data.synthetic_vocab"), lo = cfg.integer("data.synthetic_min_len"),
                        hi = cfg.integer("data.synthetic_max_len");
-    check_config(lo <= hi, "config: data.synthetic_min_len = {} exceeds data.synthetic_max_len = {}", lo, hi);
-    check_config(
-        cfg.string("train.best_metric") != "chrf",
-        "config: train.best_metric = chrf needs a translation task: a synthetic task ('{}') is scored by exact "
-        "match (train.best_metric = bleu) or perplexity (ppl)",
-        task);
+    check_config(cfg, {"data.synthetic_min_len", "data.synthetic_max_len"}, lo <= hi,
+                 "data.synthetic_min_len = {} exceeds data.synthetic_max_len = {}", lo, hi);
+    check_config(cfg, {"train.best_metric", "data.task"}, cfg.string("train.best_metric") != "chrf",
+                 "train.best_metric = chrf needs a translation task: a synthetic task ('{}') is scored by exact "
+                 "match (train.best_metric = bleu) or perplexity (ppl)",
+                 task);
     check_fits_positions(cfg, "data.synthetic_max_len");
     const auto kind = data::parse_synthetic_task(task);
     t.src_codec = t.tgt_codec = TextCodec::symbols(vocab);
@@ -544,12 +546,14 @@ TaskData load_task_data(const io::Config& cfg, dist::Communicator* world, const 
   // every rank reads the validation text: a pipe (<(...), a FIFO) would be empty the second time,
   // or block.
   for (const char* key : {"data.train_src", "data.train_tgt", "data.valid_src", "data.valid_tgt"}) {
-    check_config(!cfg.string(key).empty(), "config: data.task is 'translation' but {} is not set", key);
+    check_config(cfg, {"data.task", key}, !cfg.string(key).empty(), "data.task is 'translation' but {} is not set",
+                 key);
     std::error_code ec;
     const std::filesystem::file_status status = std::filesystem::status(cfg.string(key), ec);
-    check_config(!std::filesystem::is_fifo(status) && !std::filesystem::is_character_file(status) &&
+    check_config(cfg, {key},
+                 !std::filesystem::is_fifo(status) && !std::filesystem::is_character_file(status) &&
                      !std::filesystem::is_socket(status),
-                 "config: {} = '{}' is a pipe or a device, not a file: the text is read more than once, and by "
+                 "{} = '{}' is a pipe or a device, not a file: the text is read more than once, and by "
                  "every rank (give a file; a .gz is read as it is)",
                  key, cfg.string(key));
   }

@@ -1226,19 +1226,21 @@ TrainResult run_training(const io::Config& cfg, const TrainOptions& options) {
   }
   if (cfg.integer("train.patience") > 0 && cfg.integer("train.valid_every") == 0)
     throw io::ConfigError(fmt::format(
-        "config: train.patience = {} counts validations during training, but train.valid_every is 0 (only one at "
+        "{}: train.patience = {} counts validations during training, but train.valid_every is 0 (only one at "
         "the end): set train.valid_every",
-        cfg.integer("train.patience")));
+        cfg.where({"train.patience", "train.valid_every"}), cfg.integer("train.patience")));
   kernels::set_allow_tf32(cfg.boolean("train.tf32"));
   // Rank 0 alone logs; the others' standard output is dropped (their errors still reach stderr).
   if (!grid.root() && std::freopen("/dev/null", "w", stdout) == nullptr) fail("cannot silence rank {}", grid.rank);
   const std::filesystem::path dir(cfg.string("output.dir"));
-  if (dir.empty()) throw io::ConfigError("config: output.dir is empty: name the folder for the run's files");
+  if (dir.empty())
+    throw io::ConfigError(cfg.where({"output.dir"}) + ": output.dir is empty: name the folder for the run's files");
   // Checked here, not by the key's range: the configs stored in older checkpoints (translated,
   // averaged) may hold 0.
   if (cfg.real("train.adam_eps") <= 0)
     throw io::ConfigError(
-        "config: train.adam_eps = 0: Adam divides by sqrt(v) + eps, so a weight whose gradients have all been 0 so "
+        cfg.where({"train.adam_eps"}) +
+        ": train.adam_eps = 0: Adam divides by sqrt(v) + eps, so a weight whose gradients have all been 0 so "
         "far (a unit no example reached) would get 0 / 0 = NaN: give a positive value (1e-9, the paper's)");
   // One train per folder, locked before the folder is looked at: a train that ended in between would
   // be taken for none (and trained over), or resumed from an older checkpoint. A new folder is

@@ -1,6 +1,7 @@
 #include "io/config.h"
 
 #include <fmt/core.h>
+#include <fmt/ranges.h>
 #include <yaml-cpp/yaml.h>
 
 #include <algorithm>
@@ -374,8 +375,9 @@ std::optional<std::string> scalar_text(const KeySpec& spec, const YAML::Node& va
 // Walks one YAML document into `values`, validating as it goes.
 class Loader {
  public:
-  Loader(const Schema& schema, const std::string& source, std::map<std::string, std::string>& values)
-      : schema_(schema), source_(source), values_(values) {}
+  Loader(const Schema& schema, const std::string& source, std::map<std::string, std::string>& values,
+         std::map<std::string, std::string>& origins)
+      : schema_(schema), source_(source), values_(values), origins_(origins) {}
 
   void load_text(const std::string& text) {
     std::vector<YAML::Node> documents;
@@ -433,6 +435,7 @@ class Loader {
           throw ConfigError(fmt::format("{}duplicate key '{}' (first set on line {})", where, full, first->second + 1));
         }
         values_[full] = normalize(*spec, *text, where);
+        origins_[full] = where.substr(0, where.size() - 2);  // "file:line"
       } else if (is_section(keys, full)) {
         if (value.IsNull()) continue;  // "model:" with every key commented out
         if (!value.IsMap()) {
@@ -453,14 +456,15 @@ class Loader {
   const Schema& schema_;
   const std::string& source_;
   std::map<std::string, std::string>& values_;
+  std::map<std::string, std::string>& origins_;
   std::map<std::string, int> leaf_lines_;  // dotted key -> 0-based line where the file set it
 };
 
 // "a.b=v": v is parsed as one YAML scalar, except for string keys, whose value is v itself
 // (trimmed; a quoted v is unquoted as YAML does): a path with " #" in it, or a value YAML reads as
 // null ("~", "null"), is not silently changed.
-void apply_override(const Schema& schema, const std::string& override_text,
-                    std::map<std::string, std::string>& values) {
+void apply_override(const Schema& schema, const std::string& override_text, std::map<std::string, std::string>& values,
+                    std::map<std::string, std::string>& origins) {
   const std::string where = fmt::format("--set {}: ", override_text);
   const std::size_t eq = override_text.find('=');
   const std::string key(trim(std::string_view(override_text).substr(0, eq)));
@@ -473,6 +477,7 @@ void apply_override(const Schema& schema, const std::string& override_text,
     }
     throw ConfigError(fmt::format("{}unknown key '{}'{}", where, key, did_you_mean(schema.nearest(key))));
   }
+  origins[key] = "--set " + override_text;  // a failure below throws: the config is not made
   const std::string raw(trim(std::string_view(override_text).substr(eq + 1)));
   const bool quoted = raw.size() >= 2 && (raw.front() == '"' || raw.front() == '\'') && raw.back() == raw.front();
   if (spec->type == ValueType::string && !quoted) {
@@ -672,9 +677,23 @@ Config Config::parse(const Schema& schema, const std::string& yaml_text, const s
   Config config;
   config.schema_ = &schema;
   for (const KeySpec& spec : schema.keys()) config.values_[spec.key] = spec.default_value;
-  Loader(schema, source_name, config.values_).load_text(yaml_text);
-  for (const std::string& override_text : overrides) apply_override(schema, override_text, config.values_);
+  Loader(schema, source_name, config.values_, config.origins_).load_text(yaml_text);
+  for (const std::string& override_text : overrides)
+    apply_override(schema, override_text, config.values_, config.origins_);
   return config;
+}
+
+std::string Config::origin(const std::string& key) const {
+  const auto it = origins_.find(key);
+  return it == origins_.end() ? std::string() : it->second;
+}
+
+std::string Config::where(std::initializer_list<std::string> keys) const {
+  std::vector<std::string> set;
+  for (const std::string& key : keys)
+    if (std::string o = origin(key); !o.empty() && std::find(set.begin(), set.end(), o) == set.end())
+      set.push_back(std::move(o));
+  return set.empty() ? std::string("config") : fmt::format("{}", fmt::join(set, ", "));
 }
 
 namespace {

@@ -9,6 +9,7 @@
 #pragma once
 
 #include <cstdint>
+#include <initializer_list>
 #include <map>
 #include <string>
 #include <vector>
@@ -73,9 +74,17 @@ class Config {
   // Every key's value as canonical text (what to_yaml writes), by dotted key.
   const std::map<std::string, std::string>& values() const { return values_; }
 
+  // Where `key`'s value was set: "file:line", "--set key=value", or "" for its default.
+  std::string origin(const std::string& key) const;
+  // For an error about keys that are each valid alone but not together: where those of `keys` that
+  // are not defaults were set ("configs/x.yaml:12, --set train.valid_every=0"), or "config" when all
+  // are; the prefix of the message, as a single key's error is prefixed with its file and line.
+  std::string where(std::initializer_list<std::string> keys) const;
+
  private:
   const Schema* schema_ = nullptr;
-  std::map<std::string, std::string> values_;  // canonical text of each value, by key
+  std::map<std::string, std::string> values_;   // canonical text of each value, by key
+  std::map<std::string, std::string> origins_;  // see origin(); keys left at their default are absent
 };
 
 }  // namespace tessera::io

@@ -46,7 +46,7 @@ grep -q '^train: stopping early at step 6: 2 validations' "$work/extended.log" |
   { cat "$work/extended.log"; fail "the off-schedule validation at the end counted toward train.patience"; }
 status=0
 "$tessera" train $args --set train.patience=2 --set train.valid_every=0 > "$work/clash.log" 2>&1 || status=$?
-[ $status -eq 1 ] && grep -q "train.patience = 2 counts validations during training, but train.valid_every is 0" "$work/clash.log" \
+[ $status -eq 1 ] && grep -q "error: --set train.patience=2, --set train.valid_every=0: train.patience = 2 counts validations during training, but train.valid_every is 0" "$work/clash.log" \
   || { cat "$work/clash.log"; fail "patience without validations was not refused"; }
 # A SIGTERM during the validation of step 4 (injected: it stops the decoding): the run saves step 4
 # and exits 143; the resume runs that validation first and stops at step 6, as the run that never

@@ -755,5 +755,20 @@ TEST(ConfigYaml, RoundTripsEveryKind) {
   expect_same(parse(config.to_yaml(true)), config);
 }
 
+// Each key remembers where it was set (the file's line, or the --set that set it last), so that an
+// error about keys that clash names where to change them; keys left at their default say nothing.
+TEST(Config, OriginsNameTheLineOrTheOverrideThatSetEachKey) {
+  const Config c =
+      parse("model:\n  layers: 3\n\n  attention: {heads: 2}\nsteps: 5\n", {"steps=7", "optim.lr=0.1", "steps=9"});
+  EXPECT_EQ(c.origin("model.layers"), "configs/x.yaml:2");
+  EXPECT_EQ(c.origin("model.attention.heads"), "configs/x.yaml:4");
+  EXPECT_EQ(c.origin("steps"), "--set steps=9");
+  EXPECT_EQ(c.origin("optim.lr"), "--set optim.lr=0.1");
+  EXPECT_EQ(c.origin("model.norm"), "");
+  EXPECT_EQ(c.where({"model.layers", "model.norm", "steps"}), "configs/x.yaml:2, --set steps=9");
+  EXPECT_EQ(c.where({"model.layers", "model.layers"}), "configs/x.yaml:2");
+  EXPECT_EQ(c.where({"model.norm", "train.seed"}), "config");
+}
+
 }  // namespace
 }  // namespace tessera::io
