@@ -198,8 +198,8 @@ Command add_score_command(CLI::App& parent) {
                   "Where --checkpoint translates: cpu or cuda (the first GPU; under mpirun, local rank % GPUs)")
       ->check(CLI::IsMember({"cpu", "cuda"}))
       ->needs(checkpoint);
-  cmd->add_option("--batch", opt->batch, "Sentences --checkpoint decodes together (default: from the config)")
-      ->check(CLI::Range(1, 100000))
+  add_whole_number_option(cmd, "--batch", opt->batch, 1, 100000,
+                          "Sentences --checkpoint decodes together (default: from the config)")
       ->needs(checkpoint);
   checkpoint->needs(cmd->get_option("--src"));
   cmd->add_option("--metrics,-m", opt->metrics,

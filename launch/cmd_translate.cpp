@@ -167,19 +167,18 @@ Command add_translate_command(CLI::App& parent) {
   cmd->add_option("--vocab-tgt", opt->vocab_tgt,
                   "Target-side SentencePiece model of a run with one vocabulary per language (default: the one the "
                   "checkpoint holds, which one given must equal)");
-  auto* beam = cmd->add_option("--beam", opt->beam, "Beam size (default: decode.beam of the checkpoint's config)")
-                   ->check(CLI::Range(1, 1000));
+  auto* beam = add_whole_number_option(cmd, "--beam", opt->beam, 1, 1000,
+                                       "Beam size (default: decode.beam of the checkpoint's config)");
   auto* length_penalty =
       cmd->add_option("--length-penalty", opt->length_penalty, "Length penalty alpha (default: from the config)")
           ->check(finite_range(0.0, 10.0));
-  cmd->add_option("--batch", opt->batch, "Sentences decoded together (default: from the config)")
-      ->check(CLI::Range(1, 100000));
-  auto* nbest =
-      cmd->add_option("--nbest", opt->nbest,
-                      "Write the N best translations of each sentence (1 to the beam size), one a line: 'LINE ||| "
-                      "translation ||| F0= log-probability ||| score' (LINE from 0; score: the length-normalized "
-                      "log-probability the beam ranks by), as Marian and Moses write n-best lists")
-          ->check(CLI::Range(1, 1000));
+  add_whole_number_option(cmd, "--batch", opt->batch, 1, 100000,
+                          "Sentences decoded together (default: from the config)");
+  auto* nbest = add_whole_number_option(
+      cmd, "--nbest", opt->nbest, 1, 1000,
+      "Write the N best translations of each sentence (1 to the beam size), one a line: 'LINE ||| "
+      "translation ||| F0= log-probability ||| score' (LINE from 0; score: the length-normalized "
+      "log-probability the beam ranks by), as Marian and Moses write n-best lists");
   auto* sample = cmd->add_flag("--sample", opt->sample,
                                "Draw each token from the model's distribution instead of searching (one translation "
                                "a sentence, for back-translation): the same seed gives the same draws, under mpirun "
@@ -187,9 +186,8 @@ Command add_translate_command(CLI::App& parent) {
                      ->excludes(beam)
                      ->excludes(nbest)
                      ->excludes(length_penalty);
-  cmd->add_option("--top-k", opt->sampling.top_k, "--sample: only from the K most likely tokens (0: all)")
-      ->check(CLI::Range(std::int64_t{0}, std::int64_t{1} << 30))
-      ->capture_default_str()
+  add_whole_number_option(cmd, "--top-k", opt->sampling.top_k, 0, std::int64_t{1} << 30,
+                          "--sample: only from the K most likely tokens (0: all)")
       ->needs(sample);
   cmd->add_option("--temperature", opt->sampling.temperature,
                   "--sample: divides the log-probabilities (below 1: closer to greedy; above 1: more diverse)")

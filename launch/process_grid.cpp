@@ -72,12 +72,13 @@ void root_first(dist::Communicator* world, const std::function<void()>& load) {
 }
 
 ProcessGrid make_process_grid(const io::Config& cfg, std::string_view command_line) {
-  const auto tp = static_cast<int>(cfg.integer("parallel.tensor"));
-  const auto dp = static_cast<int>(cfg.integer("parallel.data"));
+  const auto tp = static_cast<int>(cfg.integer("parallel.tensor"));  // at most 4096
+  const auto dp = static_cast<int>(cfg.integer("parallel.data"));    // at most 1000000
+  const std::int64_t processes = std::int64_t{tp} * dp;              // beyond int's range
   const bool gpu = cfg.string("train.device") == "cuda";
   ProcessGrid g;
   const bool by_mpirun = launched_by_mpi();  // asked first: MPI_Init sets those variables in a lone process too
-  if (!by_mpirun && tp * dp == 1) {
+  if (!by_mpirun && processes == 1) {
     g.world = std::make_unique<dist::LocalCommunicator>();
     g.tensor = std::make_unique<dist::LocalCommunicator>();
     g.data = std::make_unique<dist::LocalCommunicator>();
@@ -96,12 +97,12 @@ ProcessGrid make_process_grid(const io::Config& cfg, std::string_view command_li
                            "were given another one than rank 0 (config files that differ between machines?): give "
                            "every rank the same config file and command line");
   g.local_rank = world->mpi()->local_rank();
-  if (tp * dp != g.size)
+  if (processes != g.size)
     throw io::ConfigError(
         fmt::format("{}: parallel.tensor ({}) x parallel.data ({}) = {} processes, but this run has {} ({})",
-                    cfg.where({"parallel.tensor", "parallel.data"}), tp, dp, tp * dp, g.size,
+                    cfg.where({"parallel.tensor", "parallel.data"}), tp, dp, processes, g.size,
                     by_mpirun ? fmt::format("mpirun -np {}", g.size)
-                              : fmt::format("not started by mpirun: use mpirun -np {}", tp * dp)));
+                              : fmt::format("not started by mpirun: use mpirun -np {}", processes)));
   if (gpu) {
     const CudaDevice device = select_cuda_device(g.local_rank);
     g.gpu = device.description;

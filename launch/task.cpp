@@ -519,14 +519,10 @@ void restore_vocabularies(const io::Config& cfg, const VocabPaths& paths,
 
 }  // namespace
 
-TaskData load_task_data(const io::Config& cfg, dist::Communicator* world, const std::string& resume_checkpoint) {
-  TaskData t;
+void check_data_keys(const io::Config& cfg) {
   const std::string task = cfg.string("data.task");
-  const auto seed = static_cast<std::uint64_t>(cfg.integer("train.seed"));
   if (task != "translation") {
-    t.synthetic = true;
-    const std::int64_t vocab = cfg.integer("data.synthetic_vocab"), lo = cfg.integer("data.synthetic_min_len"),
-                       hi = cfg.integer("data.synthetic_max_len");
+    const std::int64_t lo = cfg.integer("data.synthetic_min_len"), hi = cfg.integer("data.synthetic_max_len");
     check_config(cfg, {"data.synthetic_min_len", "data.synthetic_max_len"}, lo <= hi,
                  "data.synthetic_min_len = {} exceeds data.synthetic_max_len = {}", lo, hi);
     check_config(cfg, {"train.best_metric", "data.task"}, cfg.string("train.best_metric") != "chrf",
@@ -534,13 +530,7 @@ TaskData load_task_data(const io::Config& cfg, dist::Communicator* world, const 
                  "match (train.best_metric = bleu) or perplexity (ppl)",
                  task);
     check_fits_positions(cfg, "data.synthetic_max_len");
-    const auto kind = data::parse_synthetic_task(task);
-    t.src_codec = t.tgt_codec = TextCodec::symbols(vocab);
-    t.train = data::make_synthetic(kind, cfg.integer("data.synthetic_train_size"), lo, hi, vocab, seed);
-    t.valid = data::make_synthetic(kind, cfg.integer("data.synthetic_valid_size"), lo, hi, vocab, seed + 7919);
-    fmt::print("data: synthetic '{}' task, {} symbols, lengths {}..{}, {} training and {} validation examples\n", task,
-               vocab, lo, hi, t.train.size(), t.valid.size());
-    return t;
+    return;
   }
   // The training text is read several times (checked, a vocabulary trained on it, encoded), and
   // every rank reads the validation text: a pipe (<(...), a FIFO) would be empty the second time,
@@ -550,6 +540,8 @@ TaskData load_task_data(const io::Config& cfg, dist::Communicator* world, const 
                  key);
     std::error_code ec;
     const std::filesystem::file_status status = std::filesystem::status(cfg.string(key), ec);
+    check_config(cfg, {key}, !std::filesystem::is_directory(status), "{} = '{}' is a folder, not a file", key,
+                 cfg.string(key));
     check_config(cfg, {key},
                  !std::filesystem::is_fifo(status) && !std::filesystem::is_character_file(status) &&
                      !std::filesystem::is_socket(status),
@@ -559,6 +551,25 @@ TaskData load_task_data(const io::Config& cfg, dist::Communicator* world, const 
   }
   check_vocab_keys(cfg);
   check_fits_positions(cfg, "data.max_len");
+}
+
+TaskData load_task_data(const io::Config& cfg, dist::Communicator* world, const std::string& resume_checkpoint) {
+  check_data_keys(cfg);
+  TaskData t;
+  const std::string task = cfg.string("data.task");
+  const auto seed = static_cast<std::uint64_t>(cfg.integer("train.seed"));
+  if (task != "translation") {
+    t.synthetic = true;
+    const std::int64_t vocab = cfg.integer("data.synthetic_vocab"), lo = cfg.integer("data.synthetic_min_len"),
+                       hi = cfg.integer("data.synthetic_max_len");
+    const auto kind = data::parse_synthetic_task(task);
+    t.src_codec = t.tgt_codec = TextCodec::symbols(vocab);
+    t.train = data::make_synthetic(kind, cfg.integer("data.synthetic_train_size"), lo, hi, vocab, seed);
+    t.valid = data::make_synthetic(kind, cfg.integer("data.synthetic_valid_size"), lo, hi, vocab, seed + 7919);
+    fmt::print("data: synthetic '{}' task, {} symbols, lengths {}..{}, {} training and {} validation examples\n", task,
+               vocab, lo, hi, t.train.size(), t.valid.size());
+    return t;
+  }
   const VocabPaths paths = vocab_paths(cfg);
   const std::string train_src = cfg.string("data.train_src"), train_tgt = cfg.string("data.train_tgt");
   // Rank 0 first: a bad file is reported once (by it), and a vocabulary it trains or restores is

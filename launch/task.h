@@ -85,6 +85,10 @@ EncodedPairs encode_files(const TextCodec& src_codec, const TextCodec& tgt_codec
                           const std::string& tgt_path, std::int64_t max_len, dist::Communicator* world = nullptr,
                           std::int64_t pairs_per_round = 0);
 
+// The data keys that are each valid alone but not together, and the text files' kinds (set, not a
+// folder, pipe or device): ConfigError before any work. load_task_data checks them first too.
+void check_data_keys(const io::Config& cfg);
+
 // Loads (or, for a corpus without a vocabulary yet, trains) everything a run needs. Logs what it
 // skipped (empty and over-long pairs). The training text is streamed (encode_files), never held
 // whole. With `world`, every rank calls it: rank 0 checks the text and loads or trains the

@@ -1242,6 +1242,7 @@ TrainResult run_training(const io::Config& cfg, const TrainOptions& options) {
         cfg.where({"train.adam_eps"}) +
         ": train.adam_eps = 0: Adam divides by sqrt(v) + eps, so a weight whose gradients have all been 0 so "
         "far (a unit no example reached) would get 0 / 0 = NaN: give a positive value (1e-9, the paper's)");
+  check_data_keys(cfg);  // before the folder is made or the config printed
   // One train per folder, locked before the folder is looked at: a train that ended in between would
   // be taken for none (and trained over), or resumed from an older checkpoint. A new folder is
   // locked once created, below.
@@ -1294,10 +1295,12 @@ TrainResult run_training(const io::Config& cfg, const TrainOptions& options) {
       fail("output.dir '{}' is a symbolic link to '{}', which does not exist", dir.string(),
            fs::read_symlink(dir, ignored).string());
     std::error_code ec;
-    // "run/" names the folder run: its parents are what may need making first, not run itself
-    // (else this start's mkdir found it made, and a refused start left it behind).
+    // "run/" and "run/." name the folder run: its parents are what may need making first, not run
+    // itself (else this start's mkdir found it made, and a refused start left it behind).
     fs::path folder = dir;
-    while (!folder.has_filename() && folder.has_relative_path()) folder = folder.parent_path();
+    while ((!folder.has_filename() || folder.filename() == ".") && folder.has_relative_path() &&
+           folder.has_parent_path())
+      folder = folder.parent_path();
     if (folder.has_parent_path()) fs::create_directories(folder.parent_path(), ec);
     // This start's own mkdir, not an earlier look: a folder another start made meanwhile is theirs.
     const bool made = !ec && fs::create_directory(folder, ec);

@@ -156,6 +156,34 @@ std::optional<double> parse_real(std::string_view s, bool round_out_of_range = t
   return value;
 }
 
+// Whether decimal text (see is_decimal_number) is a whole number exactly, as written: its value
+// is digits x 10^shift, whole when the digits that a negative shift puts past the point are zeros.
+bool is_whole_as_written(std::string_view s) {
+  const std::size_t e = s.find_first_of("eE");
+  std::int64_t exponent = 0;
+  if (e != std::string_view::npos) {
+    std::string_view text = s.substr(e + 1);
+    if (!text.empty() && text.front() == '+') text.remove_prefix(1);
+    const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), exponent);
+    if (ec != std::errc() || end != text.data() + text.size()) return false;
+  }
+  std::string digits;
+  std::int64_t fraction_digits = 0;
+  bool past_point = false;
+  for (const char c : s.substr(0, e)) {
+    if (c == '.') past_point = true;
+    if (!is_digit(c)) continue;
+    digits += c;
+    if (past_point) ++fraction_digits;
+  }
+  if (exponent >= fraction_digits) return true;
+  // Digits past the point: -(exponent - fraction_digits), at most all of them (no overflow).
+  const auto dropped = static_cast<std::size_t>(
+      std::min<std::int64_t>(static_cast<std::int64_t>(digits.size()),
+                             fraction_digits - std::max<std::int64_t>(exponent, -(std::int64_t{1} << 40))));
+  return digits.find_first_not_of('0', digits.size() - dropped) == std::string::npos;
+}
+
 // Integral values only, but in any spelling of one ("6", "+6", "6.0", "1e3").
 // An int64 written as digits or as a whole real ("1e6"); `beyond_int64` (when given) tells a whole
 // number outside int64 (either way) from text that is no whole number at all.
@@ -173,8 +201,14 @@ std::optional<std::int64_t> parse_integer(std::string_view s, bool* beyond_int64
       return std::nullopt;
     }
   }
+  // Past a double's range ("1e400"): a whole number, but beyond int64 (".inf" is no number).
+  if (const std::optional<double> rounded = parse_real(s); rounded && std::isinf(*rounded) && is_decimal_number(s)) {
+    if (beyond_int64 != nullptr) *beyond_int64 = true;
+    return std::nullopt;
+  }
   const std::optional<double> real = parse_real(s, /*round_out_of_range=*/false);
-  if (!real || !std::isfinite(*real) || std::trunc(*real) != *real) return std::nullopt;
+  // Whole as written, not only once rounded to a double ("2.0000000000000001" is not 2).
+  if (!real || !std::isfinite(*real) || std::trunc(*real) != *real || !is_whole_as_written(s)) return std::nullopt;
   constexpr double limit = 9223372036854775808.0;  // 2^63
   if (*real < -limit || *real >= limit) {
     if (beyond_int64 != nullptr) *beyond_int64 = true;
@@ -265,6 +299,10 @@ std::string normalize(const KeySpec& spec, std::string_view text, const std::str
     case ValueType::real: {
       const std::optional<double> v = parse_real(text);
       if (!v) throw wrong_type();
+      // Rounded to 0 past a double's range ("1e-400"): 0 means "off" for some keys, not "tiny".
+      if (*v == 0 && text.substr(0, text.find_first_of("eE")).find_first_of("123456789") != std::string_view::npos)
+        throw ConfigError(
+            fmt::format("{}'{}' = {} is too small for a double: it would be 0", at, spec.key, excerpt(text)));
       if (has_range(spec) && !(*v >= spec.min && *v <= spec.max)) throw out_of_range();  // NaN is outside too
       return format_real(*v);
     }
@@ -272,6 +310,9 @@ std::string normalize(const KeySpec& spec, std::string_view text, const std::str
       if (text != "true" && text != "false") throw wrong_type();
       return std::string(text);
     case ValueType::string:
+      // A path is cut at a NUL byte by every file call: another file than the one written.
+      if (text.find('\0') != std::string_view::npos)
+        throw ConfigError(fmt::format("{}'{}' contains a NUL byte", at, spec.key));
       if (!spec.choices.empty() && std::find(spec.choices.begin(), spec.choices.end(), text) == spec.choices.end()) {
         throw ConfigError(
             fmt::format("{}'{}' = '{}' is not one of: {}", at, spec.key, excerpt(text), join(spec.choices, ", ")));
@@ -415,6 +456,7 @@ class Loader {
       // Errors point at the key: an empty value's mark is on the following line.
       const std::string where = at(key.Mark());
       if (!key.IsScalar()) throw ConfigError(fmt::format("{}expected a key name, got {}", where, describe(key)));
+      if (key.Scalar().empty()) throw ConfigError(fmt::format("{}empty key name", where));
       if (key.Scalar() == "<<" && key.Tag() == "?") {  // unquoted: a merge key, which yaml-cpp does not merge
         throw ConfigError(fmt::format("{}YAML merge keys ('<<') are not supported: write the keys out", where));
       }
@@ -484,9 +526,14 @@ void apply_override(const Schema& schema, const std::string& override_text, std:
     values[key] = normalize(*spec, raw, where);
     return;
   }
+  // Read as the value of a key in a file would be: YAML::Load of the bare text would return its
+  // first node and drop the rest ('"a" "b"', "3\n---\n5"), which a file refuses.
   YAML::Node value;
   try {
-    value = YAML::Load(override_text.substr(eq + 1));
+    const std::vector<YAML::Node> documents = YAML::LoadAll("value: " + override_text.substr(eq + 1));
+    if (documents.size() != 1 || !documents[0].IsMap() || documents[0].size() != 1)
+      throw ConfigError(fmt::format("{}invalid YAML value: more than one value", where));
+    value = documents[0]["value"];
   } catch (const YAML::Exception& e) {
     throw ConfigError(fmt::format("{}invalid YAML value: {}", where, excerpt(e.msg, 200)));
   }
@@ -503,10 +550,19 @@ std::string read_file(const std::string& path) {
   if (file == nullptr) {
     throw ConfigError(fmt::format("cannot read config file '{}': {}", path, std::strerror(errno)));
   }
+  // A config is a few KB: a device or a huge file given by mistake (/dev/zero) is refused before it
+  // takes the memory.
+  constexpr std::size_t kMaxBytes = std::size_t{16} << 20;
   std::string text;
   char buffer[8192];
   std::size_t n = 0;
-  while ((n = std::fread(buffer, 1, sizeof buffer, file)) > 0) text.append(buffer, n);
+  while ((n = std::fread(buffer, 1, sizeof buffer, file)) > 0) {
+    text.append(buffer, n);
+    if (text.size() > kMaxBytes) {
+      std::fclose(file);
+      throw ConfigError(fmt::format("config file '{}' is larger than 16 MiB: not a config", path));
+    }
+  }
   const bool failed = std::ferror(file) != 0;
   const int error = errno;
   std::fclose(file);

@@ -138,12 +138,14 @@ lr() { h5dump -a /train/learning_rate "$1" | grep '(0)'; }
 grep -qF '{"resumed_from": "'"$work"'/we\"ird/ck\\1.h5", "step": 50}' "$work/fork50/metrics.jsonl" \
   || { cat "$work/fork50/metrics.jsonl"; fail "resumed_from is not the path as a JSON string"; }
 # A start refused once it made its output.dir (the data no longer reaches the checkpoint's batch)
-# removes it, also when the name ends with '/' (the folder was made as the parent of "slash/", and
-# left behind).
-expect_error "cannot resume from '[^']*checkpoint_00000050\.h5': it stopped after batch" \
-  "$tessera" train $common --set output.dir="$work/slash/" --set data.synthetic_train_size=20 \
-  --resume "$dir/checkpoint_00000050.h5"
-[ ! -e "$work/slash" ] || fail "a refused start left the output.dir it made: $(ls -A "$work/slash")"
+# removes it, also when the name ends with '/' or '/.' (the folder was made as the parent of
+# "slash/", and left behind).
+for end in / /. /./; do
+  expect_error "cannot resume from '[^']*checkpoint_00000050\.h5': it stopped after batch" \
+    "$tessera" train $common --set output.dir="$work/slash$end" --set data.synthetic_train_size=20 \
+    --resume "$dir/checkpoint_00000050.h5"
+  [ ! -e "$work/slash" ] || fail "a refused start into 'slash$end' left the output.dir it made: $(ls -A "$work/slash")"
+done
 
 # A run refused on the way (here: the checkpoint does not fit the configured model) leaves the
 # folder's config.yaml, that of the run it holds, as it was.

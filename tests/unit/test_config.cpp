@@ -367,6 +367,15 @@ TEST_F(ConfigFile, DirectoryIsNotReadable) {
             "cannot read config file '" + path + "': Is a directory");
 }
 
+// A device or a huge file given by mistake is refused before it takes the memory.
+TEST_F(ConfigFile, MoreThan16MiBIsNoConfig) {
+  const std::string path = write("huge.yaml", std::string((std::size_t{16} << 20) + 1, '#'));
+  EXPECT_EQ(error_of([&] { Config::load(test_schema(), path, {}); }),
+            fmt::format("config file '{}' is larger than 16 MiB: not a config", path));
+  EXPECT_EQ(error_of([&] { Config::load(test_schema(), "/dev/zero", {}); }),
+            "config file '/dev/zero' is larger than 16 MiB: not a config");
+}
+
 TEST_F(ConfigFile, FileErrorComesBeforeOverrideError) {
   const std::string path = write("x.yaml", "steps: -1\n");
   EXPECT_EQ(error_of([&] { Config::load(test_schema(), path, {"model.layer=2"}); }),
@@ -480,14 +489,61 @@ TEST(ConfigErrors, OutsideRange) {
             "configs/x.yaml:2: 'model.dropout' = -1e400 is outside the allowed range [0.0, 1.0]");
 }
 
-// A value too small for a double rounds to zero, as strtod (and YAML parsers) round it.
-TEST(Config, UnderflowRoundsToZero) {
-  const std::string yaml = "model:\n  dropout: 1e-400\n";
-  EXPECT_EQ(parse(yaml).real("model.dropout"), 0.0);
-  // An integer key does not round it: 1e-400 is no integer (0 would mean something else, as
-  // train.patience = 0 does).
+// A value too small for a double would round to zero, and 0 means "off" for some keys
+// (train.lr_peak): refused, not rounded. An integer key does not take it either: 1e-400 is no integer.
+TEST(ConfigErrors, UnderflowIsRefusedNotRoundedToZero) {
+  EXPECT_EQ(parse_error("model:\n  dropout: 1e-400\n"),
+            "configs/x.yaml:2: 'model.dropout' = 1e-400 is too small for a double: it would be 0");
+  EXPECT_EQ(override_error("optim.lr=-2.5e-500"),
+            "--set optim.lr=-2.5e-500: 'optim.lr' = -2.5e-500 is too small for a double: it would be 0");
+  EXPECT_EQ(parse("model:\n  dropout: 0e-400\n").real("model.dropout"), 0.0);         // zero as written
+  EXPECT_EQ(parse("model:\n  dropout: 4.9e-324\n").real("model.dropout"), 4.9e-324);  // the least subnormal
   EXPECT_EQ(override_error("model.layers=1e-400"),
             "--set model.layers=1e-400: 'model.layers' expects an integer, got '1e-400'");
+}
+
+// An integer key takes a whole number in any spelling, but only when it is whole as written: a
+// fraction that rounds away in a double ("2.0000000000000001") is no integer; a whole number past
+// a double's range is out of range.
+TEST(ConfigErrors, IntegersAreWholeAsWritten) {
+  EXPECT_EQ(parse_error("model:\n  layers: 2.0000000000000001\n"),
+            "configs/x.yaml:2: 'model.layers' expects an integer, got '2.0000000000000001'");
+  EXPECT_EQ(override_error("steps=1.00000000000000000001e3"),
+            "--set steps=1.00000000000000000001e3: 'steps' expects an integer, got '1.00000000000000000001e3'");
+  EXPECT_EQ(parse("steps: 1.5e1\n").integer("steps"), 15);
+  EXPECT_EQ(parse("steps: 2500e-2\n").integer("steps"), 25);
+  EXPECT_EQ(parse("steps: 0.000e-99999999999\n").integer("steps"), 0);
+  EXPECT_EQ(parse_error("steps: 25e-1\n"), "configs/x.yaml:1: 'steps' expects an integer, got '25e-1'");
+  EXPECT_EQ(parse_error("steps: 1e400\n"),
+            "configs/x.yaml:1: 'steps' = 1e400 is outside the allowed range [0, 1000000]");
+}
+
+// Every file call cuts a path at a NUL byte: another file than the one written would be read. (A
+// --set cannot hold one: the command line is C strings.)
+TEST(ConfigErrors, NulByteInAStringIsRefused) {
+  EXPECT_EQ(parse_error("train:\n  name: \"run\\0x\"\n"), "configs/x.yaml:2: 'train.name' contains a NUL byte");
+}
+
+// An empty key name at the top would make its map the root again ("": {model: {layers: 3}}).
+TEST(ConfigErrors, EmptyKeyName) {
+  EXPECT_EQ(parse_error("\"\":\n  model:\n    layers: 3\n"), "configs/x.yaml:1: empty key name");
+  EXPECT_EQ(parse_error("model:\n  '': 3\n"), "configs/x.yaml:2: empty key name");
+}
+
+// --set reads its value as a file's key would: text after a quoted value, or a second document,
+// is an error, not dropped.
+TEST(ConfigErrors, OverrideValueIsOneValueOnly) {
+  EXPECT_NE(override_error("train.name=\"a\" \"b\"").find("--set train.name=\"a\" \"b\": invalid YAML value"),
+            std::string::npos);
+  EXPECT_NE(override_error("model.layers=\"3\" 4").find("--set model.layers=\"3\" 4: invalid YAML value"),
+            std::string::npos);
+  EXPECT_EQ(override_error("model.layers=3\n---\n5"),
+            "--set model.layers=3\n---\n5: invalid YAML value: more than one value");
+  EXPECT_EQ(override_error("model.layers=3\nsteps: 4"),
+            "--set model.layers=3\nsteps: 4: invalid YAML value: more than one value");
+  EXPECT_EQ(
+      parse("", {"model.layers=\"3\"", "model.dropout=0.5 # a comment", "train.name='x y'"}).integer("model.layers"),
+      3);
 }
 
 TEST(ConfigErrors, NotOneOfChoices) {
