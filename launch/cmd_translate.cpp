@@ -195,7 +195,8 @@ Command add_translate_command(CLI::App& parent) {
       ->capture_default_str()
       ->needs(sample);
   cmd->add_option("--seed", opt->seed, "--sample: seed of the draws")
-      ->check(whole_number(0, std::numeric_limits<std::int64_t>::max()))
+      ->check(whole_number(0, std::numeric_limits<std::int64_t>::max()).description(""))
+      ->type_name(fmt::format("INT in [0, {}]", std::numeric_limits<std::int64_t>::max()))
       ->capture_default_str()
       ->needs(sample);
   cmd->add_option("--device", opt->device,

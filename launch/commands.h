@@ -38,21 +38,24 @@ inline CLI::Validator whole_number(std::int64_t lo, std::int64_t hi) {
 }
 
 // An option holding a whole number in [lo, hi], read in decimal (CLI11 reads "010" as octal) and
-// exactly (see whole_number); `target` keeps its value when the option is not given.
+// exactly (see whole_number); `target` keeps its value when the option is not given. The help shows
+// that value as the default unless it is outside [lo, hi] (0 for "from the config", say).
 template <typename Int>
 CLI::Option* add_whole_number_option(CLI::App* cmd, const std::string& name, Int& target, std::int64_t lo,
                                      std::int64_t hi, const std::string& description) {
-  return cmd
-      ->add_option_function<std::string>(
-          name,
-          [&target](const std::string& text) {
-            std::int64_t v = 0;
-            std::from_chars(text.data(), text.data() + text.size(), v);  // checked by whole_number
-            target = static_cast<Int>(v);
-          },
-          description)
-      ->check(whole_number(lo, hi))
-      ->default_str(std::to_string(target));
+  CLI::Option* option = cmd->add_option_function<std::string>(
+                               name,
+                               [&target](const std::string& text) {
+                                 std::int64_t v = 0;
+                                 std::from_chars(text.data(), text.data() + text.size(), v);  // checked by whole_number
+                                 target = static_cast<Int>(v);
+                               },
+                               description)
+                            ->check(whole_number(lo, hi).description(""))
+                            ->type_name(fmt::format("INT in [{}, {}]", lo, hi));
+  if (static_cast<std::int64_t>(target) >= lo && static_cast<std::int64_t>(target) <= hi)
+    option->default_str(std::to_string(target));
+  return option;
 }
 
 // A real number in [lo, hi]. CLI::Range lets NaN through (every comparison with it is false).
