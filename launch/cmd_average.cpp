@@ -43,7 +43,14 @@ std::string check_average_paths(const std::vector<std::string>& inputs, const st
         fail("average: '{}' and '{}' are the same file: each checkpoint counts once", inputs[j], inputs[i]);
     if (fs::exists(output, ec) && fs::equivalent(inputs[i], output, ec))
       fail("average: the output '{}' is the input '{}': write the average to another file", output, inputs[i]);
+    // The output is written through "<file>.tmp" (see io::save_checkpoint), which replaces what is there.
+    if (fs::equivalent(inputs[i], target + ".tmp", ec))
+      fail(
+          "average: the input '{}' is the temporary file '{}.tmp' that the output is written through: write the "
+          "average to another file",
+          inputs[i], target);
   }
+  check_can_create("average", target);
   return target;
 }
 

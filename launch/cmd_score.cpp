@@ -15,8 +15,8 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
-#include <iostream>
 #include <memory>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -55,6 +55,11 @@ std::vector<std::string> read_lines(std::istream& in, const std::string& name) {
   }
   if (in.bad()) fail("score: reading {} failed after {} lines", name, lines.size());
   return lines;
+}
+
+std::vector<std::string> read_stdin_lines() {
+  std::istringstream in(data::read_standard_input());
+  return read_lines(in, "<stdin>");
 }
 
 std::vector<std::string> read_file_lines(const std::string& path, const char* what) {
@@ -140,8 +145,7 @@ int run_score(const ScoreOptions& opt) {
     const std::string src_name = src_stdin ? std::string("standard input") : fmt::format("source file '{}'", opt.src);
     const TranslationJob job = load_translation_job(
         world.get(), opt.checkpoints, "", "", opt.device == "cuda" ? Device::cuda : Device::cpu, src_name, [&] {
-          std::vector<std::string> src =
-              src_stdin ? read_lines(std::cin, "<stdin>") : read_file_lines(opt.src, "source");
+          std::vector<std::string> src = src_stdin ? read_stdin_lines() : read_file_lines(opt.src, "source");
           if (root) {  // before the translation: a bad reference file is reported at once
             refs = read_references(opt.refs);
             check_line_counts(refs, opt.refs, src.size(), src_name);
@@ -158,7 +162,7 @@ int run_score(const ScoreOptions& opt) {
   } else {
     if (launcher_rank() != 0) return 0;  // under mpirun, rank 0 scores (and alone has standard input)
     const bool from_stdin = opt.hyp == "-";
-    hyps = from_stdin ? read_lines(std::cin, "<stdin>") : read_file_lines(opt.hyp, "hypothesis");
+    hyps = from_stdin ? read_stdin_lines() : read_file_lines(opt.hyp, "hypothesis");
     hyp_source = from_stdin ? std::string("standard input") : fmt::format("hypothesis file '{}'", opt.hyp);
     refs = read_references(opt.refs);
   }

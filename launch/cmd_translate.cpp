@@ -7,8 +7,8 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
-#include <iostream>
 #include <limits>
+#include <sstream>
 
 #include "data/corpus.h"
 #include "dist/mpi_communicator.h"
@@ -34,7 +34,13 @@ void check_writable_output(const std::string& path, const std::vector<std::pair<
   std::error_code ec;
   if (fs::is_directory(path, ec)) fail("translate: cannot write '{}': it is a directory", path);
   check_not_an_input(path, inputs);
-  const fs::path folder = fs::path(path).parent_path().empty() ? fs::path(".") : fs::path(path).parent_path();
+  // A link to a file not there yet is written through: the file is made in the target's folder.
+  fs::path file = path;
+  if (fs::is_symlink(file, ec) && !fs::exists(file, ec)) {
+    const fs::path link = fs::read_symlink(file, ec);
+    file = link.is_absolute() ? link : file.parent_path() / link;
+  }
+  const fs::path folder = file.parent_path().empty() ? fs::path(".") : file.parent_path();
   if (fs::exists(folder, ec) && !fs::is_directory(folder, ec))
     fail("translate: cannot write '{}': '{}' is not a folder", path, folder.string());
   if (!fs::is_directory(folder, ec))
@@ -107,7 +113,8 @@ void write_translations(const std::string& path, const std::vector<std::string>&
 // Standard input's lines, checked as read_lines checks a file's ("\r" ends dropped, UTF-8).
 std::vector<std::string> read_stdin_lines() {
   std::vector<std::string> lines;
-  for (std::string line; std::getline(std::cin, line);) {
+  std::istringstream in(data::read_standard_input());
+  for (std::string line; std::getline(in, line);) {
     if (!line.empty() && line.back() == '\r') line.pop_back();
     if (const std::int64_t bad = data::find_invalid_utf8(line); bad >= 0)
       fail("<stdin>:{}: invalid UTF-8 at byte {}", lines.size() + 1, bad + 1);

@@ -2,6 +2,7 @@
 // or writes out the ones a checkpoint holds.
 #include <fmt/core.h>
 
+#include <filesystem>
 #include <limits>
 #include <memory>
 
@@ -19,9 +20,17 @@ void write_checkpoint_vocabularies(const std::string& checkpoint, const std::str
   if (stored.empty())
     fail("checkpoint '{}' holds no vocabulary (a synthetic task's, or written before checkpoints held them)",
          checkpoint);
+  const auto path_of = [&](const std::string& name) { return prefix + (name == "joint" ? "" : "." + name) + ".model"; };
+  // Before any is written: the checkpoint itself (another name, a link) would be replaced by a vocabulary.
+  for (const auto& [name, bytes] : stored) {
+    std::error_code ec;
+    if (std::filesystem::equivalent(path_of(name), checkpoint, ec))
+      fail("vocab: the output '{}' is the checkpoint '{}': give another --model-prefix", path_of(name), checkpoint);
+    check_can_create("vocab", path_of(name));
+  }
   for (const auto& [name, bytes] : stored) {
     const data::Vocab vocab = data::Vocab::from_serialized(bytes, checkpoint + ":/vocab/" + name);
-    const std::string path = prefix + (name == "joint" ? "" : "." + name) + ".model";
+    const std::string path = path_of(name);
     data::Vocab::write_model_file(path, bytes);
     fmt::print("wrote {} (vocabulary size {}) from {}:/vocab/{}\n", path, vocab.size(), checkpoint, name);
   }

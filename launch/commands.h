@@ -3,13 +3,19 @@
 #pragma once
 
 #include <fmt/core.h>
+#include <unistd.h>
 
 #include <CLI/CLI.hpp>
+#include <cerrno>
 #include <charconv>
 #include <cmath>
 #include <cstdlib>
+#include <cstring>
+#include <filesystem>
 #include <functional>
 #include <string>
+
+#include "common/error.h"
 
 namespace tessera::launch {
 
@@ -69,6 +75,20 @@ inline CLI::Validator finite_range(double lo, double hi) {
         return {};
       },
       fmt::format("FLOAT in [{}, {}]", lo, hi));
+}
+
+// Checked before the work whose result `path` receives (a file written through a temporary beside
+// it; its missing folders are made): the nearest folder that exists must be writable by this user.
+inline void check_can_create(const char* command, const std::string& path) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  fs::path folder = fs::absolute(path, ec).parent_path();
+  while (!fs::exists(folder, ec) && folder.has_relative_path()) folder = folder.parent_path();
+  if (!fs::is_directory(folder, ec))
+    throw Error(fmt::format("{}: cannot write '{}': '{}' is not a folder", command, path, folder.string()));
+  if (::access(folder.c_str(), W_OK) != 0)
+    throw Error(
+        fmt::format("{}: cannot write '{}': folder '{}': {}", command, path, folder.string(), std::strerror(errno)));
 }
 
 Command add_train_command(CLI::App& parent);

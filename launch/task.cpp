@@ -71,9 +71,11 @@ std::string TextCodec::decode(const std::vector<std::int32_t>& ids) const {
   if (vocab_) return vocab_->decode(ids);
   std::string out;
   for (std::int32_t id : ids) {
-    if (id < data::kFirstSymbol) continue;
+    // The model may output <unk> (a weakly trained one does): shown, as SentencePiece shows it, not
+    // dropped in silence. pad, bos and eos are no output.
+    if (id < data::kFirstSymbol && id != data::kUnkId) continue;
     if (!out.empty()) out += ' ';
-    out += std::to_string(id - data::kFirstSymbol);
+    out += id == data::kUnkId ? std::string("<unk>") : std::to_string(id - data::kFirstSymbol);
   }
   return out;
 }

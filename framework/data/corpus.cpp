@@ -1,5 +1,6 @@
 #include "data/corpus.h"
 
+#include <unistd.h>
 #include <zlib.h>
 
 #include <cerrno>
@@ -155,6 +156,21 @@ std::vector<std::string> read_lines(const std::string& path) {
   std::string line;
   while (reader.next(line)) lines.push_back(std::move(line));
   return lines;
+}
+
+std::string read_standard_input() {
+  std::string text;
+  char buffer[1 << 16];
+  for (;;) {
+    const ssize_t n = ::read(STDIN_FILENO, buffer, sizeof buffer);
+    if (n > 0) {
+      text.append(buffer, static_cast<std::size_t>(n));
+    } else if (n == 0) {
+      return text;
+    } else if (errno != EINTR) {
+      fail("cannot read standard input: {}", std::strerror(errno));
+    }
+  }
 }
 
 ParallelText read_parallel(const std::string& src_path, const std::string& tgt_path) {

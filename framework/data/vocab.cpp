@@ -233,7 +233,9 @@ void Vocab::write_model_file(const std::string& path, const std::string& bytes) 
   const std::filesystem::path folder = std::filesystem::path(path).parent_path();
   std::error_code ec;
   if (!folder.empty()) std::filesystem::create_directories(folder, ec);
-  const std::string tmp = path + ".tmp";
+  // Of this process (as train's vocabularies are written): a fixed "<path>.tmp" would replace a file
+  // of that name, an input even.
+  const std::string tmp = fmt::format("{}.tmp{}", path, ::getpid());
   std::ofstream out(tmp, std::ios::binary);
   out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
   out.close();

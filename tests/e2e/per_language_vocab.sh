@@ -97,6 +97,13 @@ cmp "$work/hyp.de" "$work/hyp2.de" || fail "other translations without the vocab
   fail "vocab --from-checkpoint"
 cmp "$work/out/v.src.model" "$work/aside/vocab.src.model" && cmp "$work/out/v.tgt.model" "$work/aside/de250.model" ||
   fail "vocab --from-checkpoint wrote other vocabularies than the run's"
+# ... never over the checkpoint itself (here named as the target side's output), which stays as it was.
+cp "$work/moved/model.h5" "$work/out/c.tgt.model"
+status=0
+"$tessera" vocab --from-checkpoint "$work/out/c.tgt.model" --model-prefix "$work/out/c" > "$work/err.txt" 2>&1 || status=$?
+[ $status -eq 1 ] && grep -q "vocab: the output '$work/out/c.tgt.model' is the checkpoint '$work/out/c.tgt.model'" "$work/err.txt" \
+  && cmp "$work/moved/model.h5" "$work/out/c.tgt.model" && [ ! -e "$work/out/c.src.model" ] ||
+  { cat "$work/err.txt"; fail "vocab --from-checkpoint wrote over the checkpoint (status $status)"; }
 # A vocabulary named on the command line must be the checkpoint's own.
 status=0
 "$tessera" translate --checkpoint "$work/moved/model.h5" --vocab "$work/run/vocab.src.model" -i "$work/valid.en" \

@@ -6,6 +6,7 @@
 
 #include <filesystem>
 
+#include "data/synthetic.h"
 #include "data/vocab.h"
 #include "io/checkpoint.h"
 #include "launch/schema.h"
@@ -20,6 +21,16 @@ namespace fs = std::filesystem;
 using testing::error_of;
 
 const std::string kCorpus = std::string(TESSERA_TEST_DATA_DIR) + "/corpus/multi30k_300";
+
+// Synthetic tasks' symbol numbers: <unk> (which a weakly trained model can output) is shown, not
+// dropped in silence; pad, bos and eos are no output.
+TEST(SymbolCodec, UnknownIsShownOtherSpecialIdsAreNot) {
+  const launch::TextCodec codec = launch::TextCodec::symbols(20);
+  EXPECT_EQ(codec.decode(codec.encode("7 0 19")), "7 0 19");
+  EXPECT_EQ(codec.decode({data::kFirstSymbol + 7, data::kUnkId, data::kFirstSymbol, data::kPadId, data::kEosId}),
+            "7 <unk> 0");
+  EXPECT_EQ(codec.decode({data::kUnkId}), "<unk>");
+}
 
 class CheckpointVocabularies : public ::testing::Test {
  protected:
