@@ -74,7 +74,9 @@ bool drop_page_cache() {
 int run_checkpoint_bench(const CheckpointBenchOptions& opt) {
   namespace fs = std::filesystem;
   const io::Config cfg = io::Config::load(tessera_schema(), opt.config, {});
-  // The folder first: a model of the base size takes seconds to build.
+  // The model's own constraints (heads dividing d_model, ...) before anything is made; then the
+  // folder: a model of the base size takes seconds to build.
+  models::validate(model_config(cfg, opt.vocab, opt.vocab), 1);
   std::error_code ec;
   fs::create_directories(opt.dir, ec);
   if (ec) fail("bench checkpoint: cannot create --dir '{}': {}", opt.dir, ec.message());
