@@ -23,10 +23,7 @@ std::string check_average_paths(const std::vector<std::string>& inputs, const st
   std::error_code ec;
   std::string target = output;
   if (fs::is_symlink(output, ec)) {
-    const fs::path link = fs::read_symlink(output, ec);
-    if (!ec)
-      target = fs::exists(output, ec) ? fs::canonical(output, ec).string()
-                                      : (link.is_absolute() ? link : fs::path(output).parent_path() / link).string();
+    target = fs::exists(output, ec) ? fs::canonical(output, ec).string() : link_destination(output).string();
     if (ec || target.empty())  // a link to a pipe, say (/dev/stdout)
       fail(
           "average: the output '{}' is a symbolic link that does not lead to a file path ({}): give the path of a "

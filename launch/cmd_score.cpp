@@ -16,7 +16,6 @@
 #include <filesystem>
 #include <fstream>
 #include <memory>
-#include <sstream>
 #include <string>
 #include <vector>
 
@@ -45,12 +44,16 @@ struct ScoreOptions {
   std::int64_t batch = 0;                       // sentences --checkpoint decodes together (0: the config's)
 };
 
+void check_utf8(const std::string& line, const std::string& name, std::size_t number) {
+  if (const std::int64_t bad = data::find_invalid_utf8(line); bad >= 0)
+    fail("score: {}:{}: not UTF-8 text (byte 0x{:02x} at column {})", name, number,
+         static_cast<unsigned char>(line[static_cast<std::size_t>(bad)]), bad + 1);
+}
+
 std::vector<std::string> read_lines(std::istream& in, const std::string& name) {
   std::vector<std::string> lines;
   for (std::string line; std::getline(in, line);) {
-    if (const std::int64_t bad = data::find_invalid_utf8(line); bad >= 0)
-      fail("score: {}:{}: not UTF-8 text (byte 0x{:02x} at column {})", name, lines.size() + 1,
-           static_cast<unsigned char>(line[static_cast<std::size_t>(bad)]), bad + 1);
+    check_utf8(line, name, lines.size() + 1);
     lines.push_back(std::move(line));
   }
   if (in.bad()) fail("score: reading {} failed after {} lines", name, lines.size());
@@ -58,8 +61,9 @@ std::vector<std::string> read_lines(std::istream& in, const std::string& name) {
 }
 
 std::vector<std::string> read_stdin_lines() {
-  std::istringstream in(data::read_standard_input());
-  return read_lines(in, "<stdin>");
+  std::vector<std::string> lines = data::read_standard_input_lines();
+  for (std::size_t i = 0; i < lines.size(); ++i) check_utf8(lines[i], "<stdin>", i + 1);
+  return lines;
 }
 
 std::vector<std::string> read_file_lines(const std::string& path, const char* what) {

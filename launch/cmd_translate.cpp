@@ -8,7 +8,6 @@
 #include <cstring>
 #include <filesystem>
 #include <limits>
-#include <sstream>
 
 #include "data/corpus.h"
 #include "dist/mpi_communicator.h"
@@ -34,12 +33,9 @@ void check_writable_output(const std::string& path, const std::vector<std::pair<
   std::error_code ec;
   if (fs::is_directory(path, ec)) fail("translate: cannot write '{}': it is a directory", path);
   check_not_an_input(path, inputs);
-  // A link to a file not there yet is written through: the file is made in the target's folder.
-  fs::path file = path;
-  if (fs::is_symlink(file, ec) && !fs::exists(file, ec)) {
-    const fs::path link = fs::read_symlink(file, ec);
-    file = link.is_absolute() ? link : file.parent_path() / link;
-  }
+  // A link (or a chain of them) to a file not there yet is written through: the file is made in
+  // the folder of the chain's end.
+  const fs::path file = link_destination(path);
   const fs::path folder = file.parent_path().empty() ? fs::path(".") : file.parent_path();
   if (fs::exists(folder, ec) && !fs::is_directory(folder, ec))
     fail("translate: cannot write '{}': '{}' is not a folder", path, folder.string());
@@ -112,13 +108,12 @@ void write_translations(const std::string& path, const std::vector<std::string>&
 
 // Standard input's lines, checked as read_lines checks a file's ("\r" ends dropped, UTF-8).
 std::vector<std::string> read_stdin_lines() {
-  std::vector<std::string> lines;
-  std::istringstream in(data::read_standard_input());
-  for (std::string line; std::getline(in, line);) {
+  std::vector<std::string> lines = data::read_standard_input_lines();
+  for (std::size_t i = 0; i < lines.size(); ++i) {
+    std::string& line = lines[i];
     if (!line.empty() && line.back() == '\r') line.pop_back();
     if (const std::int64_t bad = data::find_invalid_utf8(line); bad >= 0)
-      fail("<stdin>:{}: invalid UTF-8 at byte {}", lines.size() + 1, bad + 1);
-    lines.push_back(std::move(line));
+      fail("<stdin>:{}: invalid UTF-8 at byte {}", i + 1, bad + 1);
   }
   return lines;
 }
@@ -152,7 +147,7 @@ Command add_translate_command(CLI::App& parent) {
     std::string device = "cpu";
     bool sample = false;
     models::SamplingOptions sampling;
-    std::string seed = "1";  // read as text and converted here: CLI11 reads "010" as octal
+    std::int64_t seed = 1;
   };
   auto opt = std::make_shared<Options>();
   CLI::App* cmd = parent.add_subcommand(
@@ -201,10 +196,8 @@ Command add_translate_command(CLI::App& parent) {
       ->check(finite_range(1e-3, 1e3))
       ->capture_default_str()
       ->needs(sample);
-  cmd->add_option("--seed", opt->seed, "--sample: seed of the draws")
-      ->check(whole_number(0, std::numeric_limits<std::int64_t>::max()).description(""))
-      ->type_name(fmt::format("INT in [0, {}]", std::numeric_limits<std::int64_t>::max()))
-      ->capture_default_str()
+  add_whole_number_option(cmd, "--seed", opt->seed, 0, std::numeric_limits<std::int64_t>::max(),
+                          "--sample: seed of the draws")
       ->needs(sample);
   cmd->add_option("--device", opt->device,
                   "Decode on the cpu or on a GPU (cuda: the first GPU; under mpirun, local rank % GPUs)")
@@ -245,9 +238,7 @@ Command add_translate_command(CLI::App& parent) {
             if (opt->length_penalty >= 0) dec.length_penalty = opt->length_penalty;
             if (opt->sample) {
               dec.sampling = opt->sampling;
-              std::int64_t seed = 0;  // checked by whole_number
-              std::from_chars(opt->seed.data(), opt->seed.data() + opt->seed.size(), seed);
-              dec.sampling->seed = static_cast<std::uint64_t>(seed);
+              dec.sampling->seed = static_cast<std::uint64_t>(opt->seed);
             }
             const std::int64_t batch = opt->batch > 0 ? opt->batch : cfg.integer("decode.batch_sentences");
             check_same_decoding(dec, batch, opt->nbest, world.get());

@@ -13,7 +13,9 @@
 #include <cstring>
 #include <filesystem>
 #include <functional>
+#include <optional>
 #include <string>
+#include <string_view>
 
 #include "common/error.h"
 
@@ -29,15 +31,22 @@ struct Command {
   bool one_process = false;
 };
 
+// Decimal digits with an optional sign ("+2" too), exactly; none for anything else ("0x10", "1e3").
+inline std::optional<std::int64_t> decimal_whole_number(std::string_view text) {
+  if (text.starts_with('+') && !text.starts_with("+-")) text.remove_prefix(1);
+  std::int64_t v = 0;
+  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
+  if (text.empty() || ec != std::errc() || end != text.data() + text.size()) return std::nullopt;
+  return v;
+}
+
 // A whole number in [lo, hi], read exactly: CLI11's own conversion clamps one past int64's range
 // (9223372036854775808 became 9223372036854775807) and a range check then passes it.
 inline CLI::Validator whole_number(std::int64_t lo, std::int64_t hi) {
   return CLI::Validator(
       [lo, hi](const std::string& text) -> std::string {
-        std::int64_t v = 0;
-        const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
-        if (text.empty() || ec != std::errc() || end != text.data() + text.size() || v < lo || v > hi)
-          return fmt::format("'{}' is not a whole number in [{}, {}]", text, lo, hi);
+        const std::optional<std::int64_t> v = decimal_whole_number(text);
+        if (!v || *v < lo || *v > hi) return fmt::format("'{}' is not a whole number in [{}, {}]", text, lo, hi);
         return {};
       },
       fmt::format("INT in [{}, {}]", lo, hi));
@@ -52,9 +61,7 @@ CLI::Option* add_whole_number_option(CLI::App* cmd, const std::string& name, Int
   CLI::Option* option = cmd->add_option_function<std::string>(
                                name,
                                [&target](const std::string& text) {
-                                 std::int64_t v = 0;
-                                 std::from_chars(text.data(), text.data() + text.size(), v);  // checked by whole_number
-                                 target = static_cast<Int>(v);
+                                 target = static_cast<Int>(decimal_whole_number(text).value_or(0));  // checked
                                },
                                description)
                             ->check(whole_number(lo, hi).description(""))
@@ -75,6 +82,20 @@ inline CLI::Validator finite_range(double lo, double hi) {
         return {};
       },
       fmt::format("FLOAT in [{}, {}]", lo, hi));
+}
+
+// The file that writing `path` writes: the end of its chain of symbolic links (a name that may not
+// exist yet); `path` itself when it is no link.
+inline std::filesystem::path link_destination(const std::filesystem::path& path) {
+  namespace fs = std::filesystem;
+  fs::path file = path;
+  std::error_code ec;
+  for (int hops = 0; hops < 40 && fs::is_symlink(file, ec); ++hops) {  // 40: the kernel's own limit
+    const fs::path link = fs::read_symlink(file, ec);
+    if (ec) break;
+    file = link.is_absolute() ? link : file.parent_path() / link;
+  }
+  return file;
 }
 
 // Checked before the work whose result `path` receives (a file written through a temporary beside

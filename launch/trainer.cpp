@@ -1181,7 +1181,7 @@ void check_resumable(const io::Config& cfg, const std::string& path) {
 // A latest checkpoint that is damaged (a disk error, a copy cut short): the error names the newest
 // earlier one (of `saved`, the folder's step checkpoints, oldest first) whose header reads, to
 // resume from instead. Called while handling `e`; rethrows it as it is when there is none.
-[[noreturn]] void rethrow_naming_earlier_checkpoint(const Error& e,
+[[noreturn]] void rethrow_naming_earlier_checkpoint(const io::DamagedCheckpoint& e,
                                                     const std::vector<std::pair<std::int64_t, fs::path>>& saved) {
   for (auto it = saved.rbegin(); saved.size() > 1 && ++it != saved.rend();) {
     try {
@@ -1189,10 +1189,7 @@ void check_resumable(const io::Config& cfg, const std::string& path) {
     } catch (const Error&) {
       continue;
     }
-    const std::string message =
-        fmt::format("{}; resume from an earlier checkpoint with --resume {}", e.what(), it->second.string());
-    if (dynamic_cast<const EveryRankError*>(&e) != nullptr) throw EveryRankError(message);
-    throw Error(message);
+    fail("{}; resume from an earlier checkpoint with --resume {}", e.what(), it->second.string());
   }
   throw;
 }
@@ -1279,7 +1276,7 @@ TrainResult run_training(const io::Config& cfg, const TrainOptions& options) {
     root_first(grid.world.get(), [&] {
       try {
         io::read_checkpoint_header(resume_path);
-      } catch (const Error& e) {
+      } catch (const io::DamagedCheckpoint& e) {
         rethrow_naming_earlier_checkpoint(e, saved);
       }
       check_resumable(cfg, resume_path);
@@ -1323,9 +1320,7 @@ TrainResult run_training(const io::Config& cfg, const TrainOptions& options) {
   if (!resume_path.empty()) {
     try {
       run->resume(resume_path);
-    } catch (const Error& e) {
-      // Its header read above; a dataset that does not (a checksum, a truncation) is damage too.
-      if (std::string_view(e.what()).find("corrupted") == std::string_view::npos) throw;
+    } catch (const io::DamagedCheckpoint& e) {  // its header read above, but a dataset does not
       rethrow_naming_earlier_checkpoint(e, saved);
     }
   }

@@ -3,6 +3,7 @@
 #include <unistd.h>
 #include <zlib.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -158,19 +159,26 @@ std::vector<std::string> read_lines(const std::string& path) {
   return lines;
 }
 
-std::string read_standard_input() {
-  std::string text;
+std::vector<std::string> read_standard_input_lines() {
+  std::vector<std::string> lines;
+  std::string line;  // the line being read: its bytes so far
   char buffer[1 << 16];
   for (;;) {
     const ssize_t n = ::read(STDIN_FILENO, buffer, sizeof buffer);
-    if (n > 0) {
-      text.append(buffer, static_cast<std::size_t>(n));
-    } else if (n == 0) {
-      return text;
-    } else if (errno != EINTR) {
-      fail("cannot read standard input: {}", std::strerror(errno));
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) fail("cannot read standard input: {}", std::strerror(errno));
+    if (n == 0) break;
+    for (const char* p = buffer; p != buffer + n;) {
+      const char* end = std::find(p, static_cast<const char*>(buffer + n), '\n');
+      line.append(p, end);
+      if (end == buffer + n) break;
+      lines.push_back(std::move(line));
+      line.clear();
+      p = end + 1;
     }
   }
+  if (!line.empty()) lines.push_back(std::move(line));
+  return lines;
 }
 
 ParallelText read_parallel(const std::string& src_path, const std::string& tgt_path) {

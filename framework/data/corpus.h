@@ -14,10 +14,11 @@ namespace tessera::data {
 // (1-based) and the byte column (1-based) for invalid UTF-8: "train.de:17: invalid UTF-8 at byte 5".
 std::vector<std::string> read_lines(const std::string& path);
 
-// Standard input, whole, as bytes. Throws tessera::Error saying why when it cannot be read (a
+// Standard input's lines, as std::getline splits them (no "\n"; a final line without one counts;
+// "\r" and UTF-8 are the caller's). Throws tessera::Error saying why when it cannot be read (a
 // folder or a closed descriptor given as standard input): a stream would take that for its end,
 // and an empty input would be translated or scored in silence.
-std::string read_standard_input();
+std::vector<std::string> read_standard_input_lines();
 
 struct ParallelText {
   std::vector<std::string> src, tgt;

@@ -442,8 +442,8 @@ class Reader {
             fmt::format("dataset '{}' is not a string of bytes", where));
       const hsize_t n = checked_dims(ds.id(), type.id(), where)[0];
       std::string bytes(static_cast<std::size_t>(n), '\0');
-      check(n == 0 || H5Dread(ds.id(), H5T_NATIVE_UINT8, H5S_ALL, H5S_ALL, H5P_DEFAULT, bytes.data()) >= 0,
-            fmt::format("cannot read dataset '{}' (truncated or corrupted file?)", where));
+      check_intact(n == 0 || H5Dread(ds.id(), H5T_NATIVE_UINT8, H5S_ALL, H5S_ALL, H5P_DEFAULT, bytes.data()) >= 0,
+                   fmt::format("cannot read dataset '{}' (truncated or corrupted file?)", where));
       verify(ds.id(), where, checksum(bytes.data(), bytes.size()));
       out.emplace(name, std::move(bytes));
     }
@@ -453,13 +453,18 @@ class Reader {
   // Compares a dataset's stored CRC-32 with the one of the data read.
   void verify(hid_t ds, const std::string& where, std::uint32_t actual) const {
     const auto expected = static_cast<std::uint32_t>(int_attr(ds, "crc32"));
-    check(actual == expected, fmt::format("dataset '{}' fails its checksum (stored crc32 {:08x}, data has {:08x}): "
-                                          "the file is corrupted",
-                                          where, expected, actual));
+    check_intact(actual == expected,
+                 fmt::format("dataset '{}' fails its checksum (stored crc32 {:08x}, data has {:08x}): "
+                             "the file is corrupted",
+                             where, expected, actual));
   }
 
   void check(bool ok, const std::string& what) const {
     if (!ok) fail("checkpoint '{}': {}{}", path_, what, h5_error());
+  }
+  // As check, for what only damaged bytes explain.
+  void check_intact(bool ok, const std::string& what) const {
+    if (!ok) throw DamagedCheckpoint(fmt::format("checkpoint '{}': {}{}", path_, what, h5_error()));
   }
 
   // A float dataset's shape, checked before memory is taken for it (see checked_dims).
@@ -493,7 +498,8 @@ class Reader {
     const bool contiguous = plist.valid() && H5Pget_layout(plist.id()) == H5D_CONTIGUOUS;
     if (fits && contiguous && sized) fits = bytes <= file_bytes;
     if (!fits)
-      check(false, fmt::format("dataset '{}' claims the shape [{}], more than the file's {} bytes hold: the file is "
+      check_intact(false,
+                   fmt::format("dataset '{}' claims the shape [{}], more than the file's {} bytes hold: the file is "
                                "corrupted",
                                where, fmt::join(dims, ", "), file_bytes));
     return dims;
@@ -524,8 +530,8 @@ class Reader {
     H5Handle ds{H5Dopen2(file_, where.c_str(), H5P_DEFAULT), H5Dclose};
     check(ds.valid(), fmt::format("cannot open dataset '{}'", where));
     Tensor t = Tensor::empty(stored_shape(ds.id(), where), DType::f32);
-    check(H5Dread(ds.id(), H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, t.raw_data()) >= 0,
-          fmt::format("cannot read dataset '{}' (truncated or corrupted file?)", where));
+    check_intact(H5Dread(ds.id(), H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, t.raw_data()) >= 0,
+                 fmt::format("cannot read dataset '{}' (truncated or corrupted file?)", where));
     verify(ds.id(), where, checksum(t.raw_data(), static_cast<std::size_t>(t.numel()) * sizeof(float)));
     check_finite(t, where);
     return t;
@@ -543,10 +549,12 @@ hid_t open_for_reading(const std::string& path) {
   H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);
   if (H5Fis_hdf5(path.c_str()) <= 0) {
     H5Eclear2(H5E_DEFAULT);
-    fail("checkpoint '{}' is not an HDF5 file (empty, truncated or corrupted?)", path);
+    throw DamagedCheckpoint(fmt::format("checkpoint '{}' is not an HDF5 file (empty, truncated or corrupted?)", path));
   }
   const hid_t file = H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
-  if (file < 0) fail("checkpoint '{}' cannot be opened (truncated or corrupted?){}", path, h5_error());
+  if (file < 0)
+    throw DamagedCheckpoint(
+        fmt::format("checkpoint '{}' cannot be opened (truncated or corrupted?){}", path, h5_error()));
   return file;
 }
 
@@ -561,10 +569,10 @@ void read_header(const Reader& r, hid_t file, std::int64_t& step, std::string& c
   if (r.has_attr(file, "crc32")) {  // files written before it have none
     const auto expected = static_cast<std::uint32_t>(r.int_attr(file, "crc32"));
     const std::uint32_t actual = header_checksum(step, config_yaml);
-    r.check(actual == expected, fmt::format("the root attributes 'step' and 'config' fail their checksum "
-                                            "(stored crc32 {:08x}, they have {:08x}): the file is corrupted or "
-                                            "was edited",
-                                            expected, actual));
+    r.check_intact(actual == expected, fmt::format("the root attributes 'step' and 'config' fail their checksum "
+                                                   "(stored crc32 {:08x}, they have {:08x}): the file is corrupted or "
+                                                   "was edited",
+                                                   expected, actual));
   }
   if (!r.has(file, "train")) return;
   H5Handle g{H5Gopen2(file, "train", H5P_DEFAULT), H5Gclose};
@@ -590,9 +598,9 @@ void read_header(const Reader& r, hid_t file, std::int64_t& step, std::string& c
   if (r.has_attr(g.id(), "crc32")) {  // files written before it have none
     const auto expected = static_cast<std::uint32_t>(r.int_attr(g.id(), "crc32"));
     const std::uint32_t actual = state_checksum(step, s);
-    r.check(actual == expected, fmt::format("the attributes of '/train' and the file's step fail their checksum "
-                                            "(stored crc32 {:08x}, they have {:08x}): the file is corrupted",
-                                            expected, actual));
+    r.check_intact(actual == expected, fmt::format("the attributes of '/train' and the file's step fail their checksum "
+                                                   "(stored crc32 {:08x}, they have {:08x}): the file is corrupted",
+                                                   expected, actual));
   }
   state = s;
 }
@@ -967,8 +975,8 @@ ShardedCheckpoint load_checkpoint_sharded(const std::string& path, const std::ma
       if (!slab.full.empty())
         H5Sselect_hyperslab(fspace.id(), H5S_SELECT_SET, slab.start.data(), nullptr, slab.count.data(), nullptr);
       H5Handle mspace{H5Screate_simple(static_cast<int>(slab.count.size()), slab.count.data(), nullptr), H5Sclose};
-      r.check(H5Dread(ds.id(), H5T_NATIVE_FLOAT, mspace.id(), fspace.id(), H5P_DEFAULT, block.raw_data()) >= 0,
-              fmt::format("cannot read dataset '{}' (truncated or corrupted file?)", where));
+      r.check_intact(H5Dread(ds.id(), H5T_NATIVE_FLOAT, mspace.id(), fspace.id(), H5P_DEFAULT, block.raw_data()) >= 0,
+                     fmt::format("cannot read dataset '{}' (truncated or corrupted file?)", where));
       r.verify(ds.id(), where, group_crc(block, dim, group.comm(), parts));
       r.check_finite(block, where,
                      parts > 1 && dim != dist::ShardDim::replicated

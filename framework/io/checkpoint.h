@@ -31,6 +31,14 @@ inline constexpr std::int64_t kCheckpointFormatVersion = 2;
 
 using TensorMap = std::map<std::string, Tensor>;  // by dotted parameter name
 
+// Thrown where a checkpoint's bytes are damaged (not HDF5, truncated, a checksum that fails, a shape
+// beyond the file): an earlier checkpoint of the run may still be good. Other refusals (a missing
+// file, another format version, a model that does not fit) are plain Errors.
+class DamagedCheckpoint : public Error {
+ public:
+  using Error::Error;
+};
+
 // Beside the weights and moments: what makes a resumed run continue as if it had never stopped.
 struct TrainingState {
   std::int64_t step = 0;            // updates done

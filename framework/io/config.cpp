@@ -134,9 +134,9 @@ bool is_decimal_number(std::string_view s) {
   return i == s.size();
 }
 
-// round_out_of_range: a number past a double's range is infinity or zero (as strtod rounds it), so
-// that the range check names it; without, it is no number (for integers: 1e-400 is not 0).
-std::optional<double> parse_real(std::string_view s, bool round_out_of_range = true) {
+// A number past a double's range is infinity or zero, as strtod rounds it: the range check names
+// the one, normalize refuses the other.
+std::optional<double> parse_real(std::string_view s) {
   for (std::string_view inf : {".inf", ".Inf", ".INF"}) {
     if (s == inf || (s.size() == inf.size() + 1 && s.substr(1) == inf && s[0] == '+')) {
       return std::numeric_limits<double>::infinity();
@@ -151,70 +151,63 @@ std::optional<double> parse_real(std::string_view s, bool round_out_of_range = t
   double value = 0;
   const auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), value);
   if (end != s.data() + s.size()) return std::nullopt;
-  if (ec == std::errc::result_out_of_range && round_out_of_range) return std::strtod(std::string(s).c_str(), nullptr);
+  if (ec == std::errc::result_out_of_range) return std::strtod(std::string(s).c_str(), nullptr);
   if (ec != std::errc()) return std::nullopt;
   return value;
 }
 
-// Whether decimal text (see is_decimal_number) is a whole number exactly, as written: its value
-// is digits x 10^shift, whole when the digits that a negative shift puts past the point are zeros.
-bool is_whole_as_written(std::string_view s) {
+// Integral values only, but in any spelling of one ("6", "+6", "6.0", "1e3"), read exactly from
+// the digits (never through a double, which would round "2.0000000000000001" to 2 and
+// "9007199254740993.0" to ...992); `beyond_int64` (when given) tells a whole number outside int64
+// ("1e400" too) from text that is no whole number at all.
+std::optional<std::int64_t> parse_integer(std::string_view s, bool* beyond_int64 = nullptr) {
+  if (beyond_int64 != nullptr) *beyond_int64 = false;
+  if (!is_decimal_number(s)) return std::nullopt;
+  const bool negative = s.front() == '-';
+  if (s.front() == '+' || s.front() == '-') s.remove_prefix(1);
+  // value = digits x 10^(exponent - fraction digits)
   const std::size_t e = s.find_first_of("eE");
   std::int64_t exponent = 0;
   if (e != std::string_view::npos) {
     std::string_view text = s.substr(e + 1);
-    if (!text.empty() && text.front() == '+') text.remove_prefix(1);
-    const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), exponent);
-    if (ec != std::errc() || end != text.data() + text.size()) return false;
+    if (text.front() == '+') text.remove_prefix(1);
+    if (std::from_chars(text.data(), text.data() + text.size(), exponent).ec != std::errc())
+      exponent =
+          text.front() == '-' ? std::numeric_limits<std::int32_t>::min() : std::numeric_limits<std::int32_t>::max();
+    exponent = std::clamp<std::int64_t>(exponent, std::numeric_limits<std::int32_t>::min(),
+                                        std::numeric_limits<std::int32_t>::max());  // no overflow below
   }
   std::string digits;
-  std::int64_t fraction_digits = 0;
+  std::int64_t shift = exponent;
   bool past_point = false;
   for (const char c : s.substr(0, e)) {
-    if (c == '.') past_point = true;
-    if (!is_digit(c)) continue;
-    digits += c;
-    if (past_point) ++fraction_digits;
-  }
-  if (exponent >= fraction_digits) return true;
-  // Digits past the point: -(exponent - fraction_digits), at most all of them (no overflow).
-  const auto dropped = static_cast<std::size_t>(
-      std::min<std::int64_t>(static_cast<std::int64_t>(digits.size()),
-                             fraction_digits - std::max<std::int64_t>(exponent, -(std::int64_t{1} << 40))));
-  return digits.find_first_not_of('0', digits.size() - dropped) == std::string::npos;
-}
-
-// Integral values only, but in any spelling of one ("6", "+6", "6.0", "1e3").
-// An int64 written as digits or as a whole real ("1e6"); `beyond_int64` (when given) tells a whole
-// number outside int64 (either way) from text that is no whole number at all.
-std::optional<std::int64_t> parse_integer(std::string_view s, bool* beyond_int64 = nullptr) {
-  if (beyond_int64 != nullptr) *beyond_int64 = false;
-  std::string_view digits = s;
-  if (!digits.empty() && digits.front() == '+') digits.remove_prefix(1);
-  if (digits.size() != s.size() && !digits.empty() && digits.front() == '-') return std::nullopt;  // "+-5"
-  std::int64_t value = 0;
-  const auto [end, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), value);
-  if (end == digits.data() + digits.size() && !digits.empty()) {
-    if (ec == std::errc()) return value;
-    if (ec == std::errc::result_out_of_range) {  // all digits: exact, where a double would round
-      if (beyond_int64 != nullptr) *beyond_int64 = true;
-      return std::nullopt;
+    if (c == '.') {
+      past_point = true;
+    } else {
+      digits += c;
+      shift -= past_point ? 1 : 0;
     }
   }
-  // Past a double's range ("1e400"): a whole number, but beyond int64 (".inf" is no number).
-  if (const std::optional<double> rounded = parse_real(s); rounded && std::isinf(*rounded) && is_decimal_number(s)) {
+  digits.erase(0, std::min(digits.find_first_not_of('0'), digits.size()));
+  if (digits.empty()) return 0;  // any zero, whatever its exponent
+  if (shift < 0) {               // the last -shift digits are past the point: zeros, or no whole number
+    if (-shift >= static_cast<std::int64_t>(digits.size()) ||
+        digits.find_first_not_of('0', digits.size() - static_cast<std::size_t>(-shift)) != std::string::npos)
+      return std::nullopt;
+    digits.resize(digits.size() - static_cast<std::size_t>(-shift));
+  } else if (static_cast<std::int64_t>(digits.size()) + shift > 19) {  // 20 digits and more: past int64
+    if (beyond_int64 != nullptr) *beyond_int64 = true;
+    return std::nullopt;
+  } else {
+    digits.append(static_cast<std::size_t>(shift), '0');
+  }
+  if (negative) digits.insert(0, "-");
+  std::int64_t value = 0;
+  if (std::from_chars(digits.data(), digits.data() + digits.size(), value).ec != std::errc()) {
     if (beyond_int64 != nullptr) *beyond_int64 = true;
     return std::nullopt;
   }
-  const std::optional<double> real = parse_real(s, /*round_out_of_range=*/false);
-  // Whole as written, not only once rounded to a double ("2.0000000000000001" is not 2).
-  if (!real || !std::isfinite(*real) || std::trunc(*real) != *real || !is_whole_as_written(s)) return std::nullopt;
-  constexpr double limit = 9223372036854775808.0;  // 2^63
-  if (*real < -limit || *real >= limit) {
-    if (beyond_int64 != nullptr) *beyond_int64 = true;
-    return std::nullopt;
-  }
-  return static_cast<std::int64_t>(*real);
+  return value;
 }
 
 // Shortest text that parses back to the same double, always recognisable as a real ("1.0").
@@ -532,7 +525,7 @@ void apply_override(const Schema& schema, const std::string& override_text, std:
   try {
     const std::vector<YAML::Node> documents = YAML::LoadAll("value: " + override_text.substr(eq + 1));
     if (documents.size() != 1 || !documents[0].IsMap() || documents[0].size() != 1)
-      throw ConfigError(fmt::format("{}invalid YAML value: more than one value", where));
+      throw ConfigError(fmt::format("{}invalid YAML value: not one value (as a key in a file would take)", where));
     value = documents[0]["value"];
   } catch (const YAML::Exception& e) {
     throw ConfigError(fmt::format("{}invalid YAML value: {}", where, excerpt(e.msg, 200)));

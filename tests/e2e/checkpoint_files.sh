@@ -263,6 +263,13 @@ offset=$(h5dump -p -H -d /model/embed_tokens.weight "$latest" | sed -n 's/^ *OFF
 printf '\377' | dd of="$latest" bs=1 seek=$((offset + 100)) conv=notrunc status=none
 expect_error "'/model/embed_tokens\.weight' fails its checksum.*; resume from an earlier checkpoint with --resume [^ ]*flipped/checkpoint_00000001\.h5$" \
   "$tessera" train $common --set output.dir="$work/flipped" --set train.max_steps=3 --resume
+# ... but not for a refusal that is no damage, whatever the folder is called (a path holding the
+# word "corrupted" got the hint).
+"$tessera" train $common --set output.dir="$work/corrupted" --set train.max_steps=2 --set checkpoint.every=1 \
+  --set checkpoint.keep_last=0 > /dev/null
+expect_error "cannot resume from '[^']*corrupted/checkpoint_00000002\.h5': it stopped after batch" \
+  "$tessera" train $common --set output.dir="$work/corrupted" --set train.max_steps=3 --set data.synthetic_train_size=20 --resume
+grep -q "resume from an earlier checkpoint" "$work/err.txt" && { cat "$work/err.txt"; fail "a refusal that is no damage named an earlier checkpoint"; }
 
 # An output.dir given as a bare name (no '/') that does not exist yet is created in the current folder.
 (cd "$work" && "$tessera" train $common --set output.dir=bare --set train.max_steps=1 --set train.valid_every=0 \

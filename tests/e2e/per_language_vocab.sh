@@ -93,8 +93,14 @@ mkdir -p "$work/run"
   fail "translate without the vocabulary files"
 cmp "$work/hyp.de" "$work/hyp2.de" || fail "other translations without the vocabulary files"
 # `tessera vocab --from-checkpoint` writes them out, the same bytes as the run's files.
+mkdir -p "$work/out" && echo mine > "$work/out/v.src.model.tmp"  # a file of that name is not its temporary
 "$tessera" vocab --from-checkpoint "$work/moved/model.h5" --model-prefix "$work/out/v" > /dev/null ||
   fail "vocab --from-checkpoint"
+[ "$(cat "$work/out/v.src.model.tmp")" = mine ] || fail "vocab --from-checkpoint replaced v.src.model.tmp"
+status=0
+"$tessera" vocab --from-checkpoint "$work/moved/model.h5" --model-prefix "$work/out/v.src.model.tmp/w" > "$work/err.txt" 2>&1 || status=$?
+[ $status -eq 1 ] && grep -q "vocab: cannot write '$work/out/v.src.model.tmp/w.src.model': '$work/out/v.src.model.tmp' is not a folder" "$work/err.txt" ||
+  { cat "$work/err.txt"; fail "an output under a file was not refused before writing (status $status)"; }
 cmp "$work/out/v.src.model" "$work/aside/vocab.src.model" && cmp "$work/out/v.tgt.model" "$work/aside/de250.model" ||
   fail "vocab --from-checkpoint wrote other vocabularies than the run's"
 # ... never over the checkpoint itself (here named as the target side's output), which stays as it was.

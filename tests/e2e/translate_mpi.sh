@@ -37,9 +37,9 @@ grep -qx '41 |||  ||| F0= 0.000000 ||| 0.000000' "$work/nbest_one.txt" || fail "
 awk -F' [|][|][|] ' '!seen[$1]++ && $1 < 41 { print $2 }' "$work/nbest_one.txt" | cmp - "$work/beam4.txt" \
   || fail "the first of the n best is not the translation"
 sed -i '$d' "$work/src.txt"
-# Whole numbers are read in decimal, as in a config ("010" was octal 8) and hex is refused.
+# Whole numbers are read in decimal, as in a config ("010" was octal 8), a sign allowed, and hex is refused.
 status=0
-"$tessera" translate --checkpoint "$checkpoint" -i "$work/src.txt" --beam 9 --nbest 010 > "$work/octal.log" 2>&1 || status=$?
+"$tessera" translate --checkpoint "$checkpoint" -i "$work/src.txt" --beam +9 --nbest 010 > "$work/octal.log" 2>&1 || status=$?
 [ $status -eq 1 ] && grep -q -- "--nbest 10 is more than the beam size 9" "$work/octal.log" \
   || { cat "$work/octal.log"; fail "--nbest 010 was not read as 10"; }
 status=0

@@ -560,6 +560,45 @@ TEST_F(CheckpointTest, ChangedConfigOrStepFailsTheHeaderChecksum) {
   EXPECT_EQ(io::load_checkpoint(path("c.h5")).step, 42);
 }
 
+// Damaged bytes are told from other refusals by type (a resume names an earlier checkpoint for
+// them only): not HDF5, a failing checksum; but not a missing file or another format version.
+TEST_F(CheckpointTest, DamageIsItsOwnErrorType) {
+  const auto damaged = [](const std::function<void()>& load) {
+    try {
+      load();
+    } catch (const io::DamagedCheckpoint&) {
+      return true;
+    } catch (const Error&) {
+      return false;
+    }
+    ADD_FAILURE() << "no error";
+    return false;
+  };
+  std::ofstream(path("text.h5")) << "not a checkpoint\n";
+  EXPECT_TRUE(damaged([&] { io::load_checkpoint(path("text.h5")); }));
+  io::save_checkpoint(path("c.h5"), sample_checkpoint());
+  {
+    const hid_t f = H5Fopen(path("c.h5").c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
+    const hid_t ds = H5Dopen2(f, "/model/embed_tokens.weight", H5P_DEFAULT);
+    const std::vector<float> other(10, 3.0f);
+    ASSERT_GE(H5Dwrite(ds, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, other.data()), 0);
+    H5Dclose(ds);
+    H5Fclose(f);
+  }
+  EXPECT_TRUE(damaged([&] { io::load_checkpoint(path("c.h5")); }));
+  EXPECT_FALSE(damaged([&] { io::load_checkpoint(path("missing.h5")); }));
+  io::save_checkpoint(path("v.h5"), sample_checkpoint());
+  {
+    const hid_t f = H5Fopen(path("v.h5").c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
+    const hid_t a = H5Aopen(f, "format_version", H5P_DEFAULT);
+    const std::int64_t v = 99;
+    H5Awrite(a, H5T_NATIVE_INT64, &v);
+    H5Aclose(a);
+    H5Fclose(f);
+  }
+  EXPECT_FALSE(damaged([&] { io::load_checkpoint(path("v.h5")); }));
+}
+
 // Saving Adam's state and restoring it into a fresh optimizer continues bit-exactly.
 TEST_F(CheckpointTest, AdamStateResumesBitExactly) {
   auto make = [] { return ag::Var::parameter(filled({4, 3}, 0.5f), "w"); };

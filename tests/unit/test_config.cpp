@@ -516,6 +516,15 @@ TEST(ConfigErrors, IntegersAreWholeAsWritten) {
   EXPECT_EQ(parse_error("steps: 25e-1\n"), "configs/x.yaml:1: 'steps' expects an integer, got '25e-1'");
   EXPECT_EQ(parse_error("steps: 1e400\n"),
             "configs/x.yaml:1: 'steps' = 1e400 is outside the allowed range [0, 1000000]");
+  // Read from the digits, never through a double: exact past 2^53, and at int64's ends.
+  EXPECT_EQ(parse("", {"train.seed=9007199254740993.0"}).integer("train.seed"), 9007199254740993);
+  EXPECT_EQ(parse("", {"train.seed=9223372036854775807.0"}).integer("train.seed"), INT64_MAX);
+  EXPECT_EQ(parse("", {"train.seed=-922337203685477580.8e1"}).integer("train.seed"), INT64_MIN);
+  EXPECT_EQ(parse("", {"train.seed=-0"}).integer("train.seed"), 0);
+  EXPECT_EQ(override_error("train.seed=9223372036854775.808e3"),
+            "--set train.seed=9223372036854775.808e3: 'train.seed' = 9223372036854775.808e3 is outside the allowed "
+            "range [-9223372036854775808, 9223372036854775807]");
+  EXPECT_EQ(parse("steps: 0e99999999999999999999\n").integer("steps"), 0);
 }
 
 // Every file call cuts a path at a NUL byte: another file than the one written would be read. (A
@@ -538,9 +547,9 @@ TEST(ConfigErrors, OverrideValueIsOneValueOnly) {
   EXPECT_NE(override_error("model.layers=\"3\" 4").find("--set model.layers=\"3\" 4: invalid YAML value"),
             std::string::npos);
   EXPECT_EQ(override_error("model.layers=3\n---\n5"),
-            "--set model.layers=3\n---\n5: invalid YAML value: more than one value");
+            "--set model.layers=3\n---\n5: invalid YAML value: not one value (as a key in a file would take)");
   EXPECT_EQ(override_error("model.layers=3\nsteps: 4"),
-            "--set model.layers=3\nsteps: 4: invalid YAML value: more than one value");
+            "--set model.layers=3\nsteps: 4: invalid YAML value: not one value (as a key in a file would take)");
   EXPECT_EQ(
       parse("", {"model.layers=\"3\"", "model.dropout=0.5 # a comment", "train.name='x y'"}).integer("model.layers"),
       3);
