@@ -460,16 +460,18 @@ TEST_F(CheckpointTest, FullDiskKeepsThePreviousCheckpoint) {
   expect_same(old.model, io::load_checkpoint(path("c.h5")).model);
 }
 
+void set_format_version_99(const std::string& file) {
+  const hid_t f = H5Fopen(file.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
+  const hid_t a = H5Aopen(f, "format_version", H5P_DEFAULT);
+  const std::int64_t v = 99;
+  H5Awrite(a, H5T_NATIVE_INT64, &v);
+  H5Aclose(a);
+  H5Fclose(f);
+}
+
 TEST_F(CheckpointTest, OtherFormatVersionsAreRefused) {
   io::save_checkpoint(path("c.h5"), sample_checkpoint());
-  {
-    const hid_t f = H5Fopen(path("c.h5").c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
-    const hid_t a = H5Aopen(f, "format_version", H5P_DEFAULT);
-    const std::int64_t v = 99;
-    H5Awrite(a, H5T_NATIVE_INT64, &v);
-    H5Aclose(a);
-    H5Fclose(f);
-  }
+  set_format_version_99(path("c.h5"));
   EXPECT_EQ(error_of([&] { io::load_checkpoint(path("c.h5")); }),
             fmt::format("checkpoint '{}': format version 99 is not the one this build reads ({})", path("c.h5"),
                         io::kCheckpointFormatVersion));
@@ -588,14 +590,7 @@ TEST_F(CheckpointTest, DamageIsItsOwnErrorType) {
   EXPECT_TRUE(damaged([&] { io::load_checkpoint(path("c.h5")); }));
   EXPECT_FALSE(damaged([&] { io::load_checkpoint(path("missing.h5")); }));
   io::save_checkpoint(path("v.h5"), sample_checkpoint());
-  {
-    const hid_t f = H5Fopen(path("v.h5").c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
-    const hid_t a = H5Aopen(f, "format_version", H5P_DEFAULT);
-    const std::int64_t v = 99;
-    H5Awrite(a, H5T_NATIVE_INT64, &v);
-    H5Aclose(a);
-    H5Fclose(f);
-  }
+  set_format_version_99(path("v.h5"));
   EXPECT_FALSE(damaged([&] { io::load_checkpoint(path("v.h5")); }));
 }
 
