@@ -1,5 +1,8 @@
 // A float64 finite-difference gradient check for every differentiable op.
+#include <gtest/gtest-spi.h>
+
 #include "gradcheck.h"
+#include "kernels/cpu/elementwise.h"
 
 namespace tessera {
 namespace {
@@ -145,6 +148,147 @@ TEST(GradCheck, AttentionEveryMaskKindAndUnequalLengths) {
                            {random_double({c.b, c.h, c.lq, c.d}, 16), random_double({c.b, c.h, c.lk, c.d}, 17),
                             random_double({c.b, c.h, c.lk, c.dv}, 18)});
   }
+}
+
+// Query rows that see no key (a batch element whose keys are all padding; causal with more
+// queries than keys) output 0 and pass no gradient; padding need not be a suffix; an explicit scale
+// replaces 1/sqrt(D).
+TEST(GradCheck, AttentionScaleAndRowsThatSeeNoKey) {
+  struct Case {
+    std::int64_t b, lq, lk;
+    bool causal;
+    const char* padding;  // "none", "all of element 0", "every other key"
+    double scale;
+  };
+  const std::vector<Case> cases = {
+      {2, 5, 6, false, "none", 0.37},
+      {2, 5, 5, true, "none", 0.37},
+      {2, 4, 6, true, "every other key", 1.7},
+      {2, 4, 5, false, "all of element 0", 0.0},
+      {1, 7, 4, true, "none", 0.0},
+      {2, 7, 4, true, "all of element 0", 0.5},
+  };
+  for (const auto& c : cases) {
+    SCOPED_TRACE(
+        fmt::format("B={} Lq={} Lk={} causal={} padding: {} scale={}", c.b, c.lq, c.lk, c.causal, c.padding, c.scale));
+    Tensor pad;
+    if (std::string(c.padding) != "none") {
+      pad = Tensor::zeros({c.b, c.lk}, DType::i32);
+      for (std::int64_t b = 0; b < c.b; ++b)
+        for (std::int64_t j = 0; j < c.lk; ++j)
+          pad.data<std::int32_t>()[b * c.lk + j] =
+              static_cast<std::int32_t>(std::string(c.padding) == "every other key" ? j % 2 == 1 : b == 0);
+    }
+    const cpu::AttentionOptions opt{.causal = c.causal, .scale = c.scale};
+    expect_gradients_match([&](const Vars& v) { return ag::attention(v[0], v[1], v[2], pad, opt); },
+                           {random_double({c.b, 2, c.lq, 3}, 31), random_double({c.b, 2, c.lk, 3}, 32),
+                            random_double({c.b, 2, c.lk, 2}, 33)});
+  }
+}
+
+// Where eps matters: a constant row (variance 0), a large eps, inputs of the size of eps.
+TEST(GradCheck, LayerNormWhereEpsMatters) {
+  Tensor x = random_double({3, 6}, 34, -2, 2);
+  for (std::int64_t j = 0; j < 6; ++j) x.data<double>()[j] = 0.75;  // row 0 constant
+  const Tensor gamma = random_double({6}, 35, 0.5, 1.5), beta = random_double({6}, 36);
+  for (double eps : {1e-5, 0.5}) {
+    SCOPED_TRACE("eps " + std::to_string(eps));
+    expect_gradients_match([eps](const Vars& v) { return ag::layer_norm(v[0], v[1], v[2], eps); }, {x, gamma, beta});
+  }
+  expect_gradients_match([](const Vars& v) { return ag::layer_norm(v[0], v[1], v[2], 1e-5); },
+                         {random_double({2, 6}, 37, -3e-3, 3e-3), gamma, beta}, 1e-6, 1e-9);
+}
+
+// An ignore index that is no class (-100, PyTorch's) with class 0 a real target; heavy smoothing;
+// and the unsmoothed negative log-likelihood it reports, against the formula.
+TEST(GradCheck, CrossEntropyIgnoreIndexOutsideTheClassesAndHeavySmoothing) {
+  const Tensor targets = Tensor::from(std::vector<std::int32_t>{0, -100, 4, 0, 2}, {5});
+  const Tensor logits = random_double({5, 6}, 38, -3, 3);
+  for (double smoothing : {0.0, 0.5}) {
+    SCOPED_TRACE("smoothing " + std::to_string(smoothing));
+    expect_gradients_match([&](const Vars& v) { return ag::cross_entropy(v[0], targets, smoothing, -100); }, {logits});
+  }
+  double nll = 0;
+  (void)ag::cross_entropy(ag::Var(logits), targets, 0.5, -100, &nll);
+  const std::vector<double> z = logits.to_doubles();
+  double expected = 0;
+  for (std::int64_t i = 0; i < 5; ++i) {
+    const std::int32_t t = targets.data<std::int32_t>()[i];
+    if (t == -100) continue;
+    double sum = 0;
+    for (std::int64_t v = 0; v < 6; ++v) sum += std::exp(z[static_cast<std::size_t>(i * 6 + v)]);
+    expected += std::log(sum) - z[static_cast<std::size_t>(i * 6 + t)];
+  }
+  EXPECT_NEAR(nll, expected, 1e-12);
+}
+
+// An input that asks no gradient (a constant: positions added to embeddings, a fixed divisor)
+// takes the ops' other branch; the gradient of the rest is still right.
+TEST(GradCheck, ConstantOperands) {
+  const Tensor a = random_double({3, 4}, 39), b = away_from_zero({4}, 40), m = random_double({4, 2}, 41);
+  for (std::size_t constant : {0, 1}) {
+    SCOPED_TRACE("constant input " + std::to_string(constant));
+    expect_gradients_match([](const Vars& v) { return ag::add(v[0], v[1]); }, {a, b}, 1e-6, 1e-6, {constant});
+    expect_gradients_match([](const Vars& v) { return ag::mul(v[0], v[1]); }, {a, b}, 1e-6, 1e-6, {constant});
+    expect_gradients_match([](const Vars& v) { return ag::div(v[0], v[1]); }, {a, b}, 1e-6, 1e-6, {constant});
+    expect_gradients_match([](const Vars& v) { return ag::matmul(v[0], v[1]); }, {a, m}, 1e-6, 1e-6, {constant});
+  }
+}
+
+// The engine: an intermediate result that feeds several ops (two attentions and a residual), and
+// a parameter used twice; a second backward adds to the gradients (exactly twice the first).
+TEST(GradCheck, IntermediateResultsFeedingSeveralOps) {
+  const cpu::AttentionOptions causal{.causal = true, .scale = 0.0};
+  const auto f = [&](const Vars& v) {
+    ag::Var hdn = ag::tanh(ag::matmul(v[0], v[1]));  // [1, 2, 5, 3], used four times below
+    ag::Var a1 = ag::attention(hdn, hdn, hdn, Tensor(), causal);
+    ag::Var a2 = ag::attention(a1, hdn, hdn, Tensor(), {});
+    return ag::layer_norm(ag::add(a2, hdn), v[2], v[2], 1e-5);  // gamma and beta: one parameter
+  };
+  const std::vector<Tensor> in = {random_double({1, 2, 5, 4}, 42), random_double({4, 3}, 43),
+                                  random_double({3}, 44, 0.5, 1.5)};
+  expect_gradients_match(f, in);
+
+  std::vector<ag::Var> vars;
+  for (const Tensor& t : in) vars.push_back(ag::Var::parameter(t.clone(), "p"));
+  ag::sum(f(vars)).backward();
+  std::vector<std::vector<double>> once;
+  for (const ag::Var& v : vars) once.push_back(v.grad().to_doubles());
+  ag::sum(f(vars)).backward();
+  for (std::size_t i = 0; i < vars.size(); ++i) {
+    const std::vector<double> twice = vars[i].grad().to_doubles();
+    for (std::size_t j = 0; j < twice.size(); ++j) EXPECT_EQ(twice[j], 2 * once[i][j]) << "input " << i << " " << j;
+  }
+}
+
+// The harness itself fails on a wrong backward: one element off by 0.1%, one NaN, all zeros.
+ag::Var doubled_with_wrong_backward(const ag::Var& x, double first_factor, bool zero) {
+  return ag::make_result(cpu::affine(x.value(), 2.0, 0.0), "wrong", {x}, [first_factor, zero](const Tensor& g) {
+    Tensor d = cpu::affine(g, zero ? 0.0 : 2.0, 0.0);
+    d.data<double>()[0] *= first_factor;
+    return std::vector<Tensor>{d};
+  });
+}
+void check_off_by_a_little() {
+  expect_gradients_match([](const Vars& v) { return doubled_with_wrong_backward(v[0], 1.001, false); },
+                         {random_double({3, 4}, 45)});
+}
+void check_nan() {
+  expect_gradients_match(
+      [](const Vars& v) { return doubled_with_wrong_backward(v[0], std::numeric_limits<double>::quiet_NaN(), false); },
+      {random_double({3, 4}, 45)});
+}
+void check_zeros() {
+  expect_gradients_match([](const Vars& v) { return doubled_with_wrong_backward(v[0], 1.0, true); },
+                         {random_double({3, 4}, 45)});
+}
+
+TEST(GradCheckHarness, RejectsWrongGradients) {
+  EXPECT_NONFATAL_FAILURE(check_off_by_a_little(), "element 0: analytic");
+  EXPECT_FATAL_FAILURE(check_nan(), "element 0: analytic nan");
+  EXPECT_NONFATAL_FAILURE(check_zeros(), "analytic 0 vs numeric");
+  expect_gradients_match([](const Vars& v) { return doubled_with_wrong_backward(v[0], 1.0, false); },
+                         {random_double({3, 4}, 45)});  // the right one passes
 }
 
 TEST(GradCheck, ComposedTwoLayerNetwork) {
