@@ -182,30 +182,37 @@ TEST(CudaKernels, EmbeddingMatchesCpu) {
   EXPECT_THROW(cuda::embedding_forward(random({10, 4}, 1).to(Device::cuda), Tensor::from(bad, {2})), Error);
 }
 
+// Smoothing 0.1 with padding index 0 (the trainer's), and no smoothing with an ignore index that
+// is no class (-100, PyTorch's), class 0 then a real target.
 TEST(CudaKernels, CrossEntropyMatchesCpu) {
   SKIP_WITHOUT_GPU();
-  for (DType dt : {DType::f32, DType::bf16}) {
-    for (std::int64_t vocab : {5, 1000, 37000}) {
-      const std::int64_t n = 23;
-      const Tensor logits = as_input(random({n, vocab}, 30, -8, 8), dt);
-      std::vector<std::int32_t> t(static_cast<std::size_t>(n));
-      for (std::int64_t i = 0; i < n; ++i)
-        t[static_cast<std::size_t>(i)] = static_cast<std::int32_t>((i * 7919) % vocab);
-      t[3] = t[11] = 0;  // ignored rows (index 0: padding)
-      const Tensor targets = Tensor::from(t, {n});
-      const std::string l = dtype_label(dt) + " cross entropy V=" + std::to_string(vocab);
-      const auto c = cpu::cross_entropy_forward(logits, targets, 0.1, 0);
-      const auto g = cuda::cross_entropy_forward(to_gpu(logits, dt), targets, 0.1, 0);
-      expect_close(g.loss, c.loss, kF32Tol, l + " loss");
-      expect_close(g.lse, c.lse, kF32Tol, l + " lse");
-      expect_close(g.nll, c.nll, kF32Tol, l + " nll");
-      const Tensor dloss = Tensor::full({n}, 1.0 / 17.0);
-      const Tensor cd = cpu::cross_entropy_backward(dloss, logits, targets, c.lse, 0.1, 0);
-      expect_close(cuda::cross_entropy_backward(dloss.to(Device::cuda), to_gpu(logits, dt), targets, g.lse, 0.1, 0), cd,
-                   tol_of(dt), l + " backward");
-      const auto fused = cuda::cross_entropy_fused(to_gpu(logits, dt), targets, 0.1, 0, 1.0 / 17.0);
-      expect_close(fused.out.loss, c.loss, kF32Tol, l + " fused loss");
-      expect_close(fused.dlogits, cd, tol_of(dt), l + " fused gradient");
+  for (const auto& [eps, ignore] : {std::pair{0.1, 0}, std::pair{0.0, -100}}) {
+    for (DType dt : {DType::f32, DType::bf16}) {
+      for (std::int64_t vocab : {5, 1000, 37000}) {
+        const std::int64_t n = 23;
+        const Tensor logits = as_input(random({n, vocab}, 30, -8, 8), dt);
+        std::vector<std::int32_t> t(static_cast<std::size_t>(n));
+        for (std::int64_t i = 0; i < n; ++i)
+          t[static_cast<std::size_t>(i)] = static_cast<std::int32_t>((i * 7919) % vocab);
+        t[3] = t[11] = ignore;  // ignored rows
+        t[5] = 0;               // class 0: a target unless it is the ignore index
+        const Tensor targets = Tensor::from(t, {n});
+        const std::string l = dtype_label(dt) + " cross entropy V=" + std::to_string(vocab) +
+                              " smoothing=" + std::to_string(eps) + " ignore=" + std::to_string(ignore);
+        const auto c = cpu::cross_entropy_forward(logits, targets, eps, ignore);
+        const auto g = cuda::cross_entropy_forward(to_gpu(logits, dt), targets, eps, ignore);
+        expect_close(g.loss, c.loss, kF32Tol, l + " loss");
+        expect_close(g.lse, c.lse, kF32Tol, l + " lse");
+        expect_close(g.nll, c.nll, kF32Tol, l + " nll");
+        const Tensor dloss = Tensor::full({n}, 1.0 / 17.0);
+        const Tensor cd = cpu::cross_entropy_backward(dloss, logits, targets, c.lse, eps, ignore);
+        expect_close(
+            cuda::cross_entropy_backward(dloss.to(Device::cuda), to_gpu(logits, dt), targets, g.lse, eps, ignore), cd,
+            tol_of(dt), l + " backward");
+        const auto fused = cuda::cross_entropy_fused(to_gpu(logits, dt), targets, eps, ignore, 1.0 / 17.0);
+        expect_close(fused.out.loss, c.loss, kF32Tol, l + " fused loss");
+        expect_close(fused.dlogits, cd, tol_of(dt), l + " fused gradient");
+      }
     }
   }
 }
@@ -271,15 +278,16 @@ std::string describe(const AttentionCase& c, DType dt, bool padded) {
 // Forward and backward of one case against the CPU twin. pad: [b, lk] key padding, or none.
 // float32 to 1e-4 throughout; bfloat16 (P and dS rounded to bfloat16 before their products, as in
 // FlashAttention): out 2e-2, lse 1e-3, gradients 4e-2.
-void expect_attention_matches_cpu(const AttentionCase& c, DType dt, const Tensor& pad, std::uint32_t seed) {
+void expect_attention_matches_cpu(const AttentionCase& c, DType dt, const Tensor& pad, std::uint32_t seed,
+                                  double scale = 0.0) {
   const Tensor q = as_input(random({c.b, c.h, c.lq, c.d}, seed, -2, 2), dt);
   const Tensor k = as_input(random({c.b, c.h, c.lk, c.d}, seed + 1, -2, 2), dt);
   const Tensor v = as_input(random({c.b, c.h, c.lk, c.d}, seed + 2), dt);
   const Tensor dout = as_input(random({c.b, c.h, c.lq, c.d}, seed + 3), dt);
-  const cpu::AttentionOptions opt{.causal = c.causal};
+  const cpu::AttentionOptions opt{.causal = c.causal, .scale = scale};
   const auto cf = cpu::attention_forward(q, k, v, pad, opt);
   const auto gf = cuda::attention_forward(to_gpu(q, dt), to_gpu(k, dt), to_gpu(v, dt), pad, opt);
-  const std::string l = describe(c, dt, pad.defined());
+  const std::string l = describe(c, dt, pad.defined()) + (scale > 0 ? " scale " + std::to_string(scale) : "");
   const bool f32 = dt == DType::f32;
   expect_close(gf.out, cf.out, tol_of(dt), l + " out");
   expect_close(gf.lse, cf.lse, f32 ? kF32Tol : kF32Tol * 10, l + " lse");
@@ -312,6 +320,10 @@ TEST(CudaKernels, FlashAttentionMatchesCpu) {
       }
       expect_attention_matches_cpu(c, dt, pad, 60);
     }
+    // An explicit scale instead of 1/sqrt(d), with and without the masks.
+    expect_attention_matches_cpu({2, 2, 40, 40, 64, true}, dt, Tensor(), 61, 0.37);
+    expect_attention_matches_cpu({2, 2, 17, 33, 64, false}, dt, Tensor::from(std::vector<std::int32_t>(66, 0), {2, 33}),
+                                 62, 1.5);
   }
 }
 
