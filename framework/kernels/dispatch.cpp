@@ -100,8 +100,7 @@ void scale_inplace(Tensor& t, double alpha) {
 double sum_of_squares(const std::vector<Tensor>& tensors) {
   if (tensors.empty() || on_cpu(tensors.front())) {
     double acc = 0;
-    for (const Tensor& t : tensors)
-      for (double g : t.to_doubles()) acc += g * g;
+    for (const Tensor& t : tensors) acc += cpu::sum_of_squares(t);
     return acc;
   }
   ON_GPU({

@@ -155,6 +155,22 @@ TEST(Elementwise, ReluKeepsNaN) {
 }
 
 // ---------------------------------------------------------------- reductions, softmax
+// The gradient norm's sum of squares: accumulated in double over float32 too, threaded past 32768
+// elements, equal to the plain double sum.
+TEST(Reduce, SumOfSquares) {
+  for (DType dt : {DType::f32, DType::f64}) {
+    for (std::int64_t n : {0, 7, 100003}) {
+      std::vector<double> v(static_cast<std::size_t>(n));
+      for (std::size_t i = 0; i < v.size(); ++i) v[i] = std::sin(0.37 * static_cast<double>(i)) * 1e3;
+      const Tensor t = Tensor::from_doubles(v, {n}, dt);
+      double expected = 0;
+      for (double x : t.to_doubles()) expected += x * x;
+      EXPECT_NEAR(cpu::sum_of_squares(t), expected, 1e-12 * expected) << dtype_name(dt) << " n " << n;
+    }
+  }
+  EXPECT_THROW(cpu::sum_of_squares(Tensor::from(std::vector<std::int32_t>{1, 2}, {2})), Error);
+}
+
 TEST(Reduce, SumMeanAndPerDimension) {
   const Tensor x = Tensor::from(std::vector<double>{1, 2, 3, 4, 5, 6}, {2, 3});
   EXPECT_EQ(cpu::sum_all(x).item(), 21);

@@ -28,6 +28,19 @@ Rows last_dim_rows(const char* op, const Tensor& x) {
 
 }  // namespace
 
+double sum_of_squares(const Tensor& x) {
+  check_float("sum_of_squares", x);
+  check_cpu("sum_of_squares", x);
+  double acc = 0;
+  dispatch_float("sum_of_squares", x.dtype(), [&]<typename T>() {
+    const T* p = x.data<T>();
+    const std::int64_t n = x.numel();
+#pragma omp parallel for reduction(+ : acc) schedule(static) if (n > 32768)
+    for (std::int64_t i = 0; i < n; ++i) acc += static_cast<double>(p[i]) * static_cast<double>(p[i]);
+  });
+  return acc;
+}
+
 Tensor sum_all(const Tensor& x) {
   check_float("sum", x);
   check_cpu("sum", x);

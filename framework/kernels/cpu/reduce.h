@@ -10,7 +10,9 @@
 
 namespace tessera::cpu {
 
-Tensor sum_all(const Tensor& x);   // shape []
+Tensor sum_all(const Tensor& x);  // shape []
+// Sum of x[i]^2 accumulated in double (the gradient norm for clipping), without a copy.
+double sum_of_squares(const Tensor& x);
 Tensor mean_all(const Tensor& x);  // shape []
 // Sum / mean over dimension `dim` (negative counts from the end); keepdim keeps it as size 1.
 Tensor sum_dim(const Tensor& x, std::int64_t dim, bool keepdim);
