@@ -25,6 +25,9 @@ awk '$1 == 30 || $1 == 50 { after = (after == "" || $2 < after) ? $2 : after }
 # A resume that validates its checkpoint's step first (train.valid_every changed): the first
 # window after it counts training only too. Compared within the resumed process (the windows
 # after its later, ordinary validations), so that load from other tests weighs on both alike.
+# That window is also the process's first training (memory and threads still cold: about half
+# the others' rate on a loaded 2-core machine), so the bound is 0.3: a validation counted in it
+# (2.5 s and more here, against about 0.7 s of training) would bring it to about 0.2.
 args="--config $config --set output.dir=$work/resumed --set train.max_steps=40 --set train.log_every=10 --set decode.beam=4 --set data.synthetic_valid_size=2000"
 "$tessera" train $args --set train.valid_every=0 --set checkpoint.every=10 > "$work/first.log" 2>&1 ||
   { cat "$work/first.log"; fail "the run to resume failed"; }
@@ -35,6 +38,6 @@ sed -n 's/.*"step": \([0-9]*\),.*"tokens_per_s": \([-0-9.e+]*\),.*/\1 \2/p' "$wo
 cat "$work/tps_resumed.txt"
 [ "$(cut -d' ' -f1 "$work/tps_resumed.txt" | tr '\n' ' ')" = "20 30 40 " ] || fail "not the resumed run's 3 log windows"
 awk '$1 == 20 { after = $2 } $1 != 20 { plain = (plain == "" || $2 < plain) ? $2 : plain }
-     END { printf "tok/s after the resume'"'"'s validation %.0f, slowest window after an ordinary one %.0f\n", after, plain; exit !(after >= 0.5 * plain) }' \
+     END { printf "tok/s after the resume'"'"'s validation %.0f, slowest window after an ordinary one %.0f\n", after, plain; exit !(after >= 0.3 * plain) }' \
   "$work/tps_resumed.txt" || fail "the first window after a resume counted its validation's pause"
 echo PASS
