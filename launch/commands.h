@@ -40,31 +40,26 @@ inline std::optional<std::int64_t> decimal_whole_number(std::string_view text) {
   return v;
 }
 
-// A whole number in [lo, hi], read exactly: CLI11's own conversion clamps one past int64's range
-// (9223372036854775808 became 9223372036854775807) and a range check then passes it.
-inline CLI::Validator whole_number(std::int64_t lo, std::int64_t hi) {
-  return CLI::Validator(
-      [lo, hi](const std::string& text) -> std::string {
-        const std::optional<std::int64_t> v = decimal_whole_number(text);
-        if (!v || *v < lo || *v > hi) return fmt::format("'{}' is not a whole number in [{}, {}]", text, lo, hi);
-        return {};
-      },
-      fmt::format("INT in [{}, {}]", lo, hi));
-}
-
 // An option holding a whole number in [lo, hi], read in decimal (CLI11 reads "010" as octal) and
-// exactly (see whole_number); `target` keeps its value when the option is not given. The help shows
-// that value as the default unless it is outside [lo, hi] (0 for "from the config", say).
+// exactly (its own conversion clamps one past int64's range, 9223372036854775808 became
+// 9223372036854775807, and a range check then passed it); `target` keeps its value when the option
+// is not given. The help shows the range as the type, and that value as the default unless it is
+// outside [lo, hi] (0 for "from the config", say).
 template <typename Int>
 CLI::Option* add_whole_number_option(CLI::App* cmd, const std::string& name, Int& target, std::int64_t lo,
                                      std::int64_t hi, const std::string& description) {
+  const auto in_range = [lo, hi](const std::string& text) -> std::string {
+    const std::optional<std::int64_t> v = decimal_whole_number(text);
+    if (!v || *v < lo || *v > hi) return fmt::format("'{}' is not a whole number in [{}, {}]", text, lo, hi);
+    return {};
+  };
   CLI::Option* option = cmd->add_option_function<std::string>(
                                name,
                                [&target](const std::string& text) {
                                  target = static_cast<Int>(decimal_whole_number(text).value_or(0));  // checked
                                },
                                description)
-                            ->check(whole_number(lo, hi).description(""))
+                            ->check(CLI::Validator(in_range, ""))
                             ->type_name(fmt::format("INT in [{}, {}]", lo, hi));
   if (static_cast<std::int64_t>(target) >= lo && static_cast<std::int64_t>(target) <= hi)
     option->default_str(std::to_string(target));

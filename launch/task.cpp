@@ -556,7 +556,6 @@ void check_data_keys(const io::Config& cfg) {
 }
 
 TaskData load_task_data(const io::Config& cfg, dist::Communicator* world, const std::string& resume_checkpoint) {
-  check_data_keys(cfg);
   TaskData t;
   const std::string task = cfg.string("data.task");
   const auto seed = static_cast<std::uint64_t>(cfg.integer("train.seed"));

@@ -86,7 +86,8 @@ EncodedPairs encode_files(const TextCodec& src_codec, const TextCodec& tgt_codec
                           std::int64_t pairs_per_round = 0);
 
 // The data keys that are each valid alone but not together, and the text files' kinds (set, not a
-// folder, pipe or device): ConfigError before any work. load_task_data checks them first too.
+// folder, pipe or device): ConfigError. Before any work: run_training calls it before it makes the
+// run folder, and load_task_data relies on it.
 void check_data_keys(const io::Config& cfg);
 
 // Loads (or, for a corpus without a vocabulary yet, trains) everything a run needs. Logs what it
