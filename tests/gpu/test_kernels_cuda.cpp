@@ -23,6 +23,7 @@
 #include "kernels/cuda/adam.h"
 #include "kernels/cuda/attention.h"
 #include "kernels/cuda/gemm.h"
+#include "kernels/cuda/layout.h"
 #include "kernels/cuda/nn_kernels.h"
 #include "kernels/cuda/reduce.h"
 #include "kernels/dispatch.h"
@@ -389,6 +390,130 @@ TEST(CudaKernels, RandomShapesMatchCpu) {
       expect_close(cuda::matmul(to_gpu(a, dt), to_gpu(b, dt), ta, tb), cpu::matmul(a, b, ta, tb), tol_of(dt),
                    l + " gemm " + std::to_string(m) + "x" + std::to_string(n) + "x" + std::to_string(k) +
                        " ta=" + std::to_string(ta) + " tb=" + std::to_string(tb));
+    }
+  }
+}
+
+// Gradient clipping's two kernels over a model's worth of tensor sizes: the global sum of squares
+// (float32 sums on the GPU against the CPU's double) and the in-place scale.
+TEST(CudaKernels, GradientClippingMatchesCpu) {
+  SKIP_WITHOUT_GPU();
+  for (DType dt : {DType::f32, DType::bf16}) {
+    const std::string l = dtype_label(dt);
+    std::vector<Tensor> cpu_grads, gpu_grads;
+    std::uint32_t seed = 80;
+    for (const Shape& shape : {Shape{1}, Shape{0}, Shape{512}, Shape{37, 129}, Shape{1000003}, Shape{3, 4097}}) {
+      cpu_grads.push_back(as_input(random(shape, seed++, -0.5, 0.5), dt));
+      gpu_grads.push_back(to_gpu(cpu_grads.back(), dt));
+    }
+    const double c = kernels::sum_of_squares(cpu_grads), g = kernels::sum_of_squares(gpu_grads);
+    // bfloat16: each square and the sum are rounded to bfloat16 on the GPU.
+    EXPECT_NEAR(g, c, tol_of(dt) * c) << l << " sum of squares";
+    EXPECT_EQ(kernels::sum_of_squares({Tensor::zeros({0}, dt, Device::cuda)}), 0.0) << l << " empty";
+    for (std::size_t i = 0; i < cpu_grads.size(); ++i) {
+      Tensor expected = cpu_grads[i].clone();
+      kernels::scale_inplace(expected, 0.37);
+      kernels::scale_inplace(gpu_grads[i], 0.37);
+      expect_close(gpu_grads[i], dt == DType::bf16 ? expected.to(DType::bf16).to(DType::f32) : expected, tol_of(dt),
+                   l + " scale_inplace " + shape_str(cpu_grads[i].shape()));
+    }
+  }
+}
+
+// The output projection's softmax rows: a vocabulary's width, more than one block's worth of
+// columns per thread, and a width that is no power of two.
+TEST(CudaKernels, SoftmaxAtVocabularyWidthMatchesCpu) {
+  SKIP_WITHOUT_GPU();
+  for (DType dt : {DType::f32, DType::bf16}) {
+    for (std::int64_t cols : {8001, 32768, 37000, 100003}) {
+      const std::string l = dtype_label(dt) + " softmax width " + std::to_string(cols);
+      const Tensor x = as_input(random({3, cols}, 90, -10, 10), dt), dy = as_input(random({3, cols}, 91), dt);
+      const Tensor ys = cpu::softmax_lastdim(x), yl = cpu::log_softmax_lastdim(x);
+      expect_close(cuda::softmax_lastdim(to_gpu(x, dt)), ys, tol_of(dt), l);
+      expect_close(cuda::log_softmax_lastdim(to_gpu(x, dt)), yl, tol_of(dt), l + " log");
+      const Tensor yl_in = as_input(yl, dt);
+      expect_close(cuda::log_softmax_backward(to_gpu(dy, dt), to_gpu(yl_in, dt)), cpu::log_softmax_backward(dy, yl_in),
+                   tol_of(dt), l + " log backward");
+    }
+  }
+}
+
+// float32 GEMMs on TF32 tensor cores (train.tf32): each input keeps 10 of float32's 23 mantissa
+// bits, so a product is off by at most 2^-9 of its size (truncation or rounding of both inputs)
+// and an element by at most 2^-8 of sum |a||b| with float32 accumulation's error included.
+TEST(CudaKernels, Tf32GemmStaysWithinItsRoundingBound) {
+  SKIP_WITHOUT_GPU();
+  struct RestoreTf32 {
+    bool was = cuda::allow_tf32();
+    ~RestoreTf32() { cuda::set_allow_tf32(was); }
+  } restore;
+  cuda::set_allow_tf32(true);
+  const auto absolute = [](const Tensor& t) {
+    Tensor r = t.clone();
+    for (std::int64_t i = 0; i < r.numel(); ++i) r.data<float>()[i] = std::abs(r.data<float>()[i]);
+    return r;
+  };
+  for (bool ta : {false, true}) {
+    for (bool tb : {false, true}) {
+      const std::int64_t m = 65, n = 130, k = 1000;
+      const Tensor a = random(ta ? Shape{k, m} : Shape{m, k}, 95), b = random(tb ? Shape{n, k} : Shape{k, n}, 96);
+      const Tensor g = from_gpu(cuda::matmul(a.to(Device::cuda), b.to(Device::cuda), ta, tb));
+      const Tensor c = cpu::matmul(a, b, ta, tb);
+      const Tensor bound = cpu::matmul(absolute(a), absolute(b), ta, tb);
+      std::int64_t over = 0;
+      for (std::int64_t i = 0; i < c.numel(); ++i) {
+        const double e = std::abs(static_cast<double>(g.data<float>()[i]) - c.data<float>()[i]);
+        over += e <= std::ldexp(static_cast<double>(bound.data<float>()[i]), -8) ? 0 : 1;
+      }
+      EXPECT_EQ(over, 0) << "tf32 gemm ta=" << ta << " tb=" << tb << ": elements past 2^-8 sum |a||b|";
+    }
+  }
+}
+
+// Embedding lookups and their scatter-add at drawn sizes (ids repeat), and the layout kernels of
+// incremental decoding in both dtypes: concat along each dimension, empty parts included, and row
+// gathers with repeats. Layout moves bytes: exact.
+TEST(CudaKernels, EmbeddingAndLayoutAtRandomShapesMatchCpu) {
+  SKIP_WITHOUT_GPU();
+  std::mt19937 gen(20261202u);
+  const auto draw = [&](std::int64_t lo, std::int64_t hi) {
+    return std::uniform_int_distribution<std::int64_t>(lo, hi)(gen);
+  };
+  for (DType dt : {DType::f32, DType::bf16}) {
+    const std::string l = dtype_label(dt);
+    for (int i = 0; i < 5; ++i) {
+      const std::int64_t vocab = draw(1, 5000), width = draw(1, 1100), rows = draw(1, 8), len = draw(1, 60);
+      std::vector<std::int32_t> id_values(static_cast<std::size_t>(rows * len));
+      for (auto& id : id_values) id = static_cast<std::int32_t>(draw(0, std::min<std::int64_t>(vocab - 1, 40)));
+      const Tensor ids = Tensor::from(id_values, {rows, len});
+      const std::string w = l + " embedding V" + std::to_string(vocab) + " width " + std::to_string(width) + " ids " +
+                            std::to_string(rows) + "x" + std::to_string(len);
+      const Tensor weight = as_input(random({vocab, width}, 200 + i), dt);
+      expect_close(cuda::embedding_forward(to_gpu(weight, dt), ids), cpu::embedding_forward(weight, ids), 0.0, w);
+      const Tensor dout = as_input(random({rows, len, width}, 210 + i), dt);
+      Tensor cd = Tensor::zeros({vocab, width}), gd = Tensor::zeros({vocab, width}, DType::f32, Device::cuda);
+      cpu::embedding_backward(cd, dout, ids);
+      cuda::embedding_backward(gd, to_gpu(dout, dt), ids);
+      expect_close(gd, cd, kF32Tol, w + " backward");
+    }
+    for (int i = 0; i < 8; ++i) {
+      const std::int64_t rank = draw(1, 4), dim = draw(0, rank - 1);
+      Shape shape(static_cast<std::size_t>(rank));
+      for (auto& s : shape) s = draw(1, 9);
+      std::vector<Tensor> parts, gpu_parts;
+      for (std::int64_t p = draw(1, 4); p > 0; --p) {
+        shape[static_cast<std::size_t>(dim)] = draw(0, 5);
+        parts.push_back(as_input(random(shape, 220 + static_cast<std::uint32_t>(parts.size() + 10 * i)), dt));
+        gpu_parts.push_back(to_gpu(parts.back(), dt));
+      }
+      std::string w = l + " concat dim " + std::to_string(dim) + " of";
+      for (const Tensor& p : parts) w.append(" ").append(shape_str(p.shape()));
+      expect_close(cuda::concat(gpu_parts, dim), cpu::concat(parts, dim), 0.0, w);
+      std::vector<std::int64_t> picks;
+      if (parts.front().size(0) > 0)
+        for (std::int64_t n = draw(0, 12); n > 0; --n) picks.push_back(draw(0, parts.front().size(0) - 1));
+      expect_close(cuda::index_rows(gpu_parts.front(), picks), cpu::index_rows(parts.front(), picks), 0.0,
+                   l + " index_rows of " + shape_str(parts.front().shape()));
     }
   }
 }
