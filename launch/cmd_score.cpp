@@ -12,6 +12,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -73,7 +74,15 @@ std::vector<std::string> read_file_lines(const std::string& path, const char* wh
   // the lines are right-stripped before tokenization anyway).
   if (path.size() > 3 && path.compare(path.size() - 3, 3, ".gz") == 0) return data::read_lines(path);
   std::ifstream in(path, std::ios::binary);
-  if (!in) fail("score: cannot open {} file '{}': {}", what, path, std::strerror(errno));
+  if (!in) {
+    const int error = errno;
+    if (path == "-")  // standard input holds the hypotheses (--hyp -), never a reference
+      fail(
+          "score: there is no {} file '-' (standard input is read for the hypotheses only: give the references "
+          "as files)",
+          what);
+    fail("score: cannot open {} file '{}': {}", what, path, std::strerror(error));
+  }
   return read_lines(in, path);
 }
 
@@ -98,31 +107,25 @@ void check_line_counts(const std::vector<std::vector<std::string>>& refs, const 
       fail("score: {} has {} lines but reference file '{}' has {} lines", what, lines, ref_paths[i], refs[i].size());
 }
 
-void print_bleu(const eval::BleuScore& s, std::size_t nrefs, const ScoreOptions& opt) {
-  if (opt.score_only) {
-    fmt::print("{:.2f}\n", s.score);
-  } else if (opt.json) {
-    fmt::print(
+std::string bleu_text(const eval::BleuScore& s, std::size_t nrefs, const ScoreOptions& opt) {
+  if (opt.score_only) return fmt::format("{:.2f}\n", s.score);
+  if (opt.json)
+    return fmt::format(
         "{{\"name\": \"BLEU\", \"score\": {}, \"precisions\": {}, \"bp\": {}, \"ratio\": {}, \"hyp_len\": {}, "
         "\"ref_len\": {}, \"counts\": {}, \"totals\": {}, \"nrefs\": {}, \"tok\": \"13a\", \"summary\": \"{}\"}}\n",
         s.score, json_number_list(s.precisions), s.brevity_penalty, s.ratio, s.hyp_len, s.ref_len,
         json_int_list(s.matches), json_int_list(s.totals), nrefs, s.summary());
-  } else {
-    fmt::print("{}\n", s.summary());
-  }
+  return s.summary() + "\n";
 }
 
-void print_chrf(const eval::ChrfScore& s, std::size_t nrefs, const ScoreOptions& opt) {
-  if (opt.score_only) {
-    fmt::print("{:.2f}\n", s.score);
-  } else if (opt.json) {
-    fmt::print(
+std::string chrf_text(const eval::ChrfScore& s, std::size_t nrefs, const ScoreOptions& opt) {
+  if (opt.score_only) return fmt::format("{:.2f}\n", s.score);
+  if (opt.json)
+    return fmt::format(
         "{{\"name\": \"{}\", \"score\": {}, \"char_order\": {}, \"word_order\": {}, \"beta\": {}, \"nrefs\": {}, "
         "\"summary\": \"{}\"}}\n",
         s.name(), s.score, s.char_order, s.word_order, s.beta, nrefs, s.summary());
-  } else {
-    fmt::print("{}\n", s.summary());
-  }
+  return s.summary() + "\n";
 }
 
 int run_score(const ScoreOptions& opt) {
@@ -172,14 +175,12 @@ int run_score(const ScoreOptions& opt) {
   }
   if (hyps.empty()) fail("score: no hypothesis lines in {}", hyp_source);
   check_line_counts(refs, opt.refs, hyps.size(), hyp_source);
-  for (const std::string& metric : opt.metrics) {
-    if (metric == "bleu") {
-      print_bleu(eval::corpus_bleu(hyps, refs), refs.size(), opt);
-    } else {
-      print_chrf(eval::corpus_chrf(hyps, refs, metric == "chrf++" ? 2 : 0), refs.size(), opt);
-    }
-  }
-  std::fflush(stdout);
+  std::string scores;
+  for (const std::string& metric : opt.metrics)
+    scores += metric == "bleu" ? bleu_text(eval::corpus_bleu(hyps, refs), refs.size(), opt)
+                               : chrf_text(eval::corpus_chrf(hyps, refs, metric == "chrf++" ? 2 : 0), refs.size(), opt);
+  if (std::fwrite(scores.data(), 1, scores.size(), stdout) != scores.size() || std::fflush(stdout) != 0)
+    fail("score: writing the scores to standard output failed: {}", std::strerror(errno));
   return 0;
 }
 

@@ -58,12 +58,12 @@ std::string build_and_gpu() {
 int exit_on_every_rank_error(const std::string& what, bool rank_0_alone) {
   using namespace tessera::launch;
   const int rank = launcher_rank();
-  if (rank == 0) fmt::print(stderr, "tessera: error: {}\n", what);
+  if (rank == 0) tessera::print_to_stderr("tessera: error: {}\n", what);
   std::fflush(stderr);
   // Not launcher_size() < 2: under srun with PMIx no variable says the size before MPI starts.
   if (rank_0_alone || !launched_by_mpi()) return 1;
   const auto say_own = [rank, what] {
-    if (rank != 0) fmt::print(stderr, "tessera: error on rank {}: {}\n", rank, what);
+    if (rank != 0) tessera::print_to_stderr("tessera: error on rank {}: {}\n", rank, what);
     std::fflush(stderr);
   };
   // MPI_Init (this rank failed before it) waits for every rank, also those that have exited (a
@@ -112,7 +112,7 @@ int main(int argc, char** argv) {
       if (unknown.empty() && argc > 2 && argv[2][0] != '-' && c.app->get_name() == argv[1])
         unknown = unknown_subcommand(*c.app, argv[2], fmt::format("tessera {}", argv[1]));
     if (!unknown.empty()) {
-      fmt::print(stderr, "{}\n", unknown);
+      tessera::print_to_stderr("{}\n", unknown);
       return static_cast<int>(CLI::ExitCodes::ExtrasError);
     }
   }
@@ -139,11 +139,11 @@ int main(int argc, char** argv) {
     std::fflush(stdout);  // what was logged comes before the error, also when both go to one pipe
     if (launched_by_mpi() && tessera::dist::mpi_initialized()) {
       // Only this rank may know: print, then take the whole job down so no rank waits forever.
-      fmt::print(stderr, "tessera: error on rank {}: {}\n", launcher_rank(), e.what());
+      tessera::print_to_stderr("tessera: error on rank {}: {}\n", launcher_rank(), e.what());
       std::fflush(stderr);
       MPI_Abort(MPI_COMM_WORLD, 1);
     }
-    fmt::print(stderr, "tessera: error: {}\n", e.what());
+    tessera::print_to_stderr("tessera: error: {}\n", e.what());
     return 1;
   }
   return 0;

@@ -62,8 +62,8 @@ RunFolderLock::RunFolderLock(const std::filesystem::path& dir) {
           dir.string(), holder, path);
     }
     ::close(fd);
-    fmt::print(stderr, "warning: cannot lock '{}' ({}): a second train into output.dir '{}' would not be refused\n",
-               path, std::strerror(error), dir.string());
+    print_to_stderr("warning: cannot lock '{}' ({}): a second train into output.dir '{}' would not be refused\n", path,
+                    std::strerror(error), dir.string());
     return;
   }
   fd_ = fd;

@@ -915,7 +915,8 @@ void Translator::find_vocabulary_files(const std::string& checkpoint, const std:
   tgt_codec_ = paths.joint() ? src_codec_ : TextCodec::sentencepiece(data::Vocab::load(vocabulary_files_.back()));
 }
 
-std::vector<std::vector<std::int32_t>> Translator::encode(const std::vector<std::string>& lines, bool report) const {
+std::vector<std::vector<std::int32_t>> Translator::encode(const std::vector<std::string>& lines,
+                                                          const std::string& noted_as) const {
   const auto limit = static_cast<std::size_t>(ensemble().max_positions() - 1);
   std::vector<std::vector<std::int32_t>> sources;
   for (const auto& line : lines) {
@@ -927,9 +928,9 @@ std::vector<std::vector<std::int32_t>> Translator::encode(const std::vector<std:
     }
     // Cut rather than fail the whole batch.
     if (ids.size() > limit) {
-      if (report)
-        fmt::print(stderr, "translate: line {} has {} tokens; keeping the first {}\n", sources.size() + 1, ids.size(),
-                   limit);
+      if (!noted_as.empty())
+        print_to_stderr("note: {}, line {} has {} tokens; keeping the first {} (model.max_positions - 1)\n", noted_as,
+                        sources.size() + 1, ids.size(), limit);
       ids.resize(limit);
     }
     sources.push_back(std::move(ids));
@@ -970,7 +971,7 @@ TranslationJob load_translation_job(dist::Communicator* world, const std::vector
     for (std::size_t i = 1; i < checkpoints.size(); ++i) job.translator->add_ensemble_member(checkpoints[i]);
     const std::vector<std::string> lines = read_lines();
     try {
-      job.sources = job.translator->encode(lines, /*report=*/root);
+      job.sources = job.translator->encode(lines, root ? input_name : std::string());
     } catch (const Error& e) {
       fail("{}, {}", input_name, e.what());  // the file: score reads a reference too
     }

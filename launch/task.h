@@ -160,10 +160,11 @@ class Translator {
   Translator(const std::string& checkpoint, const std::string& vocab, const std::string& vocab_tgt,
              Device device = Device::cpu);
   // Translating text takes two steps: the source ids (inputs longer than the positional table
-  // allows are cut to fit; said so on stderr when `report`), then their detokenized translations,
-  // in order; with `replicas`, its ranks share the batches (see translate_ids) and each returns
-  // every translation.
-  std::vector<std::vector<std::int32_t>> encode(const std::vector<std::string>& lines, bool report) const;
+  // allows are cut to fit, said so on stderr naming the input `noted_as` unless that is empty),
+  // then their detokenized translations, in order; with `replicas`, its ranks share the batches
+  // (see translate_ids) and each returns every translation.
+  std::vector<std::vector<std::int32_t>> encode(const std::vector<std::string>& lines,
+                                                const std::string& noted_as = "") const;
   std::vector<std::string> translate(const std::vector<std::vector<std::int32_t>>& sources,
                                      const models::DecodeOptions& opt, std::int64_t batch_sentences,
                                      dist::Communicator* replicas) const;

@@ -3,6 +3,7 @@
 
 #include <fmt/format.h>
 
+#include <cstdio>
 #include <stdexcept>
 #include <string>
 
@@ -24,6 +25,15 @@ class EveryRankError : public Error {
 template <typename... Args>
 [[noreturn]] void fail(fmt::format_string<Args...> f, Args&&... args) {
   throw Error(fmt::format(f, std::forward<Args>(args)...));
+}
+
+// Errors, warnings and notes on stderr. A write there that fails (a full disk, a closed pipe) has
+// nowhere to be reported and is ignored; fmt::print would throw, and from an error path that ends
+// the process in std::terminate (exit 134) instead of with the error's own status.
+template <typename... Args>
+void print_to_stderr(fmt::format_string<Args...> f, Args&&... args) {
+  const std::string text = fmt::format(f, std::forward<Args>(args)...);
+  (void)std::fwrite(text.data(), 1, text.size(), stderr);
 }
 
 }  // namespace tessera

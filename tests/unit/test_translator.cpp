@@ -66,7 +66,7 @@ class CheckpointVocabularies : public ::testing::Test {
     models::DecodeOptions opt;
     opt.beam = 1;
     opt.max_extra_len = 3;
-    return t.translate(t.encode({"A man is walking.", "Two dogs play in the snow."}, false), opt, 2, nullptr);
+    return t.translate(t.encode({"A man is walking.", "Two dogs play in the snow."}), opt, 2, nullptr);
   }
 
   testing::TempDir dir_;
