@@ -1,8 +1,12 @@
 #include "models/transformer.h"
 
+#include <fmt/ranges.h>
+
 #include <cmath>
 #include <cstring>
 #include <random>
+#include <string>
+#include <vector>
 
 #include "dist/parallel_ops.h"
 #include "kernels/dispatch.h"
@@ -39,12 +43,20 @@ void validate(const TransformerConfig& c, int tensor_parallel) {
                 "model: d_model {} is not divisible by heads {} (model.d_model, model.heads)", c.d_model, c.heads);
   TESSERA_CHECK(c.d_model % 2 == 0, "model: d_model {} must be even (sinusoidal positions)", c.d_model);
   TESSERA_CHECK(c.dropout >= 0 && c.dropout < 1, "model: dropout {} outside [0, 1)", c.dropout);
-  TESSERA_CHECK(c.heads % tensor_parallel == 0,
-                "model: heads {} do not divide over {} tensor-parallel ranks (parallel.tensor)", c.heads,
-                tensor_parallel);
-  TESSERA_CHECK(c.d_ff % tensor_parallel == 0,
-                "model: d_ff {} does not divide over {} tensor-parallel ranks (parallel.tensor)", c.d_ff,
-                tensor_parallel);
+  // Tensor parallelism splits the heads and d_ff; both are named when both fail, so that fixing
+  // one does not meet the other on the next start.
+  std::vector<std::string> unsplit, keys;
+  if (c.heads % tensor_parallel != 0) {
+    unsplit.push_back(fmt::format("heads {}", c.heads));
+    keys.emplace_back("model.heads");
+  }
+  if (c.d_ff % tensor_parallel != 0) {
+    unsplit.push_back(fmt::format("d_ff {}", c.d_ff));
+    keys.emplace_back("model.d_ff");
+  }
+  TESSERA_CHECK(unsplit.empty(), "model: {} {} not divide over {} tensor-parallel ranks ({}, parallel.tensor)",
+                fmt::join(unsplit, " and "), keys == std::vector<std::string>{"model.d_ff"} ? "does" : "do",
+                tensor_parallel, fmt::join(keys, ", "));
   TESSERA_CHECK(c.dtype == DType::f32 || c.dtype == DType::f64, "model: parameters are float32 or float64, not {}",
                 dtype_name(c.dtype));
   TESSERA_CHECK(!c.bf16_compute || (c.device == Device::cuda && c.dtype == DType::f32),

@@ -240,7 +240,7 @@ TEST(TensorDataParallel, HeadsMustDivideOverTensorParallelRanks) {
     models::Transformer m(c, 1, &world());
     FAIL() << "expected an error";
   } catch (const Error& e) {
-    EXPECT_STREQ(e.what(), "model: heads 2 do not divide over 4 tensor-parallel ranks (parallel.tensor)");
+    EXPECT_STREQ(e.what(), "model: heads 2 do not divide over 4 tensor-parallel ranks (model.heads, parallel.tensor)");
   }
 }
 

@@ -517,6 +517,19 @@ TEST(Transformer, BadConfigsAreNamed) {
   EXPECT_EQ(testing::error_of([&] { models::validate(c); }),
             "model: attention heads of 4 (d_model 16 / heads 4) on the GPU; its attention takes head sizes 32, 64 or "
             "128");
+  // Tensor parallelism splits heads and d_ff: each that does not divide is named, both when both fail.
+  c = tiny_config();
+  c.heads = 4;
+  c.d_ff = 66;
+  EXPECT_EQ(testing::error_of([&] { models::validate(c, 4); }),
+            "model: d_ff 66 does not divide over 4 tensor-parallel ranks (model.d_ff, parallel.tensor)");
+  EXPECT_EQ(testing::error_of([&] { models::validate(c, 8); }),
+            "model: heads 4 and d_ff 66 do not divide over 8 tensor-parallel ranks (model.heads, model.d_ff, "
+            "parallel.tensor)");
+  c.d_ff = 64;
+  EXPECT_EQ(testing::error_of([&] { models::validate(c, 8); }),
+            "model: heads 4 do not divide over 8 tensor-parallel ranks (model.heads, parallel.tensor)");
+  EXPECT_EQ(testing::error_of([&] { models::validate(c, 2); }), "(no error)");
 }
 
 }  // namespace
