@@ -49,7 +49,7 @@ std::string this_process() {
 
 RunFolderLock::RunFolderLock(const std::filesystem::path& dir) {
   const std::string path = (dir / "train.lock").string();
-  const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0666);
   if (fd < 0) fail("cannot create the lock file '{}': {}", path, std::strerror(errno));
   if (!try_lock(fd)) {
     const int error = errno;

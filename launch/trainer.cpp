@@ -5,12 +5,14 @@
 #include <fmt/ranges.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <charconv>
 #include <chrono>
 #include <cmath>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <limits>
@@ -713,10 +715,17 @@ class Run {
         model_.config().bf16_compute ? ", or with train.precision: fp32" : ""));
   }
 
+  // A line of metrics.jsonl (rank 0). A write that fails (a full disk, a file-size limit) is
+  // said once on stderr and ends the file's lines, training goes on: stopping would lose the steps
+  // since the last checkpoint, and the log lines still reach standard output.
   void metric(const std::string& line) {
-    if (!grid_.root()) return;
+    if (!grid_.root() || !metrics_.is_open()) return;
     metrics_ << line;
     metrics_.flush();
+    if (metrics_.good()) return;
+    print_to_stderr("warning: writing '{}' failed ({}): no more lines are written to it in this run\n",
+                    (dir_ / "metrics.jsonl").string(), std::strerror(errno));
+    metrics_.close();
   }
 
   // This data-parallel replica's rows of a global batch (a contiguous, deterministic share).
@@ -1198,13 +1207,18 @@ void check_resumable(const io::Config& cfg, const std::string& path) {
 // that a full disk cannot leave half of it.
 void write_effective_config(const io::Config& cfg, const fs::path& dir) {
   const fs::path path = dir / "config.yaml", tmp = dir / "config.yaml.tmp";
+  std::error_code ec;
   {
     std::ofstream out(tmp);
     out << cfg.to_yaml(true);
     out.flush();
-    TESSERA_CHECK(out.good(), "cannot write '{}'", tmp.string());
+    if (!out.good()) {
+      const int error = errno;  // of the open or of the write that failed
+      out.close();
+      fs::remove(tmp, ec);
+      fail("cannot write '{}': {}", path.string(), std::strerror(error));
+    }
   }
-  std::error_code ec;
   fs::rename(tmp, path, ec);
   TESSERA_CHECK(!ec, "cannot write '{}': {}", path.string(), ec.message());
 }

@@ -335,7 +335,7 @@ void build_image(const std::string& tmp, const Checkpoint& c, FileImage& image) 
 void write_and_sync(const std::string& path, const FileImage& image) {
   constexpr std::size_t kWriteChunk = std::size_t{32} << 20;
   const char* bytes = static_cast<const char*>(image.data);
-  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
   if (fd < 0) fail("cannot write checkpoint '{}': {} (is the folder writable?)", path, std::strerror(errno));
   std::size_t done = 0;
   while (done < image.size) {
@@ -546,6 +546,12 @@ hid_t open_for_reading(const std::string& path) {
   std::error_code ec;
   if (!fs::exists(path, ec)) fail("checkpoint '{}' does not exist", path);
   if (fs::is_directory(path, ec)) fail("checkpoint '{}' is a folder, not a file", path);
+  // A file this process may not read (permissions) is no damage: HDF5 would call it not HDF5, and
+  // a resume would point at an earlier checkpoint.
+  if (const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC); fd < 0)
+    fail("cannot read checkpoint '{}': {}", path, std::strerror(errno));
+  else
+    ::close(fd);
   H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);
   if (H5Fis_hdf5(path.c_str()) <= 0) {
     H5Eclear2(H5E_DEFAULT);

@@ -1,0 +1,78 @@
+#!/bin/sh
+# What a run meets outside its config:
+#  - a run folder moved after training, resumed with its own config.yaml (whose output.dir names
+#    the old place): refused, naming both folders, instead of a fresh run at the old place; with
+#    --set output.dir it goes on where it is;
+#  - a checkpoint this user may not read: "Permission denied", not "not an HDF5 file" (run as the
+#    user nobody when root, who reads anything);
+#  - checkpoints and train.lock follow the umask (a group-shared run folder with umask 002);
+#  - a metrics.jsonl that can no longer grow (a file-size limit): one warning naming it, training
+#    goes on to its end;
+#  - a config.yaml that cannot be written: the cause named, no temporary left;
+#  - TESSERA_HOST_CACHE_MB that is not a whole number of megabytes: an error naming it.
+# Usage: run_environment.sh TESSERA CONFIG WORKDIR
+set -eu
+tessera=$1 config=$2 work=$3
+rm -rf "$work" && mkdir -p "$work"
+chmod 755 "$work"
+fail() { echo "FAIL: $*"; exit 1; }
+tiny="--config $config --set data.synthetic_train_size=200 --set data.synthetic_valid_size=10 --set model.layers=1 --set model.d_model=32 --set model.d_ff=64 --set model.heads=2 --set train.valid_every=0 --set train.log_every=2 --set checkpoint.every=2"
+
+# A moved run folder.
+"$tessera" train $tiny --set train.max_steps=4 --set output.dir="$work/run" > "$work/run.log" 2>&1 || { cat "$work/run.log"; fail "the first run"; }
+mv "$work/run" "$work/moved"
+status=0
+"$tessera" train --config "$work/moved/config.yaml" --set train.max_steps=6 --resume > "$work/moved.log" 2>&1 || status=$?
+[ $status -eq 1 ] || { cat "$work/moved.log"; fail "resume of a moved folder: status $status"; }
+grep -q "^tessera: error: train --resume: '$work/moved/config.yaml' is the config of the run in '$work/moved' (its checkpoints are there), but its output.dir is '$work/run' (no such folder): the folder was moved or copied.*add --set output.dir='$work/moved'$" "$work/moved.log" \
+  || { cat "$work/moved.log"; fail "the moved folder's refusal"; }
+[ ! -e "$work/run" ] || fail "the refused resume made the old folder"
+"$tessera" train --config "$work/moved/config.yaml" --set train.max_steps=6 --resume --set output.dir="$work/moved" > "$work/moved2.log" 2>&1 \
+  || { cat "$work/moved2.log"; fail "resume with --set output.dir"; }
+grep -q "resumed from .*checkpoint_00000004.h5 at step 4 " "$work/moved2.log" || { cat "$work/moved2.log"; fail "not resumed at step 4"; }
+
+# An unreadable checkpoint.
+cp "$work/moved/checkpoint_00000006.h5" "$work/locked.h5" && chmod 000 "$work/locked.h5"
+as_user=""
+[ "$(id -u)" -ne 0 ] || as_user="setpriv --reuid=65534 --regid=65534 --clear-groups"
+$as_user "$tessera" translate --checkpoint "$work/locked.h5" -i /dev/null > "$work/locked.log" 2>&1 && fail "an unreadable checkpoint was read"
+grep -q "^tessera: error: cannot read checkpoint '$work/locked.h5': Permission denied$" "$work/locked.log" \
+  || { cat "$work/locked.log"; fail "the unreadable checkpoint's error"; }
+
+# The umask.
+(umask 002 && "$tessera" train $tiny --set train.max_steps=2 --set output.dir="$work/shared" > "$work/shared.log" 2>&1) \
+  || { cat "$work/shared.log"; fail "the umask 002 run"; }
+for f in checkpoint_00000002.h5 model.h5 train.lock; do
+  [ "$(stat -c %a "$work/shared/$f")" = 664 ] || fail "$f has mode $(stat -c %a "$work/shared/$f") under umask 002, not 664"
+done
+
+# metrics.jsonl at a file-size limit of 4096 blocks (dash counts 512 bytes a block, bash 1024:
+# probed), far above the other files of this tiny run.
+block=1024
+sh -c 'ulimit -f 1 && head -c 700 /dev/zero > "$1"' probe "$work/probe" 2> /dev/null || block=512
+mkdir -p "$work/limited"
+head -c $((4096 * block - 40)) /dev/zero > "$work/limited/metrics.jsonl"
+status=0
+(ulimit -f 4096 && "$tessera" train $tiny --set train.max_steps=4 --set output.dir="$work/limited" > "$work/limited.log" 2>&1) || status=$?
+[ $status -eq 0 ] || { cat "$work/limited.log"; fail "the run whose metrics.jsonl is at the limit: status $status"; }
+[ "$(grep -c "^warning: writing '$work/limited/metrics.jsonl' failed (File too large): no more lines are written to it in this run$" "$work/limited.log")" -eq 1 ] \
+  || { cat "$work/limited.log"; fail "no single warning for metrics.jsonl"; }
+[ -f "$work/limited/model.h5" ] || fail "the run did not finish"
+
+# config.yaml that cannot be written (a limit of 4 blocks; the effective config is larger).
+status=0
+(ulimit -f 4 && "$tessera" train $tiny --set train.max_steps=2 --set output.dir="$work/small" > "$work/small.log" 2>&1) || status=$?
+[ $status -eq 1 ] || { cat "$work/small.log"; fail "config.yaml over the limit: status $status"; }
+grep -q "^tessera: error: cannot write '$work/small/config.yaml': File too large$" "$work/small.log" \
+  || { cat "$work/small.log"; fail "the config.yaml error"; }
+[ ! -e "$work/small/config.yaml.tmp" ] || fail "config.yaml.tmp left behind"
+
+# TESSERA_HOST_CACHE_MB.
+for value in abc -1 1e3 "" 99999999999999999999; do
+  TESSERA_HOST_CACHE_MB=$value "$tessera" translate --checkpoint "$work/moved/model.h5" -i /dev/null > "$work/cache.log" 2>&1 \
+    && fail "TESSERA_HOST_CACHE_MB='$value' accepted"
+  grep -q "^tessera: error: TESSERA_HOST_CACHE_MB='$value': expected a whole number of megabytes in \[0, 8796093022208\]$" "$work/cache.log" \
+    || { cat "$work/cache.log"; fail "TESSERA_HOST_CACHE_MB='$value': the error"; }
+done
+echo 3 4 | TESSERA_HOST_CACHE_MB=0 "$tessera" translate --checkpoint "$work/moved/model.h5" > /dev/null || fail "TESSERA_HOST_CACHE_MB=0 refused"
+echo PASS
