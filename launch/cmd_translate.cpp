@@ -63,7 +63,11 @@ bool replace_whole(const std::string& path, const std::string& name, const std::
   const bool exists = ::lstat(path.c_str(), &old) == 0;
   if (exists && (!S_ISREG(old.st_mode) || old.st_nlink > 1)) return false;
   std::string tmp = path + ".tmpXXXXXX";
-  const int fd = ::mkstemp(tmp.data());
+  int fd = ::mkstemp(tmp.data());
+  if (fd < 0 && errno == ENAMETOOLONG) {  // a name near the longest a folder takes: a short one beside it
+    tmp = (std::filesystem::path(path).parent_path() / ".tessera.tmpXXXXXX").string();
+    fd = ::mkstemp(tmp.data());
+  }
   if (fd < 0) return false;
   const mode_t mask = ::umask(0);
   ::umask(mask);

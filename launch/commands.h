@@ -94,10 +94,14 @@ inline std::filesystem::path link_destination(const std::filesystem::path& path)
 }
 
 // Checked before the work whose result `path` receives (a file written through a temporary beside
-// it; its missing folders are made): the nearest folder that exists must be writable by this user.
+// it; its missing folders are made): the nearest folder that exists must be writable by this user,
+// and so must the file where it exists: the rename would replace a write-protected file that the
+// shell's `>` (and translate -o) refuses.
 inline void check_can_create(const char* command, const std::string& path) {
   namespace fs = std::filesystem;
   std::error_code ec;
+  if (fs::exists(path, ec) && ::access(path.c_str(), W_OK) != 0)
+    throw Error(fmt::format("{}: cannot write '{}': {}", command, path, std::strerror(errno)));
   fs::path folder = fs::absolute(path, ec).parent_path();
   while (!fs::exists(folder, ec) && folder.has_relative_path()) folder = folder.parent_path();
   if (!fs::is_directory(folder, ec))

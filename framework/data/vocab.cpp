@@ -108,6 +108,9 @@ Vocab Vocab::train(const VocabTrainOptions& opt) {
   for (const std::string& out : {model_path, vocab_path}) {
     std::error_code ec;
     if (std::filesystem::is_directory(out, ec)) fail("vocab: cannot write '{}': it is a folder", out);
+    // A write-protected file would be replaced by the rename all the same (the shell's `>` refuses).
+    if (std::filesystem::exists(out, ec) && ::access(out.c_str(), W_OK) != 0)
+      fail("vocab: cannot write '{}': {}", out, std::strerror(errno));
     for (const std::string& input : opt.inputs)
       if (std::filesystem::exists(out, ec) && std::filesystem::equivalent(out, input, ec))
         fail("vocab: the output '{}' is the input '{}': give another --model-prefix", out, input);

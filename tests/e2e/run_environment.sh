@@ -4,7 +4,8 @@
 #    the old place): refused, naming both folders, instead of a fresh run at the old place; with
 #    --set output.dir it goes on where it is;
 #  - a checkpoint this user may not read: "Permission denied", not "not an HDF5 file" (run as the
-#    user nobody when root, who reads anything);
+#    user nobody when root, who reads and writes anything);
+#  - average -o and vocab --model-prefix onto write-protected files: refused, the files kept;
 #  - checkpoints and train.lock follow the umask (a group-shared run folder with umask 002);
 #  - a metrics.jsonl that can no longer grow (a file-size limit): one warning naming it, training
 #    goes on to its end;
@@ -38,6 +39,21 @@ as_user=""
 $as_user "$tessera" translate --checkpoint "$work/locked.h5" -i /dev/null > "$work/locked.log" 2>&1 && fail "an unreadable checkpoint was read"
 grep -q "^tessera: error: cannot read checkpoint '$work/locked.h5': Permission denied$" "$work/locked.log" \
   || { cat "$work/locked.log"; fail "the unreadable checkpoint's error"; }
+
+# Outputs that are write-protected files are refused, as the shell's `>` and translate -o refuse
+# them (the rename through a temporary would replace them): average -o and vocab --model-prefix.
+mkdir "$work/open" && chmod 777 "$work/open"
+echo KEEP > "$work/open/avg.h5" && echo KEEP > "$work/open/v.model" && chmod 444 "$work/open/avg.h5" "$work/open/v.model"
+awk 'BEGIN { for (i = 0; i < 200; ++i) print "a man rides a horse on the beach number " i }' > "$work/text.txt"
+$as_user "$tessera" average "$work/moved/checkpoint_00000004.h5" "$work/moved/checkpoint_00000006.h5" -o "$work/open/avg.h5" \
+  > "$work/protected.log" 2>&1 && fail "average replaced a write-protected file"
+$as_user "$tessera" vocab --input "$work/text.txt" --model-prefix "$work/open/v" --vocab-size 40 >> "$work/protected.log" 2>&1 \
+  && fail "vocab replaced a write-protected file"
+grep -q "^tessera: error: average: cannot write '$work/open/avg.h5': Permission denied$" "$work/protected.log" &&
+  grep -q "^tessera: error: vocab: cannot write '$work/open/v.model': Permission denied$" "$work/protected.log" ||
+  { cat "$work/protected.log"; fail "the write-protected outputs' errors"; }
+[ "$(cat "$work/open/avg.h5" "$work/open/v.model")" = "KEEP
+KEEP" ] || fail "a write-protected output changed"
 
 # The umask.
 (umask 002 && "$tessera" train $tiny --set train.max_steps=2 --set output.dir="$work/shared" > "$work/shared.log" 2>&1) \
