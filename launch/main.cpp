@@ -9,6 +9,8 @@
 #include <cstdio>
 #include <exception>
 #include <sstream>
+#include <string>
+#include <system_error>
 #include <thread>
 
 #include "common/error.h"
@@ -137,13 +139,18 @@ int main(int argc, char** argv) {
     return exit_on_every_rank_error(e.what(), running != nullptr && running->one_process);
   } catch (const std::exception& e) {
     std::fflush(stdout);  // what was logged comes before the error, also when both go to one pipe
+    // fmt::print's own message for a failed write says "cannot write to file": name the file.
+    const auto* system = dynamic_cast<const std::system_error*>(&e);
+    const std::string what = system != nullptr && std::ferror(stdout) != 0
+                                 ? fmt::format("writing to standard output failed: {}", system->code().message())
+                                 : std::string(e.what());
     if (launched_by_mpi() && tessera::dist::mpi_initialized()) {
       // Only this rank may know: print, then take the whole job down so no rank waits forever.
-      tessera::print_to_stderr("tessera: error on rank {}: {}\n", launcher_rank(), e.what());
+      tessera::print_to_stderr("tessera: error on rank {}: {}\n", launcher_rank(), what);
       std::fflush(stderr);
       MPI_Abort(MPI_COMM_WORLD, 1);
     }
-    tessera::print_to_stderr("tessera: error: {}\n", e.what());
+    tessera::print_to_stderr("tessera: error: {}\n", what);
     return 1;
   }
   return 0;

@@ -9,7 +9,8 @@
 #  - checkpoints and train.lock follow the umask (a group-shared run folder with umask 002);
 #  - a metrics.jsonl that can no longer grow (a file-size limit): one warning naming it, training
 #    goes on to its end;
-#  - a config.yaml that cannot be written: the cause named, no temporary left;
+#  - a config.yaml that cannot be written: the cause named, no temporary left; so is a log on a
+#    full standard output;
 #  - TESSERA_HOST_CACHE_MB that is not a whole number of megabytes: an error naming it.
 # Usage: run_environment.sh TESSERA CONFIG WORKDIR
 set -eu
@@ -82,6 +83,10 @@ status=0
 grep -q "^tessera: error: cannot write '$work/small/config.yaml': File too large$" "$work/small.log" \
   || { cat "$work/small.log"; fail "the config.yaml error"; }
 [ ! -e "$work/small/config.yaml.tmp" ] || fail "config.yaml.tmp left behind"
+
+# A log that cannot be written (standard output on a full disk) is named as such.
+"$tessera" train $tiny --set train.max_steps=2 --set output.dir="$work/full" 2> "$work/full.log" > /dev/full && fail "train to a full standard output"
+grep -q "^tessera: error: writing to standard output failed: No space left on device$" "$work/full.log" || { cat "$work/full.log"; fail "the full standard output's error"; }
 
 # TESSERA_HOST_CACHE_MB.
 for value in abc -1 1e3 "" 99999999999999999999; do
