@@ -105,7 +105,8 @@ int run_checkpoint_bench(const CheckpointBenchOptions& opt) {
   bool cold = false;
   double best_dd_write = 1e30, best_dd_read = 1e30, best_save = 1e30, best_load = 1e30;
   for (int r = 0; r < opt.repeats; ++r) {
-    // dd: the same amount of data, 1 MiB blocks, flushed to disk before it reports (conv=fsync).
+    // dd: the same amount of data rounded up to whole MiB blocks, flushed to disk before it reports
+    // (conv=fsync).
     best_dd_write = std::min(best_dd_write, timed_run({"dd", "if=/dev/zero", "of=" + dd_file, "bs=1M",
                                                        fmt::format("count={}", mib), "conv=fsync", "status=none"}));
     cold = drop_page_cache();

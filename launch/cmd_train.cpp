@@ -3,6 +3,7 @@
 #include <filesystem>
 #include <string>
 
+#include "io/checkpoint.h"
 #include "launch/commands.h"
 #include "launch/process_grid.h"
 #include "launch/schema.h"
@@ -14,18 +15,27 @@ namespace {
 // `train --config RUN/config.yaml --resume` after RUN was moved or copied, or with a relative
 // output.dir from another working directory: the config's output.dir names another folder, where
 // --resume would start a new run from scratch (or go on with the original, not the copy). Refused,
-// naming both; --set output.dir says which is meant (a fork from the latest checkpoint is
-// --resume RUN/checkpoint_<step>.h5 with another output.dir).
+// naming both, when RUN's latest step checkpoint (what --resume would continue) was written by a
+// run with that same output.dir, so the config is that run's own; --set output.dir says which
+// folder is meant (a fork: --resume RUN/checkpoint_<step>.h5 with another output.dir).
 void check_config_names_its_own_run(const io::Config& cfg, const std::string& config_path) {
   namespace fs = std::filesystem;
-  const fs::path config_dir =
-      fs::path(config_path).parent_path().empty() ? fs::path(".") : fs::path(config_path).parent_path();
   if (fs::path(config_path).filename() != "config.yaml" || cfg.origin("output.dir").starts_with("--set")) return;
-  std::error_code ec;
-  const bool holds_run = !step_checkpoints(config_dir).empty() || fs::exists(config_dir / "model.h5", ec) ||
-                         fs::exists(config_dir / "checkpoint_best.h5", ec);
+  const fs::path config_dir =
+      fs::path(config_path).has_parent_path() ? fs::path(config_path).parent_path() : fs::path(".");
+  const auto saved = step_checkpoints(config_dir);
   const std::string output_dir = cfg.string("output.dir");
-  if (!holds_run || fs::equivalent(config_dir, output_dir, ec)) return;
+  std::error_code ec;
+  if (saved.empty() || fs::equivalent(config_dir, output_dir, ec)) return;
+  std::string run_output_dir;
+  try {
+    const io::CheckpointHeader header = io::read_checkpoint_header(saved.back().second.string());
+    run_output_dir =
+        io::Config::parse(tessera_schema(), header.config_yaml, saved.back().second.string(), {}).string("output.dir");
+  } catch (const Error&) {
+    return;  // an unreadable checkpoint is the resume's to report
+  }
+  if (run_output_dir != output_dir) return;  // a config of another run beside these checkpoints
   throw EveryRankError(fmt::format(
       "train --resume: '{}' is the config of the run in '{}' (its checkpoints are there), but its output.dir is "
       "'{}'{}: the folder was moved or copied, or output.dir is relative to another working directory; to continue "

@@ -65,7 +65,7 @@ bool replace_whole(const std::string& path, const std::string& name, const std::
   std::string tmp = path + ".tmpXXXXXX";
   int fd = ::mkstemp(tmp.data());
   if (fd < 0 && errno == ENAMETOOLONG) {  // a name near the longest a folder takes: a short one beside it
-    tmp = (std::filesystem::path(path).parent_path() / ".tessera.tmpXXXXXX").string();
+    tmp = (std::filesystem::path(path).parent_path() / "tessera-translate.tmpXXXXXX").string();
     fd = ::mkstemp(tmp.data());
   }
   if (fd < 0) return false;

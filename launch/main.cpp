@@ -10,6 +10,7 @@
 #include <exception>
 #include <sstream>
 #include <string>
+#include <string_view>
 #include <system_error>
 #include <thread>
 
@@ -141,9 +142,10 @@ int main(int argc, char** argv) {
     std::fflush(stdout);  // what was logged comes before the error, also when both go to one pipe
     // fmt::print's own message for a failed write says "cannot write to file": name the file.
     const auto* system = dynamic_cast<const std::system_error*>(&e);
-    const std::string what = system != nullptr && std::ferror(stdout) != 0
-                                 ? fmt::format("writing to standard output failed: {}", system->code().message())
-                                 : std::string(e.what());
+    const std::string what =
+        system != nullptr && std::ferror(stdout) != 0 && std::string_view(e.what()).starts_with("cannot write to file")
+            ? fmt::format("writing to standard output failed: {}", system->code().message())
+            : std::string(e.what());
     if (launched_by_mpi() && tessera::dist::mpi_initialized()) {
       // Only this rank may know: print, then take the whole job down so no rank waits forever.
       tessera::print_to_stderr("tessera: error on rank {}: {}\n", launcher_rank(), what);

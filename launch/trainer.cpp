@@ -716,16 +716,23 @@ class Run {
   }
 
   // A line of metrics.jsonl (rank 0). A write that fails (a full disk, a file-size limit) is
-  // said once on stderr and ends the file's lines, training goes on: stopping would lose the steps
-  // since the last checkpoint, and the log lines still reach standard output.
+  // said once on stderr, the part of the line written is cut off again (a resume appends whole
+  // lines after it), and the file gets no more lines in this run. Training goes on: stopping would
+  // lose the steps since the last checkpoint, and the log lines still reach standard output.
   void metric(const std::string& line) {
     if (!grid_.root() || !metrics_.is_open()) return;
+    const fs::path path = dir_ / "metrics.jsonl";
+    std::error_code ec;
+    const std::uintmax_t start = fs::file_size(path, ec);  // every line before was flushed
+    const bool sized = !ec;
     metrics_ << line;
     metrics_.flush();
     if (metrics_.good()) return;
-    print_to_stderr("warning: writing '{}' failed ({}): no more lines are written to it in this run\n",
-                    (dir_ / "metrics.jsonl").string(), std::strerror(errno));
+    const int error = errno;
     metrics_.close();
+    if (sized) fs::resize_file(path, start, ec);
+    print_to_stderr("warning: writing '{}' failed ({}): no more lines are written to it in this run\n", path.string(),
+                    std::strerror(error));
   }
 
   // This data-parallel replica's rows of a global batch (a contiguous, deterministic share).

@@ -55,7 +55,7 @@ void validate(const TransformerConfig& c, int tensor_parallel) {
     keys.emplace_back("model.d_ff");
   }
   TESSERA_CHECK(unsplit.empty(), "model: {} {} not divide over {} tensor-parallel ranks ({}, parallel.tensor)",
-                fmt::join(unsplit, " and "), keys == std::vector<std::string>{"model.d_ff"} ? "does" : "do",
+                fmt::join(unsplit, " and "), unsplit.size() == 1 && c.heads % tensor_parallel == 0 ? "does" : "do",
                 tensor_parallel, fmt::join(keys, ", "));
   TESSERA_CHECK(c.dtype == DType::f32 || c.dtype == DType::f64, "model: parameters are float32 or float64, not {}",
                 dtype_name(c.dtype));

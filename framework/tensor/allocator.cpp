@@ -6,6 +6,7 @@
 #include <cstring>
 #include <mutex>
 #include <string>
+#include <string_view>
 #include <unordered_map>
 #include <vector>
 
@@ -114,21 +115,23 @@ class BlockCache {
   std::size_t limit_;
 };
 
-// The cache limit in bytes from `env_name` (megabytes: decimal digits only, up to 2^43, 8 EiB),
-// else the default. A value that is not that is an error naming the variable: stoull took "-1"
+// The cache limit in bytes from `env_name` (megabytes: decimal digits, spaces around allowed, up to
+// 2^43, 8 EiB), else the default. Anything else is an error naming the variable: stoull took "-1"
 // as 2^64 - 1 and "1e3" as 1, and said only "stoull" for "abc".
 std::size_t cache_limit(const char* env_name, std::size_t default_mb) {
   const char* env = std::getenv(env_name);
   if (env == nullptr) return default_mb << 20;
   constexpr std::uint64_t kMaxMb = std::uint64_t{1} << 43;
-  const std::string text = env;
+  std::string_view text = env;
+  while (!text.empty() && text.front() == ' ') text.remove_prefix(1);
+  while (!text.empty() && text.back() == ' ') text.remove_suffix(1);
   std::uint64_t mb = 0;
-  bool ok = !text.empty() && text.size() <= 14;
+  bool ok = !text.empty();
   for (const char c : text) {
-    ok = ok && c >= '0' && c <= '9';
+    ok = ok && c >= '0' && c <= '9' && mb <= kMaxMb;  // mb <= 2^43 before: no overflow below
     if (ok) mb = mb * 10 + static_cast<std::uint64_t>(c - '0');
   }
-  TESSERA_CHECK(ok && mb <= kMaxMb, "{}='{}': expected a whole number of megabytes in [0, {}]", env_name, text, kMaxMb);
+  TESSERA_CHECK(ok && mb <= kMaxMb, "{}='{}': expected a whole number of megabytes in [0, {}]", env_name, env, kMaxMb);
   return static_cast<std::size_t>(mb) << 20;
 }
 
