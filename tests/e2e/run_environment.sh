@@ -2,7 +2,8 @@
 # What a run meets outside its config:
 #  - a run folder moved after training, resumed with its own config.yaml (whose output.dir names
 #    the old place): refused, naming both folders, instead of a fresh run at the old place; with
-#    --set output.dir it goes on where it is;
+#    --set output.dir it goes on where it is; a hand-written config.yaml beside another run's
+#    checkpoints is not refused;
 #  - a checkpoint this user may not read: "Permission denied", not "not an HDF5 file" (run as the
 #    user nobody when root, who reads and writes anything);
 #  - average -o and vocab --model-prefix onto write-protected files: refused, the files kept;
@@ -32,6 +33,14 @@ grep -q "^tessera: error: train --resume: '$work/moved/config.yaml' is the confi
 "$tessera" train --config "$work/moved/config.yaml" --set train.max_steps=6 --resume --set output.dir="$work/moved" > "$work/moved2.log" 2>&1 \
   || { cat "$work/moved2.log"; fail "resume with --set output.dir"; }
 grep -q "resumed from .*checkpoint_00000004.h5 at step 4 " "$work/moved2.log" || { cat "$work/moved2.log"; fail "not resumed at step 4"; }
+
+# A hand-written config.yaml beside another run's step checkpoints (a project folder) is no run's
+# own: --resume goes on as before (here: from scratch, its output.dir holding no checkpoint).
+mkdir -p "$work/project" && cp "$work/moved/checkpoint_00000004.h5" "$work/project/"
+printf 'output:\n  dir: %s\ndata:\n  task: reverse\n' "$work/project_run" > "$work/project/config.yaml"
+"$tessera" train --config "$work/project/config.yaml" --resume $(echo "$tiny" | sed 's/--config [^ ]* //') --set train.max_steps=2 \
+  > "$work/project.log" 2>&1 || { cat "$work/project.log"; fail "resume with a hand-written config.yaml"; }
+grep -q "no checkpoint_<step>.h5 in $work/project_run; starting from scratch" "$work/project.log" || { cat "$work/project.log"; fail "the project run"; }
 
 # An unreadable checkpoint.
 cp "$work/moved/checkpoint_00000006.h5" "$work/locked.h5" && chmod 000 "$work/locked.h5"
