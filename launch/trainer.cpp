@@ -1253,6 +1253,11 @@ TrainResult run_training(const io::Config& cfg, const TrainOptions& options) {
   const std::filesystem::path dir(cfg.string("output.dir"));
   if (dir.empty())
     throw io::ConfigError(cfg.where({"output.dir"}) + ": output.dir is empty: name the folder for the run's files");
+  // A name that cannot be looked up (too long, a loop of links, a file where a folder should be on
+  // the way) is named with its key, not as a bare filesystem error from the first use below.
+  if (std::error_code ec; !fs::exists(fs::status(dir, ec)) && ec && ec != std::errc::no_such_file_or_directory)
+    throw io::ConfigError(
+        fmt::format("{}: output.dir = '{}': {}", cfg.where({"output.dir"}), dir.string(), ec.message()));
   // Checked here, not by the key's range: the configs stored in older checkpoints (translated,
   // averaged) may hold 0.
   if (cfg.real("train.adam_eps") <= 0)

@@ -544,7 +544,10 @@ class Reader {
 // Opens a checkpoint read-only; throws naming the file when it is missing or not readable HDF5.
 hid_t open_for_reading(const std::string& path) {
   std::error_code ec;
-  if (!fs::exists(path, ec)) fail("checkpoint '{}' does not exist", path);
+  const fs::file_status status = fs::status(path, ec);
+  if (ec && ec != std::errc::no_such_file_or_directory)  // a loop of links, a name too long
+    fail("cannot read checkpoint '{}': {}", path, ec.message());
+  if (!fs::exists(status)) fail("checkpoint '{}' does not exist", path);
   if (fs::is_directory(path, ec)) fail("checkpoint '{}' is a folder, not a file", path);
   // A file this process may not read (permissions) is no damage: HDF5 would call it not HDF5, and
   // a resume would point at an earlier checkpoint.

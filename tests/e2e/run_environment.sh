@@ -12,6 +12,7 @@
 #    goes on to its end;
 #  - a config.yaml that cannot be written: the cause named, no temporary left; so is a log on a
 #    full standard output;
+#  - an output.dir or a checkpoint that is a loop of links or too long a name: named as such;
 #  - TESSERA_HOST_CACHE_MB that is not a whole number of megabytes: an error naming it.
 # Usage: run_environment.sh TESSERA CONFIG WORKDIR
 set -eu
@@ -100,6 +101,19 @@ status=0
 grep -q "^tessera: error: cannot write '$work/small/config.yaml': File too large$" "$work/small.log" \
   || { cat "$work/small.log"; fail "the config.yaml error"; }
 [ ! -e "$work/small/config.yaml.tmp" ] || fail "config.yaml.tmp left behind"
+
+# An output.dir or checkpoint name that cannot be looked up (a loop of links, a name too long) is
+# named with its key or as the checkpoint, not as a bare filesystem error or "does not exist".
+ln -s "$work/loop_b" "$work/loop_a" && ln -s "$work/loop_a" "$work/loop_b"
+long=$(printf '%0300d' 0 | tr 0 x)
+for dir in "$work/loop_a/run" "$work/$long"; do
+  "$tessera" train $tiny --set output.dir="$dir" > "$work/names.log" 2>&1 && fail "output.dir '$dir' accepted"
+  grep -q "^tessera: error: --set output.dir=[^:]*: output.dir = '$dir': \(Too many levels of symbolic links\|File name too long\)$" "$work/names.log" \
+    || { cat "$work/names.log"; fail "the error for output.dir '$dir'"; }
+done
+"$tessera" translate --checkpoint "$work/loop_a" -i /dev/null > "$work/names.log" 2>&1 && fail "a loop of links read as a checkpoint"
+grep -q "^tessera: error: cannot read checkpoint '$work/loop_a': Too many levels of symbolic links$" "$work/names.log" \
+  || { cat "$work/names.log"; fail "the error for a checkpoint that is a loop of links"; }
 
 # A log that cannot be written (standard output on a full disk) is named as such.
 "$tessera" train $tiny --set train.max_steps=2 --set output.dir="$work/full" 2> "$work/full.log" > /dev/full && fail "train to a full standard output"
