@@ -65,7 +65,8 @@ const io::Schema& tessera_schema() {
               "Adam epsilon (above 0 to train: a weight whose gradients have all been 0 would get 0 / 0)")
         .real("train.label_smoothing", 0.1, 0.0, 0.99, "label smoothing (epsilon_ls)")
         .real("train.clip_norm", 0.0, 0.0, 1e6, "clip the global gradient norm to this (0: off)")
-        .integer("train.seed", 1, 0, 4294967295, "seed of initialization, data order and dropout")
+        .integer("train.seed", 1, 0, 4294967295,
+                 "seed of initialization, data order, dropout and a synthetic task's examples (its validation set too)")
         .integer("train.log_every", 100, 1, 100000000, "steps between log lines")
         .integer("train.valid_every", 1000, 0, 100000000, "steps between validations (0: only at the end)")
         .integer("train.valid_max_sentences", 0, 0, 100000000, "validate BLEU on at most this many sentences (0: all)")

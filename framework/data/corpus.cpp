@@ -110,7 +110,11 @@ bool LineReader::finish(std::string& line) {
   ++line_no_;
   if (!line.empty() && line.back() == '\r') line.pop_back();
   const std::int64_t bad = find_invalid_utf8(line);
-  if (bad >= 0) fail("{}:{}: invalid UTF-8 at byte {}", path_, line_no_, bad + 1);
+  if (bad >= 0)
+    fail("{}:{}: invalid UTF-8 at byte {}{}", path_, line_no_, bad + 1,
+         line_no_ == 1 && line.size() >= 2 && line[0] == '\x1f' && line[1] == '\x8b'
+             ? " (it starts as gzip data does: a compressed file is read as such when its name ends in .gz)"
+             : "");
   return true;
 }
 

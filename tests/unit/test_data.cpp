@@ -148,6 +148,12 @@ TEST(Corpus, InvalidUtf8NamesFileLineAndByte) {
   EXPECT_EQ(error_of([&] { read_lines(q); }), fmt::format("{}:1: invalid UTF-8 at byte 3", q));
   const std::string r = dir.file("overlong.de", "\n\nab\xC0\x80");
   EXPECT_EQ(error_of([&] { read_lines(r); }), fmt::format("{}:3: invalid UTF-8 at byte 3", r));
+  // gzip data under a name without .gz: said to look like it.
+  const std::string z = dir.file("train.txt", std::string("\x1f\x8b\x08\x00\x00", 5));
+  EXPECT_EQ(error_of([&] { read_lines(z); }),
+            fmt::format("{}:1: invalid UTF-8 at byte 2 (it starts as gzip data does: a compressed file is read as such "
+                        "when its name ends in .gz)",
+                        z));
 }
 
 TEST(Corpus, ReadParallel) {
