@@ -12,7 +12,6 @@
 
 #include <algorithm>
 #include <cerrno>
-#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -107,25 +106,31 @@ void check_line_counts(const std::vector<std::vector<std::string>>& refs, const 
       fail("score: {} has {} lines but reference file '{}' has {} lines", what, lines, ref_paths[i], refs[i].size());
 }
 
-std::string bleu_text(const eval::BleuScore& s, std::size_t nrefs, const ScoreOptions& opt) {
-  if (opt.score_only) return fmt::format("{:.2f}\n", s.score);
-  if (opt.json)
-    return fmt::format(
+void print_bleu(const eval::BleuScore& s, std::size_t nrefs, const ScoreOptions& opt) {
+  if (opt.score_only) {
+    fmt::print("{:.2f}\n", s.score);
+  } else if (opt.json) {
+    fmt::print(
         "{{\"name\": \"BLEU\", \"score\": {}, \"precisions\": {}, \"bp\": {}, \"ratio\": {}, \"hyp_len\": {}, "
         "\"ref_len\": {}, \"counts\": {}, \"totals\": {}, \"nrefs\": {}, \"tok\": \"13a\", \"summary\": \"{}\"}}\n",
         s.score, json_number_list(s.precisions), s.brevity_penalty, s.ratio, s.hyp_len, s.ref_len,
         json_int_list(s.matches), json_int_list(s.totals), nrefs, s.summary());
-  return s.summary() + "\n";
+  } else {
+    fmt::print("{}\n", s.summary());
+  }
 }
 
-std::string chrf_text(const eval::ChrfScore& s, std::size_t nrefs, const ScoreOptions& opt) {
-  if (opt.score_only) return fmt::format("{:.2f}\n", s.score);
-  if (opt.json)
-    return fmt::format(
+void print_chrf(const eval::ChrfScore& s, std::size_t nrefs, const ScoreOptions& opt) {
+  if (opt.score_only) {
+    fmt::print("{:.2f}\n", s.score);
+  } else if (opt.json) {
+    fmt::print(
         "{{\"name\": \"{}\", \"score\": {}, \"char_order\": {}, \"word_order\": {}, \"beta\": {}, \"nrefs\": {}, "
         "\"summary\": \"{}\"}}\n",
         s.name(), s.score, s.char_order, s.word_order, s.beta, nrefs, s.summary());
-  return s.summary() + "\n";
+  } else {
+    fmt::print("{}\n", s.summary());
+  }
 }
 
 int run_score(const ScoreOptions& opt) {
@@ -175,12 +180,14 @@ int run_score(const ScoreOptions& opt) {
   }
   if (hyps.empty()) fail("score: no hypothesis lines in {}", hyp_source);
   check_line_counts(refs, opt.refs, hyps.size(), hyp_source);
-  std::string scores;
-  for (const std::string& metric : opt.metrics)
-    scores += metric == "bleu" ? bleu_text(eval::corpus_bleu(hyps, refs), refs.size(), opt)
-                               : chrf_text(eval::corpus_chrf(hyps, refs, metric == "chrf++" ? 2 : 0), refs.size(), opt);
-  if (std::fwrite(scores.data(), 1, scores.size(), stdout) != scores.size() || std::fflush(stdout) != 0)
-    fail("score: writing the scores to standard output failed: {}", std::strerror(errno));
+  for (const std::string& metric : opt.metrics) {
+    if (metric == "bleu") {
+      print_bleu(eval::corpus_bleu(hyps, refs), refs.size(), opt);
+    } else {
+      print_chrf(eval::corpus_chrf(hyps, refs, metric == "chrf++" ? 2 : 0), refs.size(), opt);
+    }
+  }
+  std::fflush(stdout);
   return 0;
 }
 
