@@ -75,12 +75,18 @@ int exit_on_every_rank_error(const std::string& what, bool rank_0_alone) {
   const double timeout = tessera::dist::collective_timeout();
   // At least 2 s: ranks that all failed alike still unwind (free memory, abort NCCL) at their own pace.
   const double window = timeout > 0 ? std::clamp(timeout / 2, 2.0, 10.0) : 10.0;
-  std::thread([say_own, window] {
-    std::this_thread::sleep_for(std::chrono::duration<double>(window + 30.0));
-    if (decided.exchange(true)) return;
+  try {
+    std::thread([say_own, window] {
+      std::this_thread::sleep_for(std::chrono::duration<double>(window + 30.0));
+      if (decided.exchange(true)) return;
+      say_own();
+      std::_Exit(1);
+    }).detach();
+  } catch (const std::system_error&) {  // no thread to spare (a process limit): end the job now instead
     say_own();
-    std::_Exit(1);
-  }).detach();
+    if (tessera::dist::mpi_initialized()) MPI_Abort(MPI_COMM_WORLD, 1);
+    return 1;
+  }
   const tessera::dist::ErrorAgreement agreed = tessera::dist::agree_on_error(tessera::hash_combine(0, what), window);
   if (decided.exchange(true))
     for (;;) std::this_thread::sleep_for(std::chrono::seconds(1));  // the thread above is ending the process

@@ -55,6 +55,9 @@ std::atomic<double> g_timeout_s{0};
 std::atomic<std::int64_t> g_collective_start_ms{0};  // 0: not in a collective
 std::atomic<const char*> g_collective_name{""};
 std::atomic<int> g_untimed{0};  // live UntimedCollectives
+// This process's rank in MPI_COMM_WORLD, noted at MPI_Init: under MPI_THREAD_FUNNELED the watchdog
+// thread may not call MPI itself.
+std::atomic<int> g_world_rank{-1};
 // agree_on_error's own communicator: duplicated at MPI_Init, when every rank is there.
 MPI_Comm g_arrival_comm = MPI_COMM_NULL;
 
@@ -71,8 +74,7 @@ void watchdog_loop() {
     if (timeout <= 0 || start == 0 || g_untimed > 0) continue;
     const double waited = static_cast<double>(now_ms() - start) / 1000.0;
     if (waited > timeout) {
-      int rank = -1;
-      MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+      const int rank = g_world_rank;
       std::fprintf(stderr,
                    "tessera: error on rank %d: %s has waited %.0f s (parallel.timeout_s = %.0f): another rank has "
                    "died or hangs; exiting so the launcher ends the job\n",
@@ -148,6 +150,9 @@ void ensure_mpi_initialized() {
   check_mpi(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_FUNNELED, &provided), "MPI_Init_thread");
   // Errors come back as codes we turn into messages naming the operation.
   MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+  int world_rank = -1;
+  MPI_Comm_rank(MPI_COMM_WORLD, &world_rank);
+  g_world_rank = world_rank;
   check_mpi(MPI_Comm_dup(MPI_COMM_WORLD, &g_arrival_comm), "MPI_Comm_dup");
   std::atexit([] {
     int finalized = 0;
@@ -162,9 +167,11 @@ ErrorAgreement agree_on_error(std::uint64_t message_hash, double window_s) {
     ensure_mpi_initialized();
     int rank = 0;
     MPI_Comm_rank(g_arrival_comm, &rank);
-    // Rank 0's hash, as the max of it and the others' zeros.
-    const std::uint64_t mine = rank == 0 ? message_hash : 0;
-    std::uint64_t rank_0s = 0;
+    // Rank 0's hash, as the max of it and the others' zeros. Static: past the deadline the request
+    // stays pending, and MPI may still write to its buffers after this function has returned (it
+    // runs once per process).
+    static std::uint64_t mine = 0, rank_0s = 0;
+    mine = rank == 0 ? message_hash : 0;
     MPI_Request req;
     if (MPI_Iallreduce(&mine, &rank_0s, 1, MPI_UINT64_T, MPI_MAX, g_arrival_comm, &req) != MPI_SUCCESS) return out;
     const std::int64_t deadline = now_ms() + static_cast<std::int64_t>(window_s * 1000.0);

@@ -752,7 +752,8 @@ std::vector<Tensor> match_parameters(const TensorMap& tensors, const std::vector
     out.push_back(it->second.to(p.value().dtype()));
   }
   if (tensors.size() != params.size()) {
-    for (const auto& [name, t] : tensors) {
+    for (const auto& entry : tensors) {  // not a structured binding: lambdas capture those only from clang 16
+      const std::string& name = entry.first;
       const bool known = std::any_of(params.begin(), params.end(), [&](const ag::Var& p) { return p.name() == name; });
       if (!known) fail("checkpoint '{}' has '{}/{}', which the configured model does not have", path, group, name);
     }

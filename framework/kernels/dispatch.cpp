@@ -48,7 +48,7 @@ Tensor binary(BinaryOp op, const Tensor& a, const Tensor& b) {
   if (on_cpu(a)) return cpu::binary(op, a, b);
   ON_GPU({
     if (a.shape() == b.shape() || is_suffix(b.shape(), a.shape())) {
-      const Tensor out = cuda::binary(op, a, b.reshape(without_leading_ones(b.shape())));
+      Tensor out = cuda::binary(op, a, b.reshape(without_leading_ones(b.shape())));  // not const: returned by move
       // b's extra leading ones (b [1, n] with a [n]) lead the result, as on the CPU (NumPy's rule);
       // the usual case (b no longer than a) pays nothing for it.
       if (b.shape().size() <= a.shape().size()) return out;

@@ -259,7 +259,9 @@ CrossEntropyOutput cross_entropy_forward(const Tensor& logits, const Tensor& tar
 #pragma omp parallel for schedule(static) if (dm.n * dm.v > 32768)
     for (std::int64_t i = 0; i < dm.n; ++i) {
       const T* row = z + i * dm.v;
-      const auto [m, log_sum] = row_log_sum_exp(row, dm.v);
+      // Plain names, not a structured binding: OpenMP regions cannot capture those before clang 16.
+      const auto row_lse = row_log_sum_exp(row, dm.v);
+      const T m = row_lse.max, log_sum = row_lse.log_sum;
       lse[i] = m + log_sum;
       if (t[i] == ignore_index) {
         loss[i] = nll[i] = 0;
