@@ -2,8 +2,8 @@
 # train.accumulate: an update over K batches is the update over the one batch holding all of
 # them. A small corpus makes that exact: one batch an epoch (accumulate 1) against three batches
 # an epoch (accumulate 3), each update covering the whole corpus, dropout off. Loss and gradient
-# norm must agree at every step (float32, 1e-5), in one process, at dp=2 (the gradient buckets
-# all-reduced during the last batch's backward) and at tp=2 x dp=2. A loss normalized per batch
+# norm must agree at every step (float32; 1e-5, the norm 2e-4), in one process, at dp=2 (the
+# gradient buckets all-reduced during the last batch's backward) and at tp=2 x dp=2. A loss normalized per batch
 # instead of per update, or buckets reduced before the last batch, would change the norm.
 # Usage: gradient_accumulation.sh TESSERA CONFIG WORKDIR
 set -eu
@@ -16,11 +16,17 @@ whole="--set train.batch_tokens=100000 --set train.accumulate=1"
 split="--set train.batch_tokens=450 --set train.accumulate=3"
 # Per step: loss and gradient norm (Adam hides a gradient scaled by a constant from the losses).
 losses() { sed -n 's/^{"step": \([0-9]*\), "epoch": [0-9]*, "loss": \([^,]*\),.*, "grad_norm": \([^,]*\),.*/\1 \2 \3/p' "$1" | sort -k1,1; }
-same_losses() {  # same_losses A B: 15 steps in both, loss and gradient norm each |a - b| <= 1e-5 |a|
+# same_losses A B: 15 steps in both, loss |a - b| <= 1e-5 |a|, gradient norm 2e-4 |a|.
+# The gradient norm gets 2e-4, not the loss's 1e-5: ReLU's derivative jumps at 0, so a pre-activation
+# within rounding of 0 that falls on the other side in an equal-in-exact-arithmetic run moves the
+# norm by up to ~4e-5 (seen in a -O1 sanitizer build; with a smooth activation in its place the
+# same runs agree to 3e-8), while the loss, continuous, stays within 2e-7. The bugs looked for
+# (a gradient counted twice or missing a batch) move the norm by percents.
+same_losses() {
   losses "$1" > "$work/a.txt" && losses "$2" > "$work/b.txt"
   join "$work/a.txt" "$work/b.txt" | awk -v name="$2" '
-    function differ(a, b) { d = a - b; if (d < 0) d = -d; m = a < 0 ? -a : a; return d > 1e-5 * m }
-    { n++; if (differ($2, $4) || differ($3, $5)) { bad++; print "step " $1 ": loss " $2 " vs " $4 ", gradient norm " $3 " vs " $5 } }
+    function differ(a, b, tol) { d = a - b; if (d < 0) d = -d; m = a < 0 ? -a : a; return d > tol * m }
+    { n++; if (differ($2, $4, 1e-5) || differ($3, $5, 2e-4)) { bad++; print "step " $1 ": loss " $2 " vs " $4 ", gradient norm " $3 " vs " $5 } }
     END { if (n != 15 || bad > 0) { print "FAIL: " name ": " bad + 0 " of " n + 0 " steps differ (15 expected)"; exit 1 } print name ": " n " steps equal" }'
 }
 batches_per_epoch() { sed -n 's/^model: .*; \([0-9]*\) batches per epoch$/\1/p' "$1"; }
