@@ -12,6 +12,7 @@ case $tessera in /*) ;; *) tessera=$(pwd)/$tessera ;; esac  # the mpirun runs be
 rm -rf "$work" && mkdir -p "$work"
 corpus=$(cd "$corpus" && pwd) work=$(cd "$work" && pwd)
 fail() { echo "FAIL: $*"; exit 1; }
+. "$(dirname "$0")/wait_for_marker.sh"
 en=$corpus/multi30k_300.en de=$corpus/multi30k_300.de
 head -n 20 "$en" > "$work/valid.en"
 head -n 20 "$de" > "$work/valid.de"
@@ -119,12 +120,7 @@ cp "$en" "$work/moving.en"
 TESSERA_FAULT_TEXT_READ="$work/read.marker" "$tessera" train --config "$work/a/config.yaml" \
   --set data.train_src="$work/moving.en" --set output.dir="$work/fifo_run" --set data.cache_dir= > "$work/fifo.log" 2>&1 &
 pid=$!
-i=0
-until [ -e "$work/read.marker" ]; do
-  i=$((i + 1))
-  [ $i -lt 600 ] || { kill "$pid"; cat "$work/fifo.log"; fail "rank 0 did not read the text within 60 s"; }
-  sleep 0.1
-done
+wait_for_marker "$work/read.marker" "$pid" "$work/fifo.log"
 cp "$work/changed.en" "$work/moving.en" && rm "$work/read.marker"
 if wait "$pid"; then cat "$work/fifo.log"; fail "text that changed during the start was encoded"; fi
 grep -q "data: the training text ('$work/moving.en', '$de') changed while this start read it: start again once the files are in place" \

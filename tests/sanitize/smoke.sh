@@ -1,0 +1,42 @@
+#!/bin/sh
+# The command line's main paths under the sanitizer build (cmake -DTESSERA_SANITIZE=ON): train on a
+# slice of Multi30k (vocabularies, encoding, batching, dropout, validation with beam search,
+# checkpoints), resume, translate (greedy, beam with n-best, sampling, an ensemble), score, average,
+# vocab. An AddressSanitizer, LeakSanitizer or UndefinedBehaviorSanitizer report ends its command
+# with status 66 or 67, and the script with it. One process: MPI's own allocations would need
+# suppressing (the unit tests cover the communicators' logic on one process).
+# Usage: smoke.sh TESSERA WORKDIR
+set -eu
+tessera=$1 work=$2
+here=$(cd "$(dirname "$0")/../.." && pwd)
+data=$here/configs/data/multi30k
+rm -rf "$work" && mkdir -p "$work"
+export ASAN_OPTIONS=detect_leaks=1:exitcode=67 UBSAN_OPTIONS=print_stacktrace=1:exitcode=66 OMP_NUM_THREADS=2
+step() { echo "== $*"; }
+zcat "$data/train.en.gz" | head -n 3000 > "$work/train.en"
+zcat "$data/train.de.gz" | head -n 3000 > "$work/train.de"
+n=$(wc -l < "$data/sample.en")
+zcat "$data/test_2016_flickr.de.gz" | head -n "$n" > "$work/ref.de"
+
+step train
+"$tessera" train --config "$here/configs/quickstart.yaml" --set data.train_src="$work/train.en" \
+  --set data.train_tgt="$work/train.de" --set data.vocab_size=1000 --set train.max_steps=12 --set train.log_every=4 \
+  --set train.valid_every=6 --set train.valid_max_sentences=30 --set decode.beam=3 --set checkpoint.every=6 \
+  --set output.dir="$work/run"
+step resume
+"$tessera" train --config "$work/run/config.yaml" --resume --set train.max_steps=18
+step translate
+"$tessera" translate --checkpoint "$work/run/model.h5" -i "$data/sample.en" -o "$work/hyp.de"
+"$tessera" translate --checkpoint "$work/run/model.h5" -i "$data/sample.en" --beam 4 --nbest 2 -o "$work/nbest.de"
+"$tessera" translate --checkpoint "$work/run/model.h5" -i "$data/sample.en" --sample --top-k 5 --seed 1 -o "$work/sample.de"
+"$tessera" translate --checkpoint "$work/run/model.h5" "$work/run/checkpoint_00000012.h5" -i "$data/sample.en" -o "$work/ensemble.de"
+step score
+"$tessera" score --ref "$work/ref.de" --hyp "$work/hyp.de" -m bleu chrf chrf++
+"$tessera" score --ref "$work/ref.de" --checkpoint "$work/run/model.h5" --src "$data/sample.en" --json
+step average
+"$tessera" average "$work/run/checkpoint_00000012.h5" "$work/run/checkpoint_00000018.h5" -o "$work/average.h5"
+step vocab
+"$tessera" vocab --from-checkpoint "$work/average.h5" --model-prefix "$work/restored"
+"$tessera" vocab --input "$work/train.en" --model-prefix "$work/en" --vocab-size 500
+[ -s "$work/hyp.de" ] && [ -s "$work/nbest.de" ] && [ -s "$work/average.h5" ] || { echo "FAIL: an output is missing"; exit 1; }
+echo PASS
