@@ -353,9 +353,10 @@ void check_fits_positions(const io::Config& cfg, const char* length_key) {
 }
 
 // The vocabulary at `path`, or, when `key` left it to us and it does not exist yet, one trained
-// on `inputs` into `path`.
+// on `inputs` into `path`. `resumed_from`: the checkpoint a resume reads vocabularies from, if it
+// holds any (a file `key` names that is gone since is no loss then: the message says how to use it).
 TextCodec load_or_train_vocab(const io::Config& cfg, const std::string& path, const char* key,
-                              std::vector<std::string> inputs, const char* side) {
+                              std::vector<std::string> inputs, const char* side, const std::string& resumed_from) {
   if (std::filesystem::exists(path)) {
     const auto load = [&] {
       try {
@@ -379,7 +380,13 @@ TextCodec load_or_train_vocab(const io::Config& cfg, const std::string& path, co
           path, codec.size(), cfg.integer("data.vocab_size"));
     return codec;
   }
-  TESSERA_CHECK(cfg.string(key).empty(), "{}: {} = '{}' does not exist", cfg.where({key}), key, path);
+  if (!cfg.string(key).empty()) {
+    if (resumed_from.empty()) fail("{}: {} = '{}' does not exist", cfg.where({key}), key, path);
+    fail(
+        "{}: {} = '{}' does not exist; the checkpoint '{}' holds the run's vocabulary: --set {}= (empty) writes it "
+        "into output.dir and uses it, or tessera vocab --from-checkpoint writes it out",
+        cfg.where({key}), key, path, resumed_from, key);
+  }
   std::filesystem::create_directories(std::filesystem::path(path).parent_path());
   data::VocabTrainOptions vo;
   vo.inputs = std::move(inputs);
@@ -602,11 +609,13 @@ TaskData load_task_data(const io::Config& cfg, dist::Communicator* world, const 
         resume_checkpoint.empty() ? std::map<std::string, std::string>() : io::load_vocabularies(resume_checkpoint);
     check_vocabulary_kind(stored, cfg.boolean("data.joint_vocab"), resume_checkpoint);  // before training any
     if (root) restore_vocabularies(cfg, paths, stored, resume_checkpoint);
+    const std::string resumed_from = stored.empty() ? std::string() : resume_checkpoint;
     if (paths.joint()) {
-      t.src_codec = t.tgt_codec = load_or_train_vocab(cfg, paths.src, "data.vocab", {train_src, train_tgt}, "joint");
+      t.src_codec = t.tgt_codec =
+          load_or_train_vocab(cfg, paths.src, "data.vocab", {train_src, train_tgt}, "joint", resumed_from);
     } else {
-      t.src_codec = load_or_train_vocab(cfg, paths.src, "data.vocab", {train_src}, "source");
-      t.tgt_codec = load_or_train_vocab(cfg, paths.tgt, "data.vocab_tgt", {train_tgt}, "target");
+      t.src_codec = load_or_train_vocab(cfg, paths.src, "data.vocab", {train_src}, "source", resumed_from);
+      t.tgt_codec = load_or_train_vocab(cfg, paths.tgt, "data.vocab_tgt", {train_tgt}, "target", resumed_from);
     }
     check_checkpoint_vocabularies(stored, checkpoint_vocabularies(cfg, t.src_codec, t.tgt_codec), resume_checkpoint,
                                   paths);

@@ -77,6 +77,19 @@ grep -q "data: note: $work/run/vocab.src.model was trained with 300 entries and 
 grep -q "data: restored vocabulary $work/run/vocab.src.model from $work/run/checkpoint_00000006.h5:/vocab/src" \
   "$work/resume.log" || { cat "$work/resume.log"; fail "the vocabulary was not restored from the checkpoint"; }
 cmp "$work/run/vocab.src.model" "$work/vocab.src.saved" || fail "another vocabulary was restored"
+# A given vocabulary moved away since (on a copy of the run): refused by key, saying that the
+# checkpoint holds it, and the way it names works: the checkpoint's written into the run folder.
+cp -r "$work/run" "$work/copy" && mv "$work/de250.model" "$work/de250.moved"
+status=0
+"$tessera" train --config "$work/copy/config.yaml" --set output.dir="$work/copy" --set train.max_steps=9 --resume \
+  > "$work/err.txt" 2>&1 || status=$?
+[ $status -eq 1 ] && grep -q "data.vocab_tgt = '$work/de250.model' does not exist; the checkpoint '$work/copy/checkpoint_[0-9]*.h5' holds the run's vocabulary: --set data.vocab_tgt= (empty) writes it into output.dir" "$work/err.txt" ||
+  { cat "$work/err.txt"; fail "a moved data.vocab_tgt on resume was not refused with the way on (status $status)"; }
+"$tessera" train --config "$work/copy/config.yaml" --set output.dir="$work/copy" --set train.max_steps=9 --resume \
+  --set data.vocab_tgt= > "$work/resume.log" 2>&1 || { cat "$work/resume.log"; fail "resume with data.vocab_tgt emptied"; }
+grep -q "data: restored vocabulary $work/copy/vocab.tgt.model from $work/copy/checkpoint_[0-9]*.h5:/vocab/tgt" "$work/resume.log" &&
+  cmp "$work/copy/vocab.tgt.model" "$work/de250.moved" || { cat "$work/resume.log"; fail "the target vocabulary was not restored"; }
+mv "$work/de250.moved" "$work/de250.model" && rm -r "$work/copy"
 
 # Move the run folder and translate.
 mv "$work/run" "$work/moved"
