@@ -17,6 +17,7 @@
 #include <filesystem>
 #include <thread>
 #include <type_traits>
+#include <utility>
 
 #include "common/hash.h"
 #include "tensor/allocator.h"
@@ -32,6 +33,7 @@ class H5Handle {
   H5Handle(hid_t id, herr_t (*close_fn)(hid_t)) : id_(id), close_(close_fn) {}
   H5Handle(const H5Handle&) = delete;
   H5Handle& operator=(const H5Handle&) = delete;
+  H5Handle(H5Handle&& other) noexcept : id_(std::exchange(other.id_, -1)), close_(other.close_) {}
   ~H5Handle() { close(); }
   bool close() {
     const bool ok = id_ < 0 || close_(id_) >= 0;
@@ -375,11 +377,15 @@ class Reader {
   Reader(std::string path, hid_t file) : path_(std::move(path)), file_(file) {}
 
   std::string string_attr(hid_t obj, const char* name) const {
-    require_attr(obj, name);
-    H5Handle attr{H5Aopen(obj, name, H5P_DEFAULT), H5Aclose};
+    const H5Handle attr = open_single_valued_attr(obj, name);
     H5Handle type{H5Aget_type(attr.id()), H5Tclose};
-    check(H5Tget_class(type.id()) == H5T_STRING, fmt::format("attribute '{}' is not a string", name));
+    check(H5Tget_class(type.id()) == H5T_STRING && H5Tis_variable_str(type.id()) == 0,
+          fmt::format("attribute '{}' is not a string of fixed length", name));
     const std::size_t size = H5Tget_size(type.id());
+    hsize_t file_bytes = 0;  // a damaged type can claim gigabytes: refused before the memory is taken
+    check_intact(H5Fget_filesize(file_, &file_bytes) < 0 || size <= file_bytes,
+                 fmt::format("attribute '{}' claims {} bytes, more than the file's {}: the file is corrupted", name,
+                             size, file_bytes));
     std::string s(size, '\0');
     H5Handle mem{H5Tcopy(H5T_C_S1), H5Tclose};
     H5Tset_size(mem.id(), size);
@@ -482,6 +488,10 @@ class Reader {
     H5Handle space{H5Dget_space(ds), H5Sclose};
     const int rank = space.valid() ? H5Sget_simple_extent_ndims(space.id()) : -1;
     check(rank >= 0, fmt::format("cannot read the shape of '{}'", where));
+    // A null dataspace has rank 0, as a scalar has, but no element: read as one, its value would
+    // be memory never written.
+    check_intact(H5Sget_simple_extent_type(space.id()) != H5S_NULL,
+                 fmt::format("dataset '{}' holds no value (a null dataspace): the file is corrupted", where));
     std::vector<hsize_t> dims(static_cast<std::size_t>(rank));
     check(H5Sget_simple_extent_dims(space.id(), dims.data(), nullptr) >= 0,
           fmt::format("cannot read the shape of '{}'", where));
@@ -494,9 +504,30 @@ class Reader {
     }
     hsize_t file_bytes = 0;
     const bool sized = H5Fget_filesize(file_, &file_bytes) >= 0;
+    // Contiguous and compact data lie in the file, so its size bounds them. Chunked data (a file
+    // h5repack compressed, say) may hold more, by the compression's ratio at most, but only when
+    // every chunk is stored: one never written reads as fill values, bounded by nothing. Data in
+    // other files (external storage, virtual datasets) is no checkpoint's.
     H5Handle plist{H5Dget_create_plist(ds), H5Pclose};
-    const bool contiguous = plist.valid() && H5Pget_layout(plist.id()) == H5D_CONTIGUOUS;
-    if (fits && contiguous && sized) fits = bytes <= file_bytes;
+    const H5D_layout_t layout = plist.valid() ? H5Pget_layout(plist.id()) : H5D_LAYOUT_ERROR;
+    check_intact((layout == H5D_CONTIGUOUS || layout == H5D_COMPACT || layout == H5D_CHUNKED) &&
+                     H5Pget_external_count(plist.id()) == 0,
+                 fmt::format("dataset '{}' is not stored in this file as checkpoints store theirs: the file is "
+                             "corrupted or not a checkpoint",
+                             where));
+    if (layout == H5D_CHUNKED && fits && bytes > 0) {
+      std::vector<hsize_t> chunk(dims.size());
+      hsize_t stored = 0, expected = 1;
+      const bool known =
+          H5Pget_chunk(plist.id(), rank, chunk.data()) == rank && H5Dget_num_chunks(ds, space.id(), &stored) >= 0;
+      for (std::size_t i = 0; known && i < dims.size(); ++i)
+        expected *= chunk[i] == 0 ? 0 : (dims[i] + chunk[i] - 1) / chunk[i];  // no overflow: bytes fit
+      check_intact(
+          known && stored == expected,
+          fmt::format("dataset '{}' is stored in chunks, not all of them written: the file is corrupted", where));
+    }
+    constexpr std::uint64_t kMaxCompressionRatio = 4096;  // deflate's most is about 1032
+    if (fits && sized) fits = bytes / (layout == H5D_CHUNKED ? kMaxCompressionRatio : 1) <= file_bytes;
     if (!fits)
       check_intact(false,
                    fmt::format("dataset '{}' claims the shape [{}], more than the file's {} bytes hold: the file is "
@@ -520,10 +551,21 @@ class Reader {
   void require_attr(hid_t obj, const char* name) const {
     check(H5Aexists(obj, name) > 0, fmt::format("attribute '{}' is missing", name));
   }
-  void scalar_attr(hid_t obj, const char* name, hid_t mem_type, void* out) const {
+  // H5Aread writes every element of an attribute's dataspace: ours hold one value each, and one
+  // of a damaged file that holds more would be written past the memory of one.
+  H5Handle open_single_valued_attr(hid_t obj, const char* name) const {
     require_attr(obj, name);
     H5Handle attr{H5Aopen(obj, name, H5P_DEFAULT), H5Aclose};
-    check(attr.valid() && H5Aread(attr.id(), mem_type, out) >= 0, fmt::format("cannot read attribute '{}'", name));
+    check(attr.valid(), fmt::format("cannot read attribute '{}'", name));
+    H5Handle space{H5Aget_space(attr.id()), H5Sclose};
+    const H5S_class_t kind = space.valid() ? H5Sget_simple_extent_type(space.id()) : H5S_NO_CLASS;
+    check_intact(kind == H5S_SCALAR || (kind == H5S_SIMPLE && H5Sget_simple_extent_npoints(space.id()) == 1),
+                 fmt::format("attribute '{}' does not hold exactly one value: the file is corrupted", name));
+    return attr;
+  }
+  void scalar_attr(hid_t obj, const char* name, hid_t mem_type, void* out) const {
+    const H5Handle attr = open_single_valued_attr(obj, name);
+    check(H5Aread(attr.id(), mem_type, out) >= 0, fmt::format("cannot read attribute '{}'", name));
   }
   Tensor dataset(const std::string& group_path, const std::string& name) const {
     const std::string where = group_path + "/" + name;

@@ -2,6 +2,8 @@
 
 #include <fmt/core.h>
 #include <fmt/ranges.h>
+#include <yaml-cpp/eventhandler.h>
+#include <yaml-cpp/parser.h>
 #include <yaml-cpp/yaml.h>
 
 #include <algorithm>
@@ -13,6 +15,7 @@
 #include <cstring>
 #include <limits>
 #include <optional>
+#include <sstream>
 #include <string_view>
 #include <utility>
 
@@ -383,6 +386,34 @@ void add_key(std::vector<KeySpec>& keys, KeySpec spec) {
 // ---------------------------------------------------------------------------------------------
 // YAML input
 
+// YAML::LoadAll, with a bound on the documents: yaml-cpp 0.7 (Debian 12's) never returns on some
+// malformed text, a ',' at the top level for one (jbeder/yaml-cpp#1040, fixed after 0.8): its
+// parser yields one empty document after another, which LoadAll keeps until memory runs out. The
+// documents are counted first by a parser that builds nothing (a config is a few kilobytes).
+std::vector<YAML::Node> load_documents(const std::string& text) {
+  constexpr int kMostDocuments = 16;  // a config is one; more are refused by the caller, by count
+  struct Counter final : YAML::EventHandler {
+    YAML::Mark start = YAML::Mark::null_mark();  // of the last document
+    void OnDocumentStart(const YAML::Mark& mark) override { start = mark; }
+    void OnDocumentEnd() override {}
+    void OnNull(const YAML::Mark&, YAML::anchor_t) override {}
+    void OnAlias(const YAML::Mark&, YAML::anchor_t) override {}
+    void OnScalar(const YAML::Mark&, const std::string&, YAML::anchor_t, const std::string&) override {}
+    void OnSequenceStart(const YAML::Mark&, const std::string&, YAML::anchor_t, YAML::EmitterStyle::value) override {}
+    void OnSequenceEnd() override {}
+    void OnMapStart(const YAML::Mark&, const std::string&, YAML::anchor_t, YAML::EmitterStyle::value) override {}
+    void OnMapEnd() override {}
+  } counter;
+  std::istringstream in(text);
+  YAML::Parser parser(in);
+  for (int documents = 0; parser.HandleNextDocument(counter); ++documents)
+    if (documents == kMostDocuments)
+      throw YAML::ParserException(counter.start, fmt::format("more than {} documents, or text the YAML library reads "
+                                                             "without end (a ',' at the top level, say)",
+                                                             kMostDocuments));
+  return YAML::LoadAll(text);
+}
+
 std::string describe(const YAML::Node& node) {
   switch (node.Type()) {
     case YAML::NodeType::Scalar:
@@ -416,7 +447,7 @@ class Loader {
   void load_text(const std::string& text) {
     std::vector<YAML::Node> documents;
     try {
-      documents = YAML::LoadAll(text);
+      documents = load_documents(text);
     } catch (const YAML::Exception& e) {
       throw ConfigError(fmt::format("{}YAML syntax error: {}", at(e.mark), excerpt(e.msg, 200)));
     }
@@ -523,7 +554,7 @@ void apply_override(const Schema& schema, const std::string& override_text, std:
   // first node and drop the rest ('"a" "b"', "3\n---\n5"), which a file refuses.
   YAML::Node value;
   try {
-    const std::vector<YAML::Node> documents = YAML::LoadAll("value: " + override_text.substr(eq + 1));
+    const std::vector<YAML::Node> documents = load_documents("value: " + override_text.substr(eq + 1));
     if (documents.size() != 1 || !documents[0].IsMap() || documents[0].size() != 1)
       throw ConfigError(fmt::format("{}invalid YAML value: not one value (as a key in a file would take)", where));
     value = documents[0]["value"];

@@ -11,6 +11,7 @@
 #include <fstream>
 #include <functional>
 #include <limits>
+#include <tuple>
 
 #include "io/checkpoint.h"
 #include "optim/adam.h"
@@ -363,6 +364,125 @@ TEST_F(CheckpointTest, ShapesBeyondTheFileAndIntegerDatasetsAreNamed) {
   replace("/model/embed_tokens.weight", H5T_STD_I32LE, {5, 2});
   msg = error_of([&] { io::load_checkpoint(path("c.h5")); });
   EXPECT_NE(msg.find("dataset '/model/embed_tokens.weight' is not floating point"), std::string::npos) << msg;
+}
+
+// Every attribute a checkpoint holds is one value. A damaged or crafted file whose attribute holds
+// more is refused naming it, for each kind of attribute (HDF5 would write all of them into the
+// memory of one: found by fuzzing, a stack or heap overflow); so is a string of variable length.
+TEST_F(CheckpointTest, AttributesOfMoreThanOneValueAreRefused) {
+  const auto replace_attr = [&](const char* object, const char* name, hid_t type, hsize_t count) {
+    io::save_checkpoint(path("c.h5"), sample_checkpoint());
+    const hid_t f = H5Fopen(path("c.h5").c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
+    const hid_t obj = H5Oopen(f, object, H5P_DEFAULT);
+    ASSERT_GE(H5Adelete(obj, name), 0);
+    const hid_t space = count == 0 ? H5Screate(H5S_SCALAR) : H5Screate_simple(1, &count, nullptr);
+    const hid_t a = H5Acreate2(obj, name, type, space, H5P_DEFAULT, H5P_DEFAULT);
+    ASSERT_GE(a, 0);
+    const std::vector<char> zeros(count * 64 + 64, 0);
+    if (H5Tis_variable_str(type) > 0) {
+      const char* text = "model:\n  layers: 2\n";
+      ASSERT_GE(H5Awrite(a, type, &text), 0);
+    } else {
+      ASSERT_GE(H5Awrite(a, type, zeros.data()), 0);
+    }
+    H5Aclose(a);
+    H5Sclose(space);
+    H5Oclose(obj);
+    H5Fclose(f);
+  };
+  const auto expect_refused = [&](const std::string& what) {
+    try {
+      io::load_checkpoint(path("c.h5"));
+      ADD_FAILURE() << what << " was not refused";
+    } catch (const io::DamagedCheckpoint& e) {
+      EXPECT_NE(std::string(e.what()).find(fmt::format("checkpoint '{}': {}", path("c.h5"), what)), std::string::npos)
+          << e.what();
+    } catch (const Error& e) {
+      ADD_FAILURE() << "not told as damage: " << e.what();
+    }
+  };
+  const hid_t config_type = H5Tcopy(H5T_C_S1);
+  H5Tset_size(config_type, 20);
+  for (const auto& [object, name, type] : std::vector<std::tuple<const char*, const char*, hid_t>>{
+           {"/", "format_version", H5T_STD_I64LE},
+           {"/", "step", H5T_STD_I64LE},
+           {"/", "config", config_type},
+           {"/train", "learning_rate", H5T_IEEE_F64LE},
+           {"/train", "epoch", H5T_STD_I64LE},
+           {"/model/embed_tokens.weight", "crc32", H5T_STD_I64LE}}) {
+    replace_attr(object, name, type, 64);
+    expect_refused(fmt::format("attribute '{}' does not hold exactly one value: the file is corrupted", name));
+    replace_attr(object, name, type, 0);  // ... where one value (of the wrong contents) gets past this check
+    const std::string msg = error_of([&] { io::load_checkpoint(path("c.h5")); });
+    EXPECT_EQ(msg.find("does not hold exactly one value"), std::string::npos) << msg;
+  }
+  H5Tclose(config_type);
+  const hid_t variable = H5Tcopy(H5T_C_S1);
+  H5Tset_size(variable, H5T_VARIABLE);
+  replace_attr("/", "config", variable, 0);
+  H5Tclose(variable);
+  const std::string msg = error_of([&] { io::load_checkpoint(path("c.h5")); });
+  EXPECT_NE(msg.find("attribute 'config' is not a string of fixed length"), std::string::npos) << msg;
+}
+
+// A dataset is refused, before memory is taken for it, where the file does not hold its data: no
+// element (a null dataspace), chunks never written (they would read as fill values: a 7 KB file
+// claiming gigabytes, found by fuzzing). One compressed in chunks, as h5repack writes, loads.
+TEST_F(CheckpointTest, DatasetsWhoseDataTheFileDoesNotHoldAreRefused) {
+  const char* name = "/model/embed_tokens.weight";
+  const auto replace = [&](hid_t space, hid_t dcpl, const std::vector<float>* values) {
+    io::save_checkpoint(path("c.h5"), sample_checkpoint());
+    const hid_t f = H5Fopen(path("c.h5").c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
+    const hid_t old = H5Dopen2(f, name, H5P_DEFAULT);
+    std::int64_t crc = 0;
+    const hid_t old_crc = H5Aopen(old, "crc32", H5P_DEFAULT);
+    ASSERT_GE(H5Aread(old_crc, H5T_NATIVE_INT64, &crc), 0);
+    H5Aclose(old_crc);
+    H5Dclose(old);
+    ASSERT_GE(H5Ldelete(f, name, H5P_DEFAULT), 0);
+    const hid_t ds = H5Dcreate2(f, name, H5T_IEEE_F32LE, space, H5P_DEFAULT, dcpl, H5P_DEFAULT);
+    ASSERT_GE(ds, 0);
+    if (values != nullptr) {
+      ASSERT_GE(H5Dwrite(ds, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, values->data()), 0);
+    }
+    const hid_t scalar = H5Screate(H5S_SCALAR);
+    const hid_t a = H5Acreate2(ds, "crc32", H5T_STD_I64LE, scalar, H5P_DEFAULT, H5P_DEFAULT);
+    ASSERT_GE(H5Awrite(a, H5T_NATIVE_INT64, &crc), 0);
+    H5Aclose(a);
+    H5Sclose(scalar);
+    H5Dclose(ds);
+    H5Fclose(f);
+  };
+  const auto refused = [&](const std::string& what) {
+    const std::string msg = error_of([&] { io::load_checkpoint(path("c.h5")); });
+    EXPECT_NE(msg.find(fmt::format("checkpoint '{}': dataset '{}' {}", path("c.h5"), name, what)), std::string::npos)
+        << msg;
+  };
+  const hid_t null_space = H5Screate(H5S_NULL);
+  replace(null_space, H5P_DEFAULT, nullptr);
+  H5Sclose(null_space);
+  refused("holds no value (a null dataspace): the file is corrupted");
+
+  const std::vector<hsize_t> huge = {16, 4294967328ULL}, chunk = {1, 1024};
+  const hid_t huge_space = H5Screate_simple(2, huge.data(), nullptr);
+  const hid_t chunked = H5Pcreate(H5P_DATASET_CREATE);
+  ASSERT_GE(H5Pset_chunk(chunked, 2, chunk.data()), 0);
+  replace(huge_space, chunked, nullptr);
+  H5Sclose(huge_space);
+  H5Pclose(chunked);
+  refused("is stored in chunks, not all of them written: the file is corrupted");
+
+  const Tensor weights = sample_checkpoint().model.at("embed_tokens.weight");
+  const std::vector<float> values(weights.data<float>(), weights.data<float>() + weights.numel());
+  const std::vector<hsize_t> dims = {5, 2}, small_chunk = {2, 2};
+  const hid_t space = H5Screate_simple(2, dims.data(), nullptr);
+  const hid_t deflated = H5Pcreate(H5P_DATASET_CREATE);
+  ASSERT_GE(H5Pset_chunk(deflated, 2, small_chunk.data()), 0);
+  ASSERT_GE(H5Pset_deflate(deflated, 6), 0);
+  replace(space, deflated, &values);
+  H5Sclose(space);
+  H5Pclose(deflated);
+  expect_same(io::load_checkpoint(path("c.h5")).model, sample_checkpoint().model);
 }
 
 // A checkpoint holding a NaN or an infinity (with a checksum that matches) is refused, naming the

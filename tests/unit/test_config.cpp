@@ -616,6 +616,22 @@ TEST(ConfigErrors, OneDocumentOnly) {
   EXPECT_EQ(parse_error("steps: 1\n---\nsteps: 2\n"), "configs/x.yaml:3: expected one YAML document, found 2");
 }
 
+// yaml-cpp 0.7 reads some malformed text without end (a ',' at the top level), adding documents
+// until memory runs out: found by fuzzing, refused instead, in a file and in --set.
+TEST(ConfigErrors, TextTheYamlLibraryReadsWithoutEndIsRefused) {
+  const std::string endless =
+      "YAML syntax error: more than 16 documents, or text the YAML library reads without end (a ',' at the top "
+      "level, say)";
+  EXPECT_EQ(parse_error(","), "configs/x.yaml:1: " + endless);
+  EXPECT_EQ(parse_error("{model: {layers: 2}}\n, x\n"), "configs/x.yaml:2: " + endless);
+  EXPECT_EQ(override_error("model.layers=3\n---\n,"),
+            "--set model.layers=3\n---\n,: invalid YAML value: " + endless.substr(19));
+  std::string documents = "steps: 1\n";
+  for (int i = 2; i <= 16; ++i) documents += "---\nsteps: 1\n";
+  EXPECT_EQ(parse_error(documents), "configs/x.yaml:3: expected one YAML document, found 16");
+  EXPECT_EQ(parse_error(documents + "---\nsteps: 1\n"), "configs/x.yaml:32: " + endless);
+}
+
 TEST(ConfigErrors, KeyMustBeAName) {
   EXPECT_EQ(parse_error("? [a, b]\n: 1\n"), "configs/x.yaml:1: expected a key name, got a list");
 }
