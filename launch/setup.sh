@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Installs the Debian packages Tessera builds against, only those that are missing.
-# Idempotent: a machine that has everything runs no apt-get at all.
+# Idempotent: a machine that has everything runs no apt-get at all. Arguments: more packages.
 set -euo pipefail
 
 packages=(
@@ -16,6 +16,7 @@ packages=(
   libisal-dev                # fast CRC-32 for checkpoints
   procps                     # pgrep, used by the failure tests
 )
+packages+=("$@")             # more, named on the command line (CI's Clang build: clang libomp-dev)
 
 missing=()
 for p in "${packages[@]}"; do
