@@ -8,6 +8,7 @@
 #include <cstring>
 #include <random>
 
+#include "kernels/cpu/adam.h"
 #include "kernels/cpu/attention.h"
 #include "kernels/cpu/gemm.h"
 #include "kernels/cpu/nn_kernels.h"
@@ -121,6 +122,17 @@ int run_kernel_bench(const BenchOptions& opt) {
     const double gbs_d = 2.0 * static_cast<double>(x.nbytes()) / t_drop / 1e9;  // read x, write y
     fmt::print("{:<52} {:>9.1f} GB/s     {:5.1f}% of copy\n", "dropout forward [16384, 512]", gbs_d,
                100 * gbs_d / copy_gbs);
+    // The optimizer step over 8M parameters: memory-bound (read w, g, m, v; write w, m, v).
+    Tensor w = random_tensor({rows, d}, 15), m = random_tensor({rows, d}, 16), v = random_tensor({rows, d}, 17);
+    float* second = v.data<float>();
+    for (std::int64_t i = 0; i < v.numel(); ++i) second[i] *= second[i];  // a second moment is not negative
+    const cpu::AdamHyper<float> h{0.9f, 0.98f, 1e-4f, 1.0f, 1e-9f};
+    const double t_adam = best_seconds(opt.repeats, [&] {
+      cpu::adam_update(w.data<float>(), dy.data<float>(), m.data<float>(), v.data<float>(), w.numel(), h);
+    });
+    const double gbs_a = 7.0 * static_cast<double>(x.nbytes()) / t_adam / 1e9;
+    fmt::print("{:<52} {:>9.1f} GB/s     {:5.1f}% of copy\n", "Adam update of [16384, 512] parameters", gbs_a,
+               100 * gbs_a / copy_gbs);
   }
   return status;
 }

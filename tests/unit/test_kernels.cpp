@@ -7,6 +7,7 @@
 #include <limits>
 #include <random>
 
+#include "kernels/cpu/adam.h"
 #include "kernels/cpu/elementwise.h"
 #include "kernels/cpu/gemm.h"
 #include "kernels/cpu/layout.h"
@@ -457,6 +458,42 @@ TEST(CrossEntropy, MaskedAndHugeLogitsGiveTheLoss) {
 }
 
 // ---------------------------------------------------------------- permute
+// The CPU Adam is the fused CUDA Adam's twin, bit for bit: each operation rounded on its own in the
+// rule's order, also in its vectorized, threaded loop (a contracted multiply-add, or a fast-math
+// reciprocal square root, would change the last bits). The reference stores each result through a
+// volatile, which the compiler cannot fuse with the next operation (it did fuse a plainer one).
+TEST(Adam, UpdateRoundsEachOperationAsTheRuleSays) {
+  const std::int64_t n = 100003;  // past the threaded size, with a vector tail
+  std::mt19937 rng(5);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::vector<float> w(n), g(n), m(n), v(n);
+  for (std::int64_t i = 0; i < n; ++i) {
+    w[i] = normal(rng);
+    g[i] = normal(rng) * 1e-2f;
+    m[i] = normal(rng) * 1e-3f;
+    v[i] = std::abs(normal(rng)) * 1e-5f;
+  }
+  const cpu::AdamHyper<float> h{0.9f, 0.98f, 3.7e-4f, 1.0f / (1.0f - 0.98f * 0.98f * 0.98f), 1e-9f};
+  std::vector<float> rw = w, rm = m, rv = v;
+  const auto r = [](float x) {
+    volatile float stored = x;
+    return static_cast<float>(stored);
+  };
+  const float c1 = r(1.0f - h.beta1), c2 = r(1.0f - h.beta2);
+  for (std::int64_t j = 0; j < n; ++j) {
+    rm[j] = r(r(h.beta1 * rm[j]) + r(c1 * g[j]));
+    rv[j] = r(r(h.beta2 * rv[j]) + r(r(c2 * g[j]) * g[j]));
+    const float denominator = r(r(std::sqrt(r(rv[j] * h.inv_bias_correction2))) + h.eps);
+    rw[j] = r(rw[j] - r(r(h.step_size * rm[j]) / denominator));
+  }
+  cpu::adam_update(w.data(), g.data(), m.data(), v.data(), n, h);
+  for (std::int64_t j = 0; j < n; ++j) {
+    ASSERT_EQ(std::bit_cast<std::uint32_t>(m[j]), std::bit_cast<std::uint32_t>(rm[j])) << "m at " << j;
+    ASSERT_EQ(std::bit_cast<std::uint32_t>(v[j]), std::bit_cast<std::uint32_t>(rv[j])) << "v at " << j;
+    ASSERT_EQ(std::bit_cast<std::uint32_t>(w[j]), std::bit_cast<std::uint32_t>(rw[j])) << "w at " << j;
+  }
+}
+
 TEST(Permute, MovesDimensionsAndInvertsBack) {
   const Tensor x = random_t({2, 3, 4, 5}, 9, DType::f64);
   const Tensor p = cpu::permute(x, {0, 2, 1, 3});
