@@ -5,6 +5,7 @@
 #include <fmt/ranges.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <charconv>
 #include <chrono>
@@ -49,8 +50,11 @@ using Clock = std::chrono::steady_clock;
 namespace fs = std::filesystem;
 
 // SIGTERM / SIGINT: the first asks the loop to finish its step, checkpoint and exit; a second
-// one (an impatient Ctrl-C) ends the process at once.
-volatile std::sig_atomic_t g_stop_signal = 0;
+// one (an impatient Ctrl-C) ends the process at once. An atomic, not a volatile sig_atomic_t: the
+// kernel may run the handler on any thread that does not block the signal (an OpenMP worker, the
+// collective watchdog, Open MPI's), not only on the main thread that reads the flag.
+std::atomic<int> g_stop_signal{0};
+static_assert(std::atomic<int>::is_always_lock_free, "a signal handler may only touch lock-free atomics");
 
 extern "C" void on_stop_signal(int sig) {
   if (g_stop_signal != 0) {
