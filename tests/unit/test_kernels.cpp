@@ -457,7 +457,7 @@ TEST(CrossEntropy, MaskedAndHugeLogitsGiveTheLoss) {
   }
 }
 
-// ---------------------------------------------------------------- permute
+// ---------------------------------------------------------------- Adam
 // The CPU Adam is the fused CUDA Adam's twin, bit for bit: each operation rounded on its own in the
 // rule's order, also in its vectorized, threaded loop (a contracted multiply-add, or a fast-math
 // reciprocal square root, would change the last bits). The reference stores each result through a
@@ -494,6 +494,7 @@ TEST(Adam, UpdateRoundsEachOperationAsTheRuleSays) {
   }
 }
 
+// ---------------------------------------------------------------- permute
 TEST(Permute, MovesDimensionsAndInvertsBack) {
   const Tensor x = random_t({2, 3, 4, 5}, 9, DType::f64);
   const Tensor p = cpu::permute(x, {0, 2, 1, 3});
