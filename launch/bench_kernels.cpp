@@ -10,6 +10,7 @@
 
 #include "kernels/cpu/adam.h"
 #include "kernels/cpu/attention.h"
+#include "kernels/cpu/blas_core.h"
 #include "kernels/cpu/gemm.h"
 #include "kernels/cpu/nn_kernels.h"
 
@@ -41,10 +42,8 @@ Tensor random_tensor(const Shape& shape, std::uint64_t seed) {
 }  // namespace
 
 int run_kernel_bench(const BenchOptions& opt) {
-  fmt::print("tessera bench kernels: {} OpenMP threads; OpenBLAS core '{}' ({})\n", omp_get_max_threads(),
-             openblas_get_corename(), openblas_get_config());
-  fmt::print("(OPENBLAS_CORETYPE={} selects the BLAS kernel; figures are best of {} runs)\n\n",
-             std::getenv("OPENBLAS_CORETYPE") ? std::getenv("OPENBLAS_CORETYPE") : "unset", opt.repeats);
+  fmt::print("tessera bench kernels: {} OpenMP threads; {}\n", omp_get_max_threads(), cpu::blas_description());
+  fmt::print("({}; figures are best of {} runs)\n\n", openblas_get_config(), opt.repeats);
 
   // Reference 1: BLAS sgemm rate on a large square problem.
   const std::int64_t n = 1024;

@@ -18,6 +18,7 @@
 #include "common/hash.h"
 #include "dist/mpi_communicator.h"
 #include "io/config.h"
+#include "kernels/cpu/blas_core.h"
 #include "launch/commands.h"
 #include "launch/process_grid.h"
 #include "tensor/allocator.h"
@@ -103,6 +104,8 @@ int exit_on_every_rank_error(const std::string& what, bool rank_0_alone) {
 
 int main(int argc, char** argv) {
   using namespace tessera::launch;
+  // Before anything else: a rerun starts over.
+  tessera::cpu::rerun_with_faster_blas_core(argv);
   // Line by line even into a file (a cluster job's log): what a run printed before it was killed,
   // during minutes of data preparation say, is there.
   std::setvbuf(stdout, nullptr, _IOLBF, BUFSIZ);
@@ -110,7 +113,8 @@ int main(int argc, char** argv) {
   // SIGXFSZ: the error paths then name the file and remove the temporary, as on a full disk.
   std::signal(SIGXFSZ, SIG_IGN);
   CLI::App app{"Tessera: distributed training of the Transformer (Vaswani et al. 2017) on GPUs and CPUs"};
-  app.set_version_flag("--version", std::string("tessera ") + TESSERA_VERSION + " (" + build_and_gpu() + ")");
+  app.set_version_flag("--version", std::string("tessera ") + TESSERA_VERSION + " (" + build_and_gpu() + "; " +
+                                        tessera::cpu::blas_description() + ")");
   app.require_subcommand(1);
   const std::vector<Command> commands = {add_train_command(app), add_translate_command(app), add_score_command(app),
                                          add_vocab_command(app), add_average_command(app),   add_bench_command(app)};

@@ -3,6 +3,7 @@
 #include <fmt/core.h>
 #include <fmt/os.h>
 #include <fmt/ranges.h>
+#include <omp.h>
 
 #include <algorithm>
 #include <atomic>
@@ -29,6 +30,7 @@
 #include "eval/bleu.h"
 #include "eval/chrf.h"
 #include "io/checkpoint.h"
+#include "kernels/cpu/blas_core.h"
 #include "kernels/dispatch.h"
 #include "launch/process_grid.h"
 #include "launch/run_folder_lock.h"
@@ -283,6 +285,8 @@ class Run {
       fmt::print("device: {}; {} compute{}\n", grid_.gpu,
                  model_.config().bf16_compute ? "bfloat16 mixed-precision" : "float32",
                  cfg.boolean("train.tf32") && !model_.config().bf16_compute ? " (TF32 GEMMs)" : "");
+    else
+      fmt::print("device: cpu; {} OpenMP threads, {}\n", omp_get_max_threads(), cpu::blas_description());
     if (grid_.size > 1)
       fmt::print("parallel: {} processes = {} tensor-parallel x {} data-parallel ({} parameters per rank){}\n",
                  grid_.size, grid_.tensor->size(), grid_.data->size(), model_.num_parameters(),

@@ -8,6 +8,7 @@
 #include <random>
 
 #include "kernels/cpu/adam.h"
+#include "kernels/cpu/blas_core.h"
 #include "kernels/cpu/elementwise.h"
 #include "kernels/cpu/gemm.h"
 #include "kernels/cpu/layout.h"
@@ -104,6 +105,21 @@ TEST(Gemm, ErrorsNameShapes) {
               (void)cpu::matmul(Tensor::zeros({2, 3}), Tensor::zeros({3, 2}, DType::f64));
             }),
             "matmul: dtype mismatch float32 vs float64 (shapes [2, 3] and [3, 2])");
+}
+
+// OpenBLAS's fallback for a CPU it does not know is replaced where the CPU runs AVX2; a core it
+// picked on purpose (AVX2 or wider, or AMD's own) is kept, and so is any core on a CPU without AVX2.
+TEST(Gemm, FasterBlasCoreReplacesOnlyTheFallbackCores) {
+  const cpu::CpuVectorSupport avx512{.avx2_fma = true, .avx512 = true}, avx2{.avx2_fma = true, .avx512 = false}, sse{};
+  EXPECT_EQ(cpu::faster_blas_core("Prescott", avx512), "SkylakeX");
+  EXPECT_EQ(cpu::faster_blas_core("prescott", avx512), "SkylakeX");
+  EXPECT_EQ(cpu::faster_blas_core("Prescott", avx2), "Haswell");
+  EXPECT_EQ(cpu::faster_blas_core("Nehalem", avx2), "Haswell");
+  EXPECT_EQ(cpu::faster_blas_core("Sandybridge", avx512), "SkylakeX");
+  EXPECT_EQ(cpu::faster_blas_core("Prescott", sse), "");
+  for (const char* chosen : {"Haswell", "SkylakeX", "Cooperlake", "SapphireRapids", "Zen", "Excavator", "Barcelona"})
+    EXPECT_EQ(cpu::faster_blas_core(chosen, avx512), "") << chosen;
+  EXPECT_EQ(cpu::faster_blas_core("Prescott2", avx512), "");  // whole names only
 }
 
 // ---------------------------------------------------------------- elementwise
