@@ -50,16 +50,6 @@ void check_utf8(const std::string& line, const std::string& name, std::size_t nu
          static_cast<unsigned char>(line[static_cast<std::size_t>(bad)]), bad + 1);
 }
 
-std::vector<std::string> read_lines(std::istream& in, const std::string& name) {
-  std::vector<std::string> lines;
-  for (std::string line; std::getline(in, line);) {
-    check_utf8(line, name, lines.size() + 1);
-    lines.push_back(std::move(line));
-  }
-  if (in.bad()) fail("score: reading {} failed after {} lines", name, lines.size());
-  return lines;
-}
-
 std::vector<std::string> read_stdin_lines() {
   std::vector<std::string> lines = data::read_standard_input_lines();
   for (std::size_t i = 0; i < lines.size(); ++i) check_utf8(lines[i], "<stdin>", i + 1);
@@ -69,9 +59,6 @@ std::vector<std::string> read_stdin_lines() {
 std::vector<std::string> read_file_lines(const std::string& path, const char* what) {
   std::error_code ec;
   if (std::filesystem::is_directory(path, ec)) fail("score: {} file '{}' is a directory", what, path);
-  // Gzipped text through zlib, as sacreBLEU and the other commands read it ("\r" ends dropped:
-  // the lines are right-stripped before tokenization anyway).
-  if (path.size() > 3 && path.compare(path.size() - 3, 3, ".gz") == 0) return data::read_lines(path);
   std::ifstream in(path, std::ios::binary);
   if (!in) {
     const int error = errno;
@@ -82,7 +69,9 @@ std::vector<std::string> read_file_lines(const std::string& path, const char* wh
           what);
     fail("score: cannot open {} file '{}': {}", what, path, std::strerror(error));
   }
-  return read_lines(in, path);
+  // As the other commands read text (gzipped through zlib, UTF-8 checked, lines of at most 1 MiB),
+  // "\r" ends dropped as by sacreBLEU's universal newlines.
+  return data::read_lines(path);
 }
 
 std::string json_number_list(const std::array<double, 4>& v) {

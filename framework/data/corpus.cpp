@@ -19,6 +19,11 @@ namespace tessera::data {
 
 namespace {
 
+[[noreturn]] void fail_line_too_long(const std::string& name, std::int64_t line_no) {
+  fail("{}:{}: a line longer than {} MiB (are its lines ended by CR alone? is it text at all?)", name, line_no,
+       kMaxLineBytes >> 20);
+}
+
 bool ends_with(const std::string& s, const char* suffix) {
   const std::size_t n = std::strlen(suffix);
   return s.size() >= n && s.compare(s.size() - n, n, suffix) == 0;
@@ -96,11 +101,13 @@ bool LineReader::next(std::string& line) {
     if (nl != nullptr) {
       const std::size_t len = static_cast<std::size_t>(static_cast<const char*>(nl) - start);
       line.append(start, len);
+      if (line.size() > kMaxLineBytes + 1) fail_line_too_long(path_, line_no_ + 1);  // + 1: a "\r" to drop
       begin_ += len + 1;
       return finish(line);
     }
     line.append(start, end_ - begin_);
     begin_ = end_;
+    if (line.size() > kMaxLineBytes) fail_line_too_long(path_, line_no_ + 1);
   }
   if (!any) return false;
   return finish(line);  // a final line without newline
@@ -175,6 +182,7 @@ std::vector<std::string> read_standard_input_lines() {
     for (const char* p = buffer; p != buffer + n;) {
       const char* end = std::find(p, static_cast<const char*>(buffer + n), '\n');
       line.append(p, end);
+      if (line.size() > kMaxLineBytes + 1) fail_line_too_long("<stdin>", static_cast<std::int64_t>(lines.size()) + 1);
       if (end == buffer + n) break;
       lines.push_back(std::move(line));
       line.clear();

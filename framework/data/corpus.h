@@ -27,6 +27,11 @@ struct ParallelText {
 // Reads both files; throws naming both files and their line counts when the counts differ.
 ParallelText read_parallel(const std::string& src_path, const std::string& tgt_path);
 
+// The longest line read: 1 MiB, some 100,000 words, beyond any sentence a model trains on or
+// translates. A longer one is a file whose lines end in CR alone, or no text at all (/dev/zero);
+// reading it whole could take all memory, and encoding it some 200 times its size.
+inline constexpr std::size_t kMaxLineBytes = std::size_t{1} << 20;
+
 // Byte offset of the first invalid UTF-8 sequence in `s`, or -1 when `s` is valid UTF-8.
 std::int64_t find_invalid_utf8(const std::string& s);
 

@@ -18,6 +18,7 @@
 #include "common/error.h"
 #include "data/corpus.h"
 #include "data/random.h"
+#include "data/spm_model_check.h"
 
 namespace tessera::data {
 
@@ -42,6 +43,10 @@ class VectorSentenceIterator : public sentencepiece::SentenceIterator {
   const std::vector<std::string>* v_;
   std::size_t i_ = 0;
 };
+
+// A model file larger than this is no SentencePiece model (a million pieces make some 30 MB): it
+// is refused before it is read whole.
+constexpr std::uintmax_t kMaxModelBytes = std::uintmax_t{256} << 20;
 
 // SentencePiece's trainer drops longer sentences (its max_sentence_length, set to this below).
 constexpr std::size_t kMaxSentenceBytes = 4192;
@@ -197,34 +202,47 @@ Vocab Vocab::train(const VocabTrainOptions& opt) {
 }
 
 Vocab Vocab::load(const std::string& path) {
-  Vocab v;
   std::error_code ec;
   if (!std::filesystem::exists(path, ec)) fail("cannot read vocabulary '{}': No such file or directory", path);
   if (std::filesystem::is_directory(path, ec)) fail("cannot read vocabulary '{}': it is a folder", path);
-  sentencepiece::util::Status status;
-  try {  // SentencePiece's reader throws on some errors instead of returning them
-    status = v.sp_->Load(path);
-  } catch (const std::exception& e) {
-    fail("cannot read vocabulary '{}': {}", path, e.what());
-  }
-  if (!status.ok()) {
-    // `tessera vocab` writes P.model and P.vocab: the second, a list of the pieces, is an easy mistake.
-    const std::string hint =
-        path.ends_with(".vocab")
-            ? fmt::format(" (a .vocab file lists the pieces; give the SentencePiece model: '{}.model')",
-                          path.substr(0, path.size() - 6))
-            : std::string();
-    fail("cannot read vocabulary '{}'{}: {}", path, hint, status.ToString());
-  }
-  v.path_ = path;
-  v.check_special_ids();
-  return v;
+  // Not a FIFO (opening one waits for a writer), a device or /dev/zero (endless).
+  if (!std::filesystem::is_regular_file(path, ec))
+    fail("cannot read vocabulary '{}': not a regular file (a SentencePiece model is one)", path);
+  const std::uintmax_t size = std::filesystem::file_size(path, ec);
+  if (ec) fail("cannot read vocabulary '{}': {}", path, ec.message());
+  if (size > kMaxModelBytes)
+    fail("cannot read vocabulary '{}': {} MB, more than a SentencePiece model holds (at most {} MB here)", path,
+         size >> 20, kMaxModelBytes >> 20);
+  std::string bytes(size, '\0');
+  std::ifstream in(path, std::ios::binary);
+  errno = 0;
+  if (!in.read(bytes.data(), static_cast<std::streamsize>(size)))
+    fail("cannot read vocabulary '{}': {}", path, errno != 0 ? std::strerror(errno) : "the file became shorter");
+  // `tessera vocab` writes P.model and P.vocab: the second, a list of the pieces, is an easy mistake.
+  const std::string hint =
+      path.ends_with(".vocab")
+          ? fmt::format(" (a .vocab file lists the pieces; give the SentencePiece model: '{}.model')",
+                        path.substr(0, path.size() - 6))
+          : std::string();
+  return from_bytes(bytes, path, hint);
 }
 
 Vocab Vocab::from_serialized(const std::string& bytes, const std::string& label) {
+  return from_bytes(bytes, label, "");
+}
+
+Vocab Vocab::from_bytes(const std::string& bytes, const std::string& label, const std::string& hint) {
   Vocab v;
-  const auto status = v.sp_->LoadFromSerializedProto(bytes);
-  if (!status.ok()) fail("cannot read vocabulary '{}': {}", label, status.ToString());
+  if (bytes.empty()) fail("cannot read vocabulary '{}'{}: the file is empty", label, hint);
+  if (const std::string defect = spm_model_defect(bytes); !defect.empty())
+    fail("cannot read vocabulary '{}'{}: not a usable SentencePiece model: {}", label, hint, defect);
+  sentencepiece::util::Status status;
+  try {  // SentencePiece's reader throws on some errors instead of returning them
+    status = v.sp_->LoadFromSerializedProto(bytes);
+  } catch (const std::exception& e) {
+    fail("cannot read vocabulary '{}'{}: {}", label, hint, e.what());
+  }
+  if (!status.ok()) fail("cannot read vocabulary '{}'{}: {}", label, hint, status.ToString());
   v.path_ = label;
   v.check_special_ids();
   return v;

@@ -65,6 +65,8 @@ class Vocab {
 
  private:
   Vocab();
+  // Loads serialized model bytes after spm_model_defect's checks; `hint` follows `label` in errors.
+  static Vocab from_bytes(const std::string& bytes, const std::string& label, const std::string& hint);
   void check_special_ids() const;
   std::unique_ptr<sentencepiece::SentencePieceProcessor> sp_;
   std::string path_;

@@ -1,11 +1,13 @@
 // Data module: corpus reading, SentencePiece vocabulary, token-count batching, synthetic tasks.
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 #include <zlib.h>
 
 #include <algorithm>
 #include <chrono>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
@@ -93,6 +95,24 @@ TEST(Corpus, LongLinesAcrossBufferBoundaries) {
   EXPECT_EQ(lines[0], a);
   EXPECT_EQ(lines[1], b);
   EXPECT_EQ(lines[2], "z");
+}
+
+// A line longer than 1 MiB (a file of CR-ended lines, /dev/zero) is an error naming it, before it
+// fills the memory; one of exactly 1 MiB (and its "\r") is read.
+TEST(Corpus, LinesLongerThanTheLimitAreNamed) {
+  TempDir dir;
+  const std::string longest(kMaxLineBytes, 'a');
+  const auto lines = read_lines(dir.file("longest.txt", "x\n" + longest + "\r\n"));
+  ASSERT_EQ(lines.size(), 2u);
+  EXPECT_EQ(lines[1], longest);
+  const std::string p = dir.file("cr.txt", "x\n" + std::string(kMaxLineBytes / 4, 'a') + "\r" + longest + "\n");
+  EXPECT_EQ(error_of([&] { read_lines(p); }),
+            fmt::format("{}:2: a line longer than 1 MiB (are its lines ended by CR alone? is it text at all?)", p));
+  const std::string q = dir.file("no_newline.txt", longest + "a");  // the end of the file ends it
+  EXPECT_EQ(error_of([&] { read_lines(q); }),
+            fmt::format("{}:1: a line longer than 1 MiB (are its lines ended by CR alone? is it text at all?)", q));
+  EXPECT_EQ(error_of([] { read_lines("/dev/zero"); }),
+            "/dev/zero:1: a line longer than 1 MiB (are its lines ended by CR alone? is it text at all?)");
 }
 
 TEST(Corpus, MissingFileNamesIt) {
@@ -417,6 +437,61 @@ TEST(Vocab, LinesOverSentencePiecesLimitAreLeftOut) {
 TEST(Vocab, MissingModelFileNamesIt) {
   EXPECT_EQ(error_of([] { Vocab::load("/nonexistent/spm.model"); }),
             "cannot read vocabulary '/nonexistent/spm.model': No such file or directory");
+}
+
+// A model file SentencePiece would parse but then read out of bounds (a damaged normalization
+// table: a crash on the first sentence) or load without its normalizer (a file cut short where a
+// field ends: different pieces for the same text) is refused, naming the file; so is every
+// shorter prefix of a good model, and a FIFO (no hang) or a device.
+TEST_F(VocabTest, DamagedOrTruncatedModelFilesAreRefused) {
+  std::ifstream in(dir_ / "bpe.model", std::ios::binary);
+  const std::string good((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  ASSERT_EQ(Vocab::from_serialized(good, "good").size(), 200);
+  // The normalizer section: its name "nmt_nfkc", then field 2 (key 0x12), a varint length, the
+  // table: a 4-byte trie size, the trie, the replacement strings.
+  const std::size_t name = good.find("nmt_nfkc");
+  ASSERT_NE(name, std::string::npos);
+  std::size_t at = name + 8;
+  ASSERT_EQ(good[at++], '\x12');
+  std::size_t table_bytes = 0;
+  for (int shift = 0;; shift += 7) {
+    const auto byte = static_cast<unsigned char>(good[at++]);
+    table_bytes |= static_cast<std::size_t>(byte & 0x7f) << shift;
+    if ((byte & 0x80) == 0) break;
+  }
+  std::uint32_t trie_bytes = 0;
+  std::memcpy(&trie_bytes, good.data() + at, 4);
+  ASSERT_LT(trie_bytes + 4, table_bytes);
+  TempDir dir;
+  std::string damaged = good;
+  std::fill_n(damaged.begin() + static_cast<std::ptrdiff_t>(at + 4), trie_bytes, '\xff');
+  const std::string p = dir.file("damaged.model", damaged);
+  EXPECT_EQ(error_of([&] { Vocab::load(p); })
+                .rfind(fmt::format("cannot read vocabulary '{}': not a usable SentencePiece model: its normalization "
+                                   "table is damaged: trie unit 0 leads to unit ",
+                                   p),
+                       0),
+            0u)
+      << error_of([&] { Vocab::load(p); });
+  damaged = good;
+  damaged[at + 4 + trie_bytes + (table_bytes - 4 - trie_bytes) - 1] = 'x';  // the last string's NUL
+  EXPECT_EQ(error_of([&] { Vocab::from_serialized(damaged, "ckpt:/vocab"); }),
+            "cannot read vocabulary 'ckpt:/vocab': not a usable SentencePiece model: its normalization table is "
+            "damaged: its replacement strings do not end in NUL");
+  // Cut where the normalizer section starts: the pieces and the trainer's section parse.
+  const std::string q = dir.file("cut.model", good.substr(0, good.rfind('\x1a', name)));
+  EXPECT_EQ(error_of([&] { Vocab::load(q); }),
+            fmt::format("cannot read vocabulary '{}': not a usable SentencePiece model: it has no normalizer section "
+                        "(a file cut short?)",
+                        q));
+  for (std::size_t cut = 0; cut < good.size(); cut += cut + 97 < good.size() - 64 ? 97 : 1)
+    EXPECT_NE(error_of([&] { Vocab::from_serialized(good.substr(0, cut), "cut"); }), "") << cut << " bytes";
+  const std::string fifo = dir.path("fifo.model");
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  EXPECT_EQ(error_of([&] { Vocab::load(fifo); }),
+            fmt::format("cannot read vocabulary '{}': not a regular file (a SentencePiece model is one)", fifo));
+  EXPECT_EQ(error_of([] { Vocab::load("/dev/zero"); }),
+            "cannot read vocabulary '/dev/zero': not a regular file (a SentencePiece model is one)");
 }
 
 TEST(Vocab, CorruptModelFileNamesIt) {
