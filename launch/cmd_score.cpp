@@ -9,12 +9,12 @@
 // input is read the same way (sacreBLEU's own differs there: a lone "\r" ends a line, and a tab
 // separates the lines of several systems).
 #include <fmt/format.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <memory>
 #include <string>
 #include <vector>
@@ -59,8 +59,8 @@ std::vector<std::string> read_stdin_lines() {
 std::vector<std::string> read_file_lines(const std::string& path, const char* what) {
   std::error_code ec;
   if (std::filesystem::is_directory(path, ec)) fail("score: {} file '{}' is a directory", what, path);
-  std::ifstream in(path, std::ios::binary);
-  if (!in) {
+  // Checked without opening it: a named pipe opened and closed here would lose its writer's text.
+  if (::access(path.c_str(), R_OK) != 0) {
     const int error = errno;
     if (path == "-")  // standard input holds the hypotheses (--hyp -), never a reference
       fail(
