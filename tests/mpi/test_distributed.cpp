@@ -19,6 +19,7 @@
 #include "dist/parallel_ops.h"
 #include "dist/sharding.h"
 #include "io/checkpoint.h"
+#include "kernels/cpu/blas_core.h"
 #include "launch/schema.h"
 #include "launch/task.h"
 #include "models/transformer.h"
@@ -449,6 +450,8 @@ TEST(ShardedCheckpoint, ReplicatedNaNAndIntegerDatasetsAreNamed) {
 }  // namespace tessera
 
 int main(int argc, char** argv) {
+  // As `tessera` does: OpenBLAS's kernels for this CPU, not its fallback for a CPU it does not know.
+  tessera::cpu::rerun_with_faster_blas_core(argv);
   ::testing::InitGoogleTest(&argc, argv);
   tessera::dist::ensure_mpi_initialized();
   // Only rank 0 reports; the others' failures still fail the job through the exit status.
