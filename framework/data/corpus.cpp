@@ -101,13 +101,13 @@ bool LineReader::next(std::string& line) {
     if (nl != nullptr) {
       const std::size_t len = static_cast<std::size_t>(static_cast<const char*>(nl) - start);
       line.append(start, len);
-      if (line.size() > kMaxLineBytes + 1) fail_line_too_long(path_, line_no_ + 1);  // + 1: a "\r" to drop
       begin_ += len + 1;
       return finish(line);
     }
     line.append(start, end_ - begin_);
     begin_ = end_;
-    if (line.size() > kMaxLineBytes) fail_line_too_long(path_, line_no_ + 1);
+    // Bounds the memory as the line grows; finish() checks the exact length, "\r" dropped.
+    if (line.size() > kMaxLineBytes + 1) fail_line_too_long(path_, line_no_ + 1);
   }
   if (!any) return false;
   return finish(line);  // a final line without newline
@@ -116,6 +116,7 @@ bool LineReader::next(std::string& line) {
 bool LineReader::finish(std::string& line) {
   ++line_no_;
   if (!line.empty() && line.back() == '\r') line.pop_back();
+  if (line.size() > kMaxLineBytes) fail_line_too_long(path_, line_no_);
   const std::int64_t bad = find_invalid_utf8(line);
   if (bad >= 0)
     fail("{}:{}: invalid UTF-8 at byte {}{}", path_, line_no_, bad + 1,
@@ -173,6 +174,14 @@ std::vector<std::string> read_lines(const std::string& path) {
 std::vector<std::string> read_standard_input_lines() {
   std::vector<std::string> lines;
   std::string line;  // the line being read: its bytes so far
+  // A complete line: its length checked as LineReader's, a final "\r" (dropped later) not counted.
+  const auto keep = [&lines](std::string& complete) {
+    const bool cr = !complete.empty() && complete.back() == '\r';
+    if (complete.size() - (cr ? 1 : 0) > kMaxLineBytes)
+      fail_line_too_long("<stdin>", static_cast<std::int64_t>(lines.size()) + 1);
+    lines.push_back(std::move(complete));
+    complete.clear();
+  };
   char buffer[1 << 16];
   for (;;) {
     const ssize_t n = ::read(STDIN_FILENO, buffer, sizeof buffer);
@@ -182,14 +191,14 @@ std::vector<std::string> read_standard_input_lines() {
     for (const char* p = buffer; p != buffer + n;) {
       const char* end = std::find(p, static_cast<const char*>(buffer + n), '\n');
       line.append(p, end);
+      // Bounds the memory as the line grows; keep() checks the exact length.
       if (line.size() > kMaxLineBytes + 1) fail_line_too_long("<stdin>", static_cast<std::int64_t>(lines.size()) + 1);
       if (end == buffer + n) break;
-      lines.push_back(std::move(line));
-      line.clear();
+      keep(line);
       p = end + 1;
     }
   }
-  if (!line.empty()) lines.push_back(std::move(line));
+  if (!line.empty()) keep(line);
   return lines;
 }
 

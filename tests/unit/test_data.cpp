@@ -105,6 +105,14 @@ TEST(Corpus, LinesLongerThanTheLimitAreNamed) {
   const auto lines = read_lines(dir.file("longest.txt", "x\n" + longest + "\r\n"));
   ASSERT_EQ(lines.size(), 2u);
   EXPECT_EQ(lines[1], longest);
+  // The same line with its "\r" at the end of one 64 KiB read and the "\n" at the start of the next.
+  const std::string first(65534, 'b');
+  const auto split = read_lines(dir.file("split.txt", first + "\n" + longest + "\r\n"));
+  ASSERT_EQ(split.size(), 2u);
+  EXPECT_EQ(split[1], longest);
+  const std::string r = dir.file("one_more.txt", first + "\n" + longest + "a\n");
+  EXPECT_EQ(error_of([&] { read_lines(r); }),
+            fmt::format("{}:2: a line longer than 1 MiB (are its lines ended by CR alone? is it text at all?)", r));
   const std::string p = dir.file("cr.txt", "x\n" + std::string(kMaxLineBytes / 4, 'a') + "\r" + longest + "\n");
   EXPECT_EQ(error_of([&] { read_lines(p); }),
             fmt::format("{}:2: a line longer than 1 MiB (are its lines ended by CR alone? is it text at all?)", p));
