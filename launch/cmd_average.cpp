@@ -21,6 +21,10 @@ namespace {
 std::string check_average_paths(const std::vector<std::string>& inputs, const std::string& output) {
   namespace fs = std::filesystem;
   std::error_code ec;
+  if (output == "-")  // translate's and score's name for standard output
+    fail(
+        "average: the output '-' would be a file named '-': a checkpoint cannot go to standard output (./- names "
+        "such a file)");
   std::string target = output;
   if (fs::is_symlink(output, ec)) {
     target = fs::exists(output, ec) ? fs::canonical(output, ec).string() : link_destination(output).string();

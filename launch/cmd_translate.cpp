@@ -24,10 +24,20 @@ void check_not_an_input(const std::string& path, const std::vector<std::pair<con
   for (const auto& [what, input] : inputs)
     if (!input.empty() && std::filesystem::equivalent(path, input, ec))
       fail("translate: -o '{}' is {} '{}': writing the translations would overwrite it", path, what, input);
+  // The source on standard input (`< file`), read from a file that -o names too.
+  struct stat target {};
+  struct stat in {};
+  if (inputs.front().second.empty() && ::stat(path.c_str(), &target) == 0 && ::fstat(STDIN_FILENO, &in) == 0 &&
+      S_ISREG(in.st_mode) && target.st_dev == in.st_dev && target.st_ino == in.st_ino)
+    fail(
+        "translate: -o '{}' is the file standard input reads the source from: writing the translations would "
+        "overwrite it",
+        path);
 }
 
 // Checked before the model is loaded: a translation of hours must not end in "cannot write", nor
 // overwrite a file it reads (`inputs`: the source, the checkpoint, the vocabularies).
+// inputs.front(): the source file (empty: standard input).
 void check_writable_output(const std::string& path, const std::vector<std::pair<const char*, std::string>>& inputs) {
   namespace fs = std::filesystem;
   std::error_code ec;

@@ -129,6 +129,14 @@ int main(int argc, char** argv) {
       return static_cast<int>(CLI::ExitCodes::ExtrasError);
     }
   }
+  // An unset shell variable ("$OUT"): CLI11 would take it as a value or a stray word, and the vocab
+  // command's option group loops forever on one (Debian 12's CLI11 2.3).
+  for (int i = 1; i < argc; ++i)
+    if (argv[i][0] == '\0') {
+      tessera::print_to_stderr("tessera: argument {} is empty (an unset shell variable?){}\n", i,
+                               i > 1 ? fmt::format(" after '{}'", argv[i - 1]) : std::string());
+      return static_cast<int>(CLI::ExitCodes::ValidationError);
+    }
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

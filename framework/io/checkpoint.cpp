@@ -590,7 +590,9 @@ hid_t open_for_reading(const std::string& path) {
   if (ec && ec != std::errc::no_such_file_or_directory)  // a loop of links, a name too long
     fail("cannot read checkpoint '{}': {}", path, ec.message());
   if (!fs::exists(status)) fail("checkpoint '{}' does not exist", path);
-  if (fs::is_directory(path, ec)) fail("checkpoint '{}' is a folder, not a file", path);
+  if (fs::is_directory(status)) fail("checkpoint '{}' is a folder, not a file", path);
+  // A FIFO would block the open below until a writer came, with no word; HDF5 needs a file it can seek in.
+  if (!fs::is_regular_file(status)) fail("checkpoint '{}' is not a regular file (a pipe or a device?)", path);
   // A file this process may not read (permissions) is no damage: HDF5 would call it not HDF5, and
   // a resume would point at an earlier checkpoint.
   if (const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC); fd < 0)
