@@ -19,6 +19,7 @@
 namespace tessera::launch {
 namespace {
 
+// inputs.front(): the source file (empty: standard input).
 void check_not_an_input(const std::string& path, const std::vector<std::pair<const char*, std::string>>& inputs) {
   std::error_code ec;
   for (const auto& [what, input] : inputs)
@@ -37,7 +38,6 @@ void check_not_an_input(const std::string& path, const std::vector<std::pair<con
 
 // Checked before the model is loaded: a translation of hours must not end in "cannot write", nor
 // overwrite a file it reads (`inputs`: the source, the checkpoint, the vocabularies).
-// inputs.front(): the source file (empty: standard input).
 void check_writable_output(const std::string& path, const std::vector<std::pair<const char*, std::string>>& inputs) {
   namespace fs = std::filesystem;
   std::error_code ec;

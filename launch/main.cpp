@@ -130,7 +130,7 @@ int main(int argc, char** argv) {
     }
   }
   // An unset shell variable ("$OUT"): CLI11 would take it as a value or a stray word, and the vocab
-  // command's option group loops forever on one (Debian 12's CLI11 2.3).
+  // command's option group loops forever on one (Debian 12's CLI11 2.1.2).
   for (int i = 1; i < argc; ++i)
     if (argv[i][0] == '\0') {
       tessera::print_to_stderr("tessera: argument {} is empty (an unset shell variable?){}\n", i,
