@@ -19,6 +19,15 @@
 namespace tessera::launch {
 namespace {
 
+// Whether `path` names the file open as descriptor `fd` (standard input or output named as a path,
+// or the file it was redirected from or to).
+bool is_file_of(const std::string& path, int fd) {
+  struct stat named {};
+  struct stat open {};
+  return ::stat(path.c_str(), &named) == 0 && ::fstat(fd, &open) == 0 && named.st_dev == open.st_dev &&
+         named.st_ino == open.st_ino;
+}
+
 // inputs.front(): the source file (empty: standard input).
 void check_not_an_input(const std::string& path, const std::vector<std::pair<const char*, std::string>>& inputs) {
   std::error_code ec;
@@ -26,10 +35,9 @@ void check_not_an_input(const std::string& path, const std::vector<std::pair<con
     if (!input.empty() && std::filesystem::equivalent(path, input, ec))
       fail("translate: -o '{}' is {} '{}': writing the translations would overwrite it", path, what, input);
   // The source on standard input (`< file`), read from a file that -o names too.
-  struct stat target {};
   struct stat in {};
-  if (inputs.front().second.empty() && ::stat(path.c_str(), &target) == 0 && ::fstat(STDIN_FILENO, &in) == 0 &&
-      S_ISREG(in.st_mode) && target.st_dev == in.st_dev && target.st_ino == in.st_ino)
+  if (inputs.front().second.empty() && ::fstat(STDIN_FILENO, &in) == 0 && S_ISREG(in.st_mode) &&
+      is_file_of(path, STDIN_FILENO))
     fail(
         "translate: -o '{}' is the file standard input reads the source from: writing the translations would "
         "overwrite it",
@@ -108,10 +116,7 @@ bool replace_whole(const std::string& path, const std::string& name, const std::
 // truncated and written from its start).
 void write_translations(const std::string& path, const std::vector<std::string>& lines) {
   const std::string name = path.empty() ? std::string("standard output") : fmt::format("'{}'", path);
-  struct stat target {};
-  struct stat out {};
-  const bool is_stdout = path.empty() || (::stat(path.c_str(), &target) == 0 && ::fstat(STDOUT_FILENO, &out) == 0 &&
-                                          target.st_dev == out.st_dev && target.st_ino == out.st_ino);
+  const bool is_stdout = path.empty() || is_file_of(path, STDOUT_FILENO);
   if (!is_stdout && replace_whole(path, name, lines)) return;
   std::FILE* f = is_stdout ? stdout : std::fopen(path.c_str(), "w");
   if (f == nullptr) fail("translate: cannot write {}: {}", name, std::strerror(errno));
