@@ -1,6 +1,5 @@
 // The `tessera` executable: one binary, one subcommand per job.
 #include <fmt/core.h>
-#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <atomic>
@@ -8,6 +7,7 @@
 #include <csignal>
 #include <cstdio>
 #include <exception>
+#include <iostream>
 #include <sstream>
 #include <string>
 #include <string_view>
@@ -19,6 +19,7 @@
 #include "dist/mpi_communicator.h"
 #include "io/config.h"
 #include "kernels/cpu/blas_core.h"
+#include "launch/command_line.h"
 #include "launch/commands.h"
 #include "launch/process_grid.h"
 #include "tensor/allocator.h"
@@ -28,20 +29,6 @@
 #endif
 
 namespace {
-
-// The message for a word that is none of `app`'s subcommands; empty when it is one, or when `app`
-// has none (the word is an argument).
-std::string unknown_subcommand(CLI::App& app, const std::string& word, const std::string& command) {
-  std::vector<std::string> names;
-  // Option groups are listed too, nameless: not subcommands.
-  for (const CLI::App* sub : app.get_subcommands([](const CLI::App* a) { return !a->get_name().empty(); })) {
-    if (sub->get_name() == word) return "";
-    names.push_back(sub->get_name());
-  }
-  if (names.empty()) return "";
-  return fmt::format("{}: unknown subcommand '{}': one of {} ({} --help)", command, word, fmt::join(names, ", "),
-                     command);
-}
 
 // What --version says of CUDA: whether this build has it, and whether a GPU answers.
 std::string build_and_gpu() {
@@ -100,9 +87,7 @@ int exit_on_every_rank_error(const std::string& what, bool rank_0_alone) {
   return 1;  // MPI did not start: this exit status makes the launcher end the job
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
+int run_tessera(int argc, char** argv) {
   using namespace tessera::launch;
   // Before anything else: a rerun starts over.
   tessera::cpu::rerun_with_faster_blas_core(argv);
@@ -118,25 +103,10 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   const std::vector<Command> commands = {add_train_command(app), add_translate_command(app), add_score_command(app),
                                          add_vocab_command(app), add_average_command(app),   add_bench_command(app)};
-  // "tessera trian ...", "tessera bench kernel": CLI11 would say only that a subcommand is required.
-  if (argc > 1 && argv[1][0] != '-') {
-    std::string unknown = unknown_subcommand(app, argv[1], "tessera");
-    for (const auto& c : commands)
-      if (unknown.empty() && argc > 2 && argv[2][0] != '-' && c.app->get_name() == argv[1])
-        unknown = unknown_subcommand(*c.app, argv[2], fmt::format("tessera {}", argv[1]));
-    if (!unknown.empty()) {
-      tessera::print_to_stderr("{}\n", unknown);
-      return static_cast<int>(CLI::ExitCodes::ExtrasError);
-    }
+  if (const auto mistake = check_command_line(app, argc, argv)) {
+    tessera::print_to_stderr("{}\n", mistake->message);
+    return static_cast<int>(mistake->exit_code);
   }
-  // An unset shell variable ("$OUT"): CLI11 would take it as a value or a stray word, and the vocab
-  // command's option group loops forever on one (Debian 12's CLI11 2.1.2).
-  for (int i = 1; i < argc; ++i)
-    if (argv[i][0] == '\0') {
-      tessera::print_to_stderr("tessera: argument {} is empty (an unset shell variable?){}\n", i,
-                               i > 1 ? fmt::format(" after '{}'", argv[i - 1]) : std::string());
-      return static_cast<int>(CLI::ExitCodes::ValidationError);
-    }
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -174,4 +144,17 @@ int main(int argc, char** argv) {
     return 1;
   }
   return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const int status = run_tessera(argc, argv);
+  // A write to standard output that failed without an exception (CLI11's --help and --version go
+  // through std::cout; `tessera --version > /dev/full`): what the user asked for is lost.
+  if (status == 0 && (std::fflush(stdout) != 0 || std::ferror(stdout) != 0 || std::cout.fail())) {
+    tessera::print_to_stderr("tessera: error: writing to standard output failed\n");
+    return 1;
+  }
+  return status;
 }

@@ -19,6 +19,8 @@
 #include <string_view>
 #include <utility>
 
+#include "common/spelling.h"
+
 namespace tessera::io {
 namespace {
 
@@ -84,31 +86,6 @@ bool is_valid_key(const std::string& key) {
     }
   }
   return true;
-}
-
-// Levenshtein distance with adjacent transpositions counted as one edit (optimal string
-// alignment): "modle" is one typo away from "model", not two.
-std::size_t edit_distance(std::string_view a, std::string_view b) {
-  std::vector<std::size_t> before(b.size() + 1), previous(b.size() + 1), current(b.size() + 1);
-  for (std::size_t j = 0; j <= b.size(); ++j) previous[j] = j;
-  for (std::size_t i = 1; i <= a.size(); ++i) {
-    current[0] = i;
-    for (std::size_t j = 1; j <= b.size(); ++j) {
-      current[j] = std::min({previous[j] + 1, current[j - 1] + 1, previous[j - 1] + (a[i - 1] == b[j - 1] ? 0 : 1)});
-      if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1]) {
-        current[j] = std::min(current[j], before[j - 2] + 1);
-      }
-    }
-    std::swap(before, previous);
-    std::swap(previous, current);
-  }
-  return previous[b.size()];
-}
-
-// "Reasonably close": about one edit per three characters; names of one or two characters
-// must match exactly (otherwise "x.a" would suggest "y.b").
-bool is_close(std::size_t distance, std::size_t len_a, std::size_t len_b) {
-  return distance <= std::max(len_a, len_b) / 3;
 }
 
 // ---------------------------------------------------------------------------------------------
