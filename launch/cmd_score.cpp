@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "common/error.h"
+#include "common/spelling.h"
 #include "data/corpus.h"
 #include "dist/mpi_communicator.h"
 #include "eval/bleu.h"
@@ -39,20 +40,15 @@ struct ScoreOptions {
   std::string src;                       // hypotheses
   bool score_only = false;
   bool json = false;
-  std::vector<std::string> metrics = {"bleu"};  // printed in this order, one line each
+  std::vector<std::string> metrics = {"bleu"};  // printed in the order given, one line each
   std::string device = "cpu";                   // where --checkpoint translates
   std::int64_t batch = 0;                       // sentences --checkpoint decodes together (0: the config's)
 };
 
-void check_utf8(const std::string& line, const std::string& name, std::size_t number) {
-  if (const std::int64_t bad = data::find_invalid_utf8(line); bad >= 0)
-    fail("score: {}:{}: not UTF-8 text (byte 0x{:02x} at column {})", name, number,
-         static_cast<unsigned char>(line[static_cast<std::size_t>(bad)]), bad + 1);
-}
-
 std::vector<std::string> read_stdin_lines() {
   std::vector<std::string> lines = data::read_standard_input_lines();
-  for (std::size_t i = 0; i < lines.size(); ++i) check_utf8(lines[i], "<stdin>", i + 1);
+  for (std::size_t i = 0; i < lines.size(); ++i)
+    data::check_utf8_line(lines[i], "<stdin>", static_cast<std::int64_t>(i) + 1);
   return lines;
 }
 
@@ -92,7 +88,8 @@ void check_line_counts(const std::vector<std::vector<std::string>>& refs, const 
                        std::size_t lines, const std::string& what) {
   for (std::size_t i = 0; i < refs.size(); ++i)
     if (refs[i].size() != lines)
-      fail("score: {} has {} lines but reference file '{}' has {} lines", what, lines, ref_paths[i], refs[i].size());
+      fail("score: {} has {} but reference file '{}' has {}", what, counted(lines, "line"), ref_paths[i],
+           counted(refs[i].size(), "line"));
 }
 
 void print_bleu(const eval::BleuScore& s, std::size_t nrefs, const ScoreOptions& opt) {
@@ -208,7 +205,7 @@ Command add_score_command(CLI::App& parent) {
       ->needs(checkpoint);
   checkpoint->needs(cmd->get_option("--src"));
   cmd->add_option("--metrics,-m", opt->metrics,
-                  "Scores to print, one line each, in this order: bleu, chrf (chrF2), chrf++ (chrF2++)")
+                  "Scores to print, one line each, in the order given: bleu, chrf (chrF2), chrf++ (chrF2++)")
       ->check(CLI::IsMember({"bleu", "chrf", "chrf++"}))
       ->capture_default_str();
   auto* score_only = cmd->add_flag("--score-only,-b", opt->score_only, "Print only the score, with 2 decimals");

@@ -131,8 +131,7 @@ std::vector<std::string> read_stdin_lines() {
   for (std::size_t i = 0; i < lines.size(); ++i) {
     std::string& line = lines[i];
     if (!line.empty() && line.back() == '\r') line.pop_back();
-    if (const std::int64_t bad = data::find_invalid_utf8(line); bad >= 0)
-      fail("<stdin>:{}: invalid UTF-8 at byte {}", i + 1, bad + 1);
+    data::check_utf8_line(line, "<stdin>", static_cast<std::int64_t>(i) + 1);
   }
   return lines;
 }

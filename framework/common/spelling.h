@@ -49,4 +49,11 @@ inline std::string closest_spelling(const std::vector<std::string>& candidates, 
   return best;
 }
 
+// "1 line", "2 lines": a count with its noun, singular or plural ("s" added unless given).
+inline std::string counted(std::size_t n, std::string_view singular, std::string_view plural = {}) {
+  std::string noun(n == 1 ? singular : plural);
+  if (n != 1 && plural.empty()) noun = std::string(singular) + "s";
+  return std::to_string(n) + " " + noun;
+}
+
 }  // namespace tessera

@@ -14,6 +14,7 @@
 
 #include "common/error.h"
 #include "common/hash.h"
+#include "common/spelling.h"
 
 namespace tessera::data {
 
@@ -117,13 +118,18 @@ bool LineReader::finish(std::string& line) {
   ++line_no_;
   if (!line.empty() && line.back() == '\r') line.pop_back();
   if (line.size() > kMaxLineBytes) fail_line_too_long(path_, line_no_);
-  const std::int64_t bad = find_invalid_utf8(line);
-  if (bad >= 0)
-    fail("{}:{}: invalid UTF-8 at byte {}{}", path_, line_no_, bad + 1,
-         line_no_ == 1 && line.size() >= 2 && line[0] == '\x1f' && line[1] == '\x8b'
-             ? " (it starts as gzip data does: a compressed file is read as such when its name ends in .gz)"
-             : "");
+  check_utf8_line(line, path_, line_no_);
   return true;
+}
+
+void check_utf8_line(const std::string& line, const std::string& name, std::int64_t line_no) {
+  const std::int64_t bad = find_invalid_utf8(line);
+  if (bad < 0) return;
+  fail("{}:{}: not UTF-8 text (byte 0x{:02x} at column {}){}", name, line_no,
+       static_cast<unsigned char>(line[static_cast<std::size_t>(bad)]), bad + 1,
+       line_no == 1 && line.size() >= 2 && line[0] == '\x1f' && line[1] == '\x8b'
+           ? " (it starts as gzip data does: a compressed file is read as such when its name ends in .gz)"
+           : "");
 }
 
 // ---- UTF-8 ----
@@ -246,7 +252,8 @@ void ParallelReader::fail_counts(LineReader& longer, bool src_is_longer) {
   }
   const std::int64_t src_lines = src_is_longer ? longer.line_number() : shorter_lines;
   const std::int64_t tgt_lines = src_is_longer ? shorter_lines : longer.line_number();
-  fail("{} has {} lines but {} has {}", src_path_, src_lines, tgt_path_, tgt_lines);
+  fail("{} has {} but {} has {}", src_path_, counted(static_cast<std::size_t>(src_lines), "line"), tgt_path_,
+       counted(static_cast<std::size_t>(tgt_lines), "line"));
 }
 
 }  // namespace tessera::data

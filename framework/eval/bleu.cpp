@@ -26,6 +26,7 @@
 #include <unordered_map>
 
 #include "common/error.h"
+#include "common/spelling.h"
 
 namespace tessera::eval {
 namespace {
@@ -245,9 +246,9 @@ BleuScore corpus_bleu(const std::vector<std::string>& hypotheses,
   TESSERA_CHECK(!references.empty(), "corpus_bleu: no reference set given for {} hypotheses (need at least one)",
                 hypotheses.size());
   for (std::size_t r = 0; r < references.size(); ++r)
-    TESSERA_CHECK(references[r].size() == hypotheses.size(),
-                  "corpus_bleu: {} hypotheses but reference set {} of {} has {} lines", hypotheses.size(), r + 1,
-                  references.size(), references[r].size());
+    TESSERA_CHECK(references[r].size() == hypotheses.size(), "corpus_bleu: {} but reference set {} of {} has {}",
+                  counted(hypotheses.size(), "hypothesis", "hypotheses"), r + 1, references.size(),
+                  counted(references[r].size(), "line"));
 
   std::array<std::int64_t, 4> matches{}, totals{};
   std::int64_t hyp_len = 0, ref_len = 0;

@@ -7,6 +7,7 @@
 #include <unordered_map>
 
 #include "common/error.h"
+#include "common/spelling.h"
 
 namespace tessera::eval {
 
@@ -154,9 +155,9 @@ ChrfScore corpus_chrf(const std::vector<std::string>& hypotheses,
                 hypotheses.size());
   TESSERA_CHECK(word_order >= 0, "corpus_chrf: word_order {} is negative", word_order);
   for (std::size_t r = 0; r < references.size(); ++r)
-    TESSERA_CHECK(references[r].size() == hypotheses.size(),
-                  "corpus_chrf: {} hypotheses but reference set {} of {} has {} lines", hypotheses.size(), r + 1,
-                  references.size(), references[r].size());
+    TESSERA_CHECK(references[r].size() == hypotheses.size(), "corpus_chrf: {} but reference set {} of {} has {}",
+                  counted(hypotheses.size(), "hypothesis", "hypotheses"), r + 1, references.size(),
+                  counted(references[r].size(), "line"));
   ChrfScore out;
   out.word_order = word_order;
   const auto orders = static_cast<std::size_t>(out.char_order + word_order);

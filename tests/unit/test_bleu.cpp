@@ -348,7 +348,7 @@ TEST(Chrf, NamesCountsAndErrors) {
     corpus_chrf({"a", "b"}, {{"a"}});
     FAIL() << "no error";
   } catch (const tessera::Error& e) {
-    EXPECT_STREQ(e.what(), "corpus_chrf: 2 hypotheses but reference set 1 of 1 has 1 lines");
+    EXPECT_STREQ(e.what(), "corpus_chrf: 2 hypotheses but reference set 1 of 1 has 1 line");
   }
 }
 

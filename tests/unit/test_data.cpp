@@ -171,17 +171,18 @@ TEST(Corpus, FindInvalidUtf8) {
 TEST(Corpus, InvalidUtf8NamesFileLineAndByte) {
   TempDir dir;
   const std::string p = dir.file("train.de", "gut\nauch gut\r\nok\nbad \xED\xA0\x80 line\n");
-  EXPECT_EQ(error_of([&] { read_lines(p); }), fmt::format("{}:4: invalid UTF-8 at byte 5", p));
+  EXPECT_EQ(error_of([&] { read_lines(p); }), fmt::format("{}:4: not UTF-8 text (byte 0xed at column 5)", p));
   const std::string q = dir.file("trunc.de", "\xC3\xA9\xC3");
-  EXPECT_EQ(error_of([&] { read_lines(q); }), fmt::format("{}:1: invalid UTF-8 at byte 3", q));
+  EXPECT_EQ(error_of([&] { read_lines(q); }), fmt::format("{}:1: not UTF-8 text (byte 0xc3 at column 3)", q));
   const std::string r = dir.file("overlong.de", "\n\nab\xC0\x80");
-  EXPECT_EQ(error_of([&] { read_lines(r); }), fmt::format("{}:3: invalid UTF-8 at byte 3", r));
+  EXPECT_EQ(error_of([&] { read_lines(r); }), fmt::format("{}:3: not UTF-8 text (byte 0xc0 at column 3)", r));
   // gzip data under a name without .gz: said to look like it.
   const std::string z = dir.file("train.txt", std::string("\x1f\x8b\x08\x00\x00", 5));
-  EXPECT_EQ(error_of([&] { read_lines(z); }),
-            fmt::format("{}:1: invalid UTF-8 at byte 2 (it starts as gzip data does: a compressed file is read as such "
-                        "when its name ends in .gz)",
-                        z));
+  EXPECT_EQ(
+      error_of([&] { read_lines(z); }),
+      fmt::format("{}:1: not UTF-8 text (byte 0x8b at column 2) (it starts as gzip data does: a compressed file is "
+                  "read as such when its name ends in .gz)",
+                  z));
 }
 
 TEST(Corpus, ReadParallel) {
@@ -198,8 +199,8 @@ TEST(Corpus, ReadParallelMismatchedCounts) {
   TempDir dir;
   const std::string en = dir.file("train.en", "a\nb\nc\n");
   const std::string de = dir.file("train.de", "x\ny\n");
-  EXPECT_EQ(error_of([&] { read_parallel(en, de); }), fmt::format("{} has 3 lines but {} has 2", en, de));
-  EXPECT_EQ(error_of([&] { read_parallel(de, en); }), fmt::format("{} has 2 lines but {} has 3", de, en));
+  EXPECT_EQ(error_of([&] { read_parallel(en, de); }), fmt::format("{} has 3 lines but {} has 2 lines", en, de));
+  EXPECT_EQ(error_of([&] { read_parallel(de, en); }), fmt::format("{} has 2 lines but {} has 3 lines", de, en));
 }
 
 // Streamed in chunks: the same pairs as read whole; a line count that differs is found when the
@@ -229,9 +230,9 @@ TEST(Corpus, ParallelReaderChunks) {
   ParallelReader reader(five, two);
   ParallelText chunk;
   EXPECT_TRUE(reader.next(chunk, 1));
-  EXPECT_EQ(error_of([&] { reader.next(chunk, 1000); }), fmt::format("{} has 5 lines but {} has 2", five, two));
+  EXPECT_EQ(error_of([&] { reader.next(chunk, 1000); }), fmt::format("{} has 5 lines but {} has 2 lines", five, two));
   EXPECT_EQ(error_of([&] { ParallelReader(two, five).skip_rest(); }),
-            fmt::format("{} has 2 lines but {} has 5", two, five));
+            fmt::format("{} has 2 lines but {} has 5 lines", two, five));
   ParallelReader partly(en, de);
   EXPECT_TRUE(partly.next(chunk, 100));
   EXPECT_EQ(partly.skip_rest(), 200);
