@@ -122,16 +122,6 @@ bool LineReader::finish(std::string& line) {
   return true;
 }
 
-void check_utf8_line(const std::string& line, const std::string& name, std::int64_t line_no) {
-  const std::int64_t bad = find_invalid_utf8(line);
-  if (bad < 0) return;
-  fail("{}:{}: not UTF-8 text (byte 0x{:02x} at column {}){}", name, line_no,
-       static_cast<unsigned char>(line[static_cast<std::size_t>(bad)]), bad + 1,
-       line_no == 1 && line.size() >= 2 && line[0] == '\x1f' && line[1] == '\x8b'
-           ? " (it starts as gzip data does: a compressed file is read as such when its name ends in .gz)"
-           : "");
-}
-
 // ---- UTF-8 ----
 
 std::int64_t find_invalid_utf8(const std::string& s) {
@@ -165,6 +155,16 @@ std::int64_t find_invalid_utf8(const std::string& s) {
     i += len;
   }
   return -1;
+}
+
+void check_utf8_line(const std::string& line, const std::string& name, std::int64_t line_no) {
+  const std::int64_t bad = find_invalid_utf8(line);
+  if (bad < 0) return;
+  fail("{}:{}: not UTF-8 text (byte 0x{:02x} at column {}){}", name, line_no,
+       static_cast<unsigned char>(line[static_cast<std::size_t>(bad)]), bad + 1,
+       line_no == 1 && line.size() >= 2 && line[0] == '\x1f' && line[1] == '\x8b'
+           ? " (it starts as gzip data does: a compressed file is read as such when its name ends in .gz)"
+           : "");
 }
 
 // ---- files ----
