@@ -20,7 +20,7 @@
 #include <vector>
 
 #include "common/error.h"
-#include "common/spelling.h"
+#include "common/text.h"
 #include "data/corpus.h"
 #include "dist/mpi_communicator.h"
 #include "eval/bleu.h"

@@ -5,72 +5,60 @@
 
 #include <algorithm>
 #include <cctype>
-#include <cstdlib>
 #include <iterator>
 #include <vector>
 
-#include "common/spelling.h"
+#include "common/text.h"
 #include "launch/schema.h"
 
 namespace tessera::launch {
 namespace {
 
-// The named subcommand `word` of `app`; nullptr when it has none of that name. Option groups are
-// nameless subcommands: never matched.
+bool is_named(const CLI::App* app) { return !app->get_name().empty(); }  // option groups are nameless
+
+// The named subcommand `word` of `app`; nullptr when it has none of that name.
 CLI::App* named_subcommand(CLI::App& app, const std::string& word) {
-  for (CLI::App* sub : app.get_subcommands([](const CLI::App* a) { return !a->get_name().empty(); }))
+  for (CLI::App* sub : app.get_subcommands(is_named))
     if (sub->get_name() == word) return sub;
   return nullptr;
 }
 
 std::vector<std::string> subcommand_names(CLI::App& app) {
   std::vector<std::string> names;
-  for (const CLI::App* sub : app.get_subcommands([](const CLI::App* a) { return !a->get_name().empty(); }))
-    names.push_back(sub->get_name());
+  for (const CLI::App* sub : app.get_subcommands(is_named)) names.push_back(sub->get_name());
   return names;
 }
 
-// "-1", "-0.5", "-1e-3", "-inf": a value, not an option.
-bool is_number(const std::string& word) {
-  char* end = nullptr;
-  std::strtod(word.c_str(), &end);
-  return end != word.c_str() && *end == '\0';
+// A word as CLI11 2.1.2 classifies it (App::_recognize): a long option "--name[=value]", a short
+// one "-n[value]", or else an argument. '-' and a digit is an argument ("-1", "-0.5", "-3.txt":
+// no option is named by a digit), and so are "-", "---" and "-!x" (no option name starts so).
+struct OptionWord {
+  std::string name;   // "--name" or "-n"
+  std::string value;  // what the word holds after "=" or after "-n"; empty: the value is the next word
+};
+std::optional<OptionWord> as_option_word(const std::string& word) {
+  std::string name, value;
+  if (CLI::detail::split_long(word, name, value)) return OptionWord{"--" + name, value};
+  if (CLI::detail::split_short(word, name, value) && !std::isdigit(static_cast<unsigned char>(name[0])))
+    return OptionWord{"-" + name, value};
+  return std::nullopt;
 }
 
-// A word CLI11 may read as options: '-' and a letter or '-' ("-3.txt", as CLI11 reads it where no
-// option is named by a digit, and "-" alone are arguments).
-bool looks_like_option(const std::string& word) {
-  return word.size() > 1 && word[0] == '-' && !std::isdigit(static_cast<unsigned char>(word[1])) && !is_number(word);
-}
-
-// The option `word` names on `path` (the app, then each subcommand given), nearest the word first:
-// "--name", "--name=value", "-n", or "-nvalue" (a short option with its value attached). `attached`
-// tells whether the word holds the value.
-CLI::Option* find_option(const std::vector<CLI::App*>& path, const std::string& word, bool& attached) {
-  const bool long_form = word.starts_with("--");
-  const std::size_t equals = word.find('=');
-  const std::string name = long_form ? word.substr(0, equals) : word.substr(0, 2);
-  attached = long_form ? equals != std::string::npos : word.size() > 2;
-  for (auto app = path.rbegin(); app != path.rend(); ++app)
-    if (CLI::Option* option = (*app)->get_option_no_throw(name)) return option;
-  return nullptr;
-}
-
-// --help and --version: CLI11 answers them whatever else the line holds.
+// --help and --version: CLI11 answers them whatever the words after them are.
 bool asks_for_help_or_version(const CLI::Option* option) {
   const std::vector<std::string>& names = option->get_lnames();
   return std::find(names.begin(), names.end(), "help") != names.end() ||
          std::find(names.begin(), names.end(), "version") != names.end();
 }
 
-// The long names of the innermost command's options (without "--"), for the hint.
+// The long names of a command's options (without "--"), its option groups' included.
 std::vector<std::string> long_option_names(CLI::App& app) {
   std::vector<std::string> names;
   const auto add = [&](const CLI::Option* option) {
     names.insert(names.end(), option->get_lnames().begin(), option->get_lnames().end());
   };
   for (const CLI::Option* option : app.get_options()) add(option);
-  for (CLI::App* group : app.get_subcommands([](const CLI::App* a) { return a->get_name().empty(); }))
+  for (CLI::App* group : app.get_subcommands([](const CLI::App* a) { return !is_named(a); }))
     for (const CLI::Option* option : group->get_options()) add(option);
   return names;
 }
@@ -81,35 +69,68 @@ std::string command_name(const std::vector<CLI::App*>& path) {
   return fmt::format("{}", fmt::join(names, " "));
 }
 
-// What an unknown option may have meant, most likely first: the start of one option's name alone
-// ("--temp" for "--temperature"); for train, a config key by its own name ("--seed 3" is
-// "--set train.seed=3"); an option one typo away ("--conifg"); for train, a config key one typo away.
-std::string unknown_option_hint(const std::vector<CLI::App*>& path, const std::string& word, const char* next) {
-  const std::size_t equals = word.find('=');
-  const std::string name = word.substr(0, equals).substr(word.find_first_not_of('-'));
+// What an unknown option may have meant, most likely first:
+//  - the option of a command before or after this one ("train --version", "bench --repeats 3
+//    kernels"): CLI11 takes a command's options only after its name and before a subcommand's;
+//  - the start of one option's name ("--temp" for "--temperature");
+//  - for train, a config key by its own name ("--seed 3" is "--set train.seed=3"), before a typo
+//    ("--seed" is one edit from "--set"), or by the start of its name ("--lr" for train.lr_*);
+//  - an option one typo away ("--conifg"); for train, a config key one typo away.
+std::string unknown_option_hint(const std::vector<CLI::App*>& path, const OptionWord& word, const char* next) {
+  for (std::size_t i = 0; i + 1 < path.size(); ++i)
+    if (path[i]->get_option_no_throw(word.name) != nullptr)
+      return fmt::format("; it is an option of '{}': give it before '{}'",
+                         command_name({path.begin(), path.begin() + static_cast<std::ptrdiff_t>(i) + 1}),
+                         path[i + 1]->get_name());
+  for (CLI::App* sub : path.back()->get_subcommands(is_named))
+    if (sub->get_option_no_throw(word.name) != nullptr)
+      return fmt::format("; it is an option of '{} {}': give it after '{}'", command_name(path), sub->get_name(),
+                         sub->get_name());
+
+  const std::string name = word.name.substr(word.name.find_first_not_of('-'));
   const std::vector<std::string> options = long_option_names(*path.back());
   const auto option_hint = [](const std::string& option) { return fmt::format("; did you mean '--{}'?", option); };
-  const auto key_hint = [&](const std::string& key) {
-    const std::string value = equals != std::string::npos                   ? word.substr(equals + 1)
-                              : next != nullptr && !looks_like_option(next) ? std::string(next)
-                                                                            : std::string("VALUE");
-    return fmt::format("; config keys are set with --set: did you mean '--set {}={}'?", key, value);
+  const auto starting_with = [](const std::vector<std::string>& names, const std::string& start) {
+    std::vector<std::string> found;
+    std::copy_if(names.begin(), names.end(), std::back_inserter(found),
+                 [&](const std::string& n) { return n.starts_with(start); });
+    return found;
   };
-  if (name.size() >= 2) {
-    std::vector<std::string> longer;
-    std::copy_if(options.begin(), options.end(), std::back_inserter(longer),
-                 [&](const std::string& option) { return option.starts_with(name); });
-    if (longer.size() == 1) return option_hint(longer.front());
-  }
+  if (const auto longer = starting_with(options, name); name.size() >= 2 && longer.size() == 1)
+    return option_hint(longer.front());
+
   const bool train = path.back()->get_name() == "train";
   std::string key = name;
   std::replace(key.begin(), key.end(), '-', '_');
+  std::vector<std::string> keys, key_names;  // "train.max_steps", "max_steps"
+  for (const io::KeySpec& spec : tessera_schema().keys()) {
+    keys.push_back(spec.key);
+    key_names.push_back(spec.key.substr(spec.key.rfind('.') + 1));
+  }
+  const auto key_hint = [&](const std::vector<std::string>& found) {
+    const std::string value = !word.value.empty()                        ? word.value
+                              : next != nullptr && !as_option_word(next) ? std::string(next)
+                                                                         : std::string("VALUE");
+    std::vector<std::string> settings;
+    for (const std::string& k : found) settings.push_back(fmt::format("--set {}={}", k, value));
+    return fmt::format("; config keys are set with --set: did you mean '{}'?", fmt::join(settings, "' or '"));
+  };
+  const auto keys_named = [&](const auto& matches) {
+    std::vector<std::string> found;
+    for (std::size_t i = 0; i < keys.size(); ++i)
+      if (matches(key_names[i])) found.push_back(keys[i]);
+    return found;
+  };
   if (train)
-    for (const io::KeySpec& spec : tessera_schema().keys())
-      if (spec.key.ends_with("." + key)) return key_hint(spec.key);
+    if (const auto found = keys_named([&](const std::string& n) { return n == key; }); !found.empty())
+      return key_hint(found);
   if (const std::string option = closest_spelling(options, name); !option.empty()) return option_hint(option);
-  if (train)
-    if (const std::string nearest = tessera_schema().nearest(key); !nearest.empty()) return key_hint(nearest);
+  if (train) {
+    if (const auto found = keys_named([&](const std::string& n) { return key.size() >= 2 && n.starts_with(key); });
+        !found.empty() && found.size() <= 3)
+      return key_hint(found);
+    if (const std::string nearest = tessera_schema().nearest(key); !nearest.empty()) return key_hint({nearest});
+  }
   return fmt::format(" ({} --help lists the options)", command_name(path));
 }
 
@@ -121,9 +142,9 @@ std::optional<CommandLineError> check_command_line(CLI::App& app, int argc, cons
       return CommandLineError{fmt::format("tessera: argument {} is empty (an unset shell variable?){}", i,
                                           i > 1 ? fmt::format(" after '{}'", argv[i - 1]) : std::string()),
                               CLI::ExitCodes::ValidationError};
-  // The first mistake is reported, unless help (or the version) is asked for where an option may
-  // stand: CLI11 then prints the help of the command reached, whatever else the line holds
-  // ("tessera --help trian").
+  // The first mistake is reported, unless --help (or --version) stands where an option may: then
+  // the line is CLI11's, which prints the help ("tessera --help trian") unless a value before it
+  // fails its own check.
   std::optional<CommandLineError> mistake;
   const auto note = [&](std::string message, CLI::ExitCodes code) {
     if (!mistake) mistake = CommandLineError{std::move(message), code};
@@ -132,8 +153,11 @@ std::optional<CommandLineError> check_command_line(CLI::App& app, int argc, cons
   bool value_expected = false;  // the word before was an option that takes a value and had none attached
   for (int i = 1; i < argc; ++i) {
     const std::string word = argv[i];
-    if (word == "--") break;  // the rest are arguments
-    if (!looks_like_option(word)) {
+    // The rest are arguments (or, after an option's values, CLI11 ends its list there: either
+    // way, no word after it is checked).
+    if (word == "--") break;
+    const std::optional<OptionWord> option_word = as_option_word(word);
+    if (!option_word) {
       if (value_expected) {
         value_expected = false;
         continue;
@@ -149,13 +173,13 @@ std::optional<CommandLineError> check_command_line(CLI::App& app, int argc, cons
              CLI::ExitCodes::ExtrasError);
       continue;
     }
-    bool attached = false;
-    const CLI::Option* option = find_option(path, word, attached);
+    // CLI11 looks up the options of the command named last (and of its option groups) only.
+    const CLI::Option* option = path.back()->get_option_no_throw(option_word->name);
     if (value_expected) {
       value_expected = false;
       // Only an option's own spelling ("-i", "--input", "--input=x") stands where a value belongs;
       // "-ref.txt" is a value, not -r with "ef.txt".
-      if (option != nullptr && !(attached && !word.starts_with("--")))
+      if (option != nullptr && (word.starts_with("--") || option_word->value.empty()))
         note(fmt::format("{}: option '{}' needs a value, but the option '{}' follows it", command_name(path),
                          argv[i - 1], word),
              CLI::ExitCodes::ArgumentMismatch);
@@ -163,12 +187,12 @@ std::optional<CommandLineError> check_command_line(CLI::App& app, int argc, cons
     }
     if (option == nullptr) {
       note(fmt::format("{}: unknown option '{}'{}", command_name(path), word,
-                       unknown_option_hint(path, word, i + 1 < argc ? argv[i + 1] : nullptr)),
+                       unknown_option_hint(path, *option_word, i + 1 < argc ? argv[i + 1] : nullptr)),
            CLI::ExitCodes::ExtrasError);
       continue;
     }
     if (asks_for_help_or_version(option)) return std::nullopt;
-    value_expected = !attached && option->get_expected_min() > 0;
+    value_expected = option_word->value.empty() && option->get_expected_min() > 0;
   }
   return mistake;
 }

@@ -3,11 +3,12 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cerrno>
 #include <chrono>
 #include <csignal>
 #include <cstdio>
+#include <cstring>
 #include <exception>
-#include <iostream>
 #include <sstream>
 #include <string>
 #include <string_view>
@@ -151,10 +152,15 @@ int run_tessera(int argc, char** argv) {
 int main(int argc, char** argv) {
   const int status = run_tessera(argc, argv);
   // A write to standard output that failed without an exception (CLI11's --help and --version go
-  // through std::cout; `tessera --version > /dev/full`): what the user asked for is lost.
-  if (status == 0 && (std::fflush(stdout) != 0 || std::ferror(stdout) != 0 || std::cout.fail())) {
-    tessera::print_to_stderr("tessera: error: writing to standard output failed\n");
-    return 1;
+  // through std::cout, which writes through stdout's buffer; `tessera --version > /dev/full`):
+  // what the user asked for is lost.
+  if (status == 0) {
+    const bool flushed = std::fflush(stdout) == 0;  // the cause is known when this write fails
+    if (!flushed || std::ferror(stdout) != 0) {
+      tessera::print_to_stderr("tessera: error: writing to standard output failed{}\n",
+                               flushed ? "" : fmt::format(": {}", std::strerror(errno)));
+      return 1;
+    }
   }
   return status;
 }

@@ -14,7 +14,7 @@
 
 #include "common/error.h"
 #include "common/hash.h"
-#include "common/spelling.h"
+#include "common/text.h"
 
 namespace tessera::data {
 
@@ -160,11 +160,13 @@ std::int64_t find_invalid_utf8(const std::string& s) {
 void check_utf8_line(const std::string& line, const std::string& name, std::int64_t line_no) {
   const std::int64_t bad = find_invalid_utf8(line);
   if (bad < 0) return;
-  fail("{}:{}: not UTF-8 text (byte 0x{:02x} at column {}){}", name, line_no,
-       static_cast<unsigned char>(line[static_cast<std::size_t>(bad)]), bad + 1,
-       line_no == 1 && line.size() >= 2 && line[0] == '\x1f' && line[1] == '\x8b'
-           ? " (it starts as gzip data does: a compressed file is read as such when its name ends in .gz)"
-           : "");
+  const bool gzip = line_no == 1 && line.size() >= 2 && line[0] == '\x1f' && line[1] == '\x8b';
+  fail("{}:{}: not UTF-8 text: byte {} of the line is 0x{:02x}{}", name, line_no, bad + 1,
+       static_cast<unsigned char>(line[static_cast<std::size_t>(bad)]),
+       !gzip ? ""
+       : name == "<stdin>"
+           ? " (it starts as gzip data does: decompress it first, with zcat say)"
+           : " (it starts as gzip data does: a compressed file is read as such when its name ends in .gz)");
 }
 
 // ---- files ----

@@ -11,8 +11,8 @@ namespace tessera::data {
 
 // All lines of a text file (without the trailing newline; a final line without newline counts).
 // Throws tessera::Error naming the file for an unreadable file, and naming file and line
-// (1-based), the byte and its column (1-based) for invalid UTF-8:
-// "train.de:17: not UTF-8 text (byte 0xe9 at column 5)".
+// (1-based), the byte and where it is in the line (1-based) for invalid UTF-8:
+// "train.de:17: not UTF-8 text: byte 5 of the line is 0xe9".
 std::vector<std::string> read_lines(const std::string& path);
 
 // Standard input's lines, as std::getline splits them (no "\n"; a final line without one counts;
@@ -37,8 +37,8 @@ inline constexpr std::size_t kMaxLineBytes = std::size_t{1} << 20;
 std::int64_t find_invalid_utf8(const std::string& s);
 
 // Throws tessera::Error when `line` (line `line_no` of `name`, a file or "<stdin>") is not valid
-// UTF-8, in the one form every reader of text uses: "NAME:LINE: not UTF-8 text (byte 0xHH at
-// column C)", with a hint for gzip data on a first line.
+// UTF-8, in the one form every reader of text uses: "NAME:LINE: not UTF-8 text: byte N of the line
+// is 0xHH", with a hint for gzip data on a first line.
 void check_utf8_line(const std::string& line, const std::string& name, std::int64_t line_no);
 
 // Streams the lines of a text file (.gz through zlib) with the same rules as read_lines: no

@@ -7,7 +7,7 @@
 #include <unordered_map>
 
 #include "common/error.h"
-#include "common/spelling.h"
+#include "common/text.h"
 
 namespace tessera::eval {
 

@@ -19,7 +19,7 @@
 #include <string_view>
 #include <utility>
 
-#include "common/spelling.h"
+#include "common/text.h"
 
 namespace tessera::io {
 namespace {

@@ -171,17 +171,17 @@ TEST(Corpus, FindInvalidUtf8) {
 TEST(Corpus, InvalidUtf8NamesFileLineAndByte) {
   TempDir dir;
   const std::string p = dir.file("train.de", "gut\nauch gut\r\nok\nbad \xED\xA0\x80 line\n");
-  EXPECT_EQ(error_of([&] { read_lines(p); }), fmt::format("{}:4: not UTF-8 text (byte 0xed at column 5)", p));
+  EXPECT_EQ(error_of([&] { read_lines(p); }), fmt::format("{}:4: not UTF-8 text: byte 5 of the line is 0xed", p));
   const std::string q = dir.file("trunc.de", "\xC3\xA9\xC3");
-  EXPECT_EQ(error_of([&] { read_lines(q); }), fmt::format("{}:1: not UTF-8 text (byte 0xc3 at column 3)", q));
+  EXPECT_EQ(error_of([&] { read_lines(q); }), fmt::format("{}:1: not UTF-8 text: byte 3 of the line is 0xc3", q));
   const std::string r = dir.file("overlong.de", "\n\nab\xC0\x80");
-  EXPECT_EQ(error_of([&] { read_lines(r); }), fmt::format("{}:3: not UTF-8 text (byte 0xc0 at column 3)", r));
+  EXPECT_EQ(error_of([&] { read_lines(r); }), fmt::format("{}:3: not UTF-8 text: byte 3 of the line is 0xc0", r));
   // gzip data under a name without .gz: said to look like it.
   const std::string z = dir.file("train.txt", std::string("\x1f\x8b\x08\x00\x00", 5));
   EXPECT_EQ(
       error_of([&] { read_lines(z); }),
-      fmt::format("{}:1: not UTF-8 text (byte 0x8b at column 2) (it starts as gzip data does: a compressed file is "
-                  "read as such when its name ends in .gz)",
+      fmt::format("{}:1: not UTF-8 text: byte 2 of the line is 0x8b (it starts as gzip data does: a compressed file "
+                  "is read as such when its name ends in .gz)",
                   z));
 }
 

@@ -1,4 +1,5 @@
-// Typo distance for "did you mean" hints (config keys, command-line options).
+// Words in messages: typo distance for "did you mean" hints (config keys, command-line options),
+// and counts with their noun.
 #pragma once
 
 #include <algorithm>
