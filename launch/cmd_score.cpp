@@ -45,13 +45,6 @@ struct ScoreOptions {
   std::int64_t batch = 0;                       // sentences --checkpoint decodes together (0: the config's)
 };
 
-std::vector<std::string> read_stdin_lines() {
-  std::vector<std::string> lines = data::read_standard_input_lines();
-  for (std::size_t i = 0; i < lines.size(); ++i)
-    data::check_utf8_line(lines[i], "<stdin>", static_cast<std::int64_t>(i) + 1);
-  return lines;
-}
-
 std::vector<std::string> read_file_lines(const std::string& path, const char* what) {
   std::error_code ec;
   if (std::filesystem::is_directory(path, ec)) fail("score: {} file '{}' is a directory", what, path);
@@ -141,26 +134,27 @@ int run_score(const ScoreOptions& opt) {
           "score --checkpoint under mpirun: give the source with --src FILE (mpirun passes standard input to rank 0 "
           "only)");
     const std::string src_name = src_stdin ? std::string("standard input") : fmt::format("source file '{}'", opt.src);
-    const TranslationJob job = load_translation_job(
-        world.get(), opt.checkpoints, "", "", opt.device == "cuda" ? Device::cuda : Device::cpu, src_name, [&] {
-          std::vector<std::string> src = src_stdin ? read_stdin_lines() : read_file_lines(opt.src, "source");
-          if (root) {  // before the translation: a bad reference file is reported at once
-            refs = read_references(opt.refs);
-            check_line_counts(refs, opt.refs, src.size(), src_name);
-          }
-          return src;
-        });
-    const io::Config& cfg = job.translator->config();
+    const std::unique_ptr<Translator> translator =
+        load_translator(world.get(), opt.checkpoints, "", "", opt.device == "cuda" ? Device::cuda : Device::cpu);
+    const std::vector<std::vector<std::int32_t>> sources = read_sources(world.get(), *translator, src_name, [&] {
+      std::vector<std::string> src = src_stdin ? data::read_standard_input_lines() : read_file_lines(opt.src, "source");
+      if (root) {  // before the translation: a bad reference file is reported at once
+        refs = read_references(opt.refs);
+        check_line_counts(refs, opt.refs, src.size(), src_name);
+      }
+      return src;
+    });
+    const io::Config& cfg = translator->config();
     const std::int64_t batch = opt.batch > 0 ? opt.batch : cfg.integer("decode.batch_sentences");
     check_same_decoding(decode_options(cfg), batch, 0, world.get());
-    hyps = job.translator->translate(job.sources, decode_options(cfg), batch, world.get());
+    hyps = translator->translate(sources, decode_options(cfg), batch, world.get());
     if (!root) return 0;
     hyp_source =
         src_stdin ? std::string("the translation of standard input") : fmt::format("the translation of '{}'", opt.src);
   } else {
     if (launcher_rank() != 0) return 0;  // under mpirun, rank 0 scores (and alone has standard input)
     const bool from_stdin = opt.hyp == "-";
-    hyps = from_stdin ? read_stdin_lines() : read_file_lines(opt.hyp, "hypothesis");
+    hyps = from_stdin ? data::read_standard_input_lines() : read_file_lines(opt.hyp, "hypothesis");
     hyp_source = from_stdin ? std::string("standard input") : fmt::format("hypothesis file '{}'", opt.hyp);
     refs = read_references(opt.refs);
   }

@@ -4,10 +4,13 @@
 
 #include <cerrno>
 #include <charconv>
+#include <csignal>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <limits>
+#include <memory>
+#include <optional>
 
 #include "data/corpus.h"
 #include "dist/mpi_communicator.h"
@@ -71,86 +74,186 @@ int write_lines(std::FILE* f, const std::vector<std::string>& lines) {
   return std::fflush(f) == 0 ? 0 : errno;
 }
 
-// Writes `path` whole or not at all: into a temporary of its own beside it (mkstemp: a fresh name,
-// never a file or link already there), renamed over it once complete, with the old file's mode
-// and owner. False, having written nothing, where a rename would change more than the content (a
-// link, a device or a pipe, a file with other hard links) or cannot be done (a folder this user
-// may not create files in; another user's file in a sticky folder): the caller writes in place.
-bool replace_whole(const std::string& path, const std::string& name, const std::vector<std::string>& lines) {
-  struct stat old {};
-  const bool exists = ::lstat(path.c_str(), &old) == 0;
-  if (exists && (!S_ISREG(old.st_mode) || old.st_nlink > 1)) return false;
-  std::string tmp = path + ".tmpXXXXXX";
-  int fd = ::mkstemp(tmp.data());
-  if (fd < 0 && errno == ENAMETOOLONG) {  // a name near the longest a folder takes: a short one beside it
-    tmp = (std::filesystem::path(path).parent_path() / "tessera-translate.tmpXXXXXX").string();
-    fd = ::mkstemp(tmp.data());
-  }
-  if (fd < 0) return false;
-  const mode_t mask = ::umask(0);
-  ::umask(mask);
-  [[maybe_unused]] const int mode_set = ::fchmod(fd, exists ? old.st_mode & 07777 : 0666 & ~mask);
-  if (exists && (old.st_uid != ::geteuid() || old.st_gid != ::getegid())) {  // root writing another's file
-    [[maybe_unused]] const int owner_kept = ::fchown(fd, old.st_uid, old.st_gid);
-  }
-  std::FILE* f = ::fdopen(fd, "w");
-  int error = f == nullptr ? errno : write_lines(f, lines);
-  if (f == nullptr) ::close(fd);
-  if (f != nullptr && std::fclose(f) != 0 && error == 0) error = errno;
-  if (error == 0 && ::rename(tmp.c_str(), path.c_str()) != 0) {
-    error = errno;
-    if (error == EPERM || error == EACCES) {
-      ::unlink(tmp.c_str());
-      return false;
+// The temporary being written (empty: none), removed when SIGINT, SIGTERM or SIGHUP ends the run.
+char g_temporary[4096];
+volatile std::sig_atomic_t g_has_temporary = 0;
+
+void remove_temporary_and_die(int signal) {
+  if (g_has_temporary != 0) ::unlink(g_temporary);
+  std::signal(signal, SIG_DFL);
+  std::raise(signal);
+}
+
+// Where the translations go, written as each buffer of them is done, so a long input is never held
+// whole:
+// - standard output (or a path naming it, written after what is already there: opened anew, it
+//   would be truncated), flushed after each buffer, for a pipeline or a person typing;
+// - a file, whole or not at all: into a temporary of its own beside it (mkstemp: a fresh name, never
+//   a file or link already there) with the old file's mode and owner, renamed over it once complete,
+//   removed by a failure, SIGINT, SIGTERM or SIGHUP;
+// - in place where a rename would change more than the content: a pipe or a device as the lines
+//   come; a link or a file with other hard links, and a file whose folder this user may not create
+//   files in, at the end (the lines kept till then), so a failure leaves it as it was. Where the
+//   rename is refused (another user's file in a sticky folder), the temporary is copied in place.
+class TranslationOutput {
+ public:
+  explicit TranslationOutput(const std::string& path)  // empty: standard output
+      : path_(path), name_(path.empty() ? std::string("standard output") : fmt::format("'{}'", path)) {
+    if (path.empty() || is_file_of(path, STDOUT_FILENO)) {
+      file_ = stdout;
+      return;
+    }
+    struct stat old {};
+    existed_ = ::lstat(path.c_str(), &old) == 0;
+    if ((!existed_ || (S_ISREG(old.st_mode) && old.st_nlink == 1)) && open_temporary(existed_ ? &old : nullptr)) return;
+    struct stat target {};
+    if (::stat(path.c_str(), &target) == 0 && !S_ISREG(target.st_mode)) {
+      file_ = std::fopen(path.c_str(), "w");
+      if (file_ == nullptr) fail("translate: cannot write {}: {}", name_, std::strerror(errno));
     }
   }
-  if (error == 0) return true;
-  ::unlink(tmp.c_str());
-  fail("translate: writing the translations to {} failed: {} ({})", name, std::strerror(error),
-       exists ? fmt::format("{} is as it was", name) : std::string("nothing written"));
-}
-
-// Writes the lines to `path` (empty: standard output): a file whole or not at all (replace_whole),
-// else in place. Standard output named as a path (/dev/stdout, or the file it was redirected to)
-// is written through standard output, after what the caller wrote there (opened anew, it would be
-// truncated and written from its start).
-void write_translations(const std::string& path, const std::vector<std::string>& lines) {
-  const std::string name = path.empty() ? std::string("standard output") : fmt::format("'{}'", path);
-  const bool is_stdout = path.empty() || is_file_of(path, STDOUT_FILENO);
-  if (!is_stdout && replace_whole(path, name, lines)) return;
-  std::FILE* f = is_stdout ? stdout : std::fopen(path.c_str(), "w");
-  if (f == nullptr) fail("translate: cannot write {}: {}", name, std::strerror(errno));
-  int error = write_lines(f, lines);
-  if (f != stdout && std::fclose(f) != 0 && error == 0) error = errno;
-  if (error != 0) fail("translate: writing the translations to {} failed: {}", name, std::strerror(error));
-}
-
-// Standard input's lines, checked as read_lines checks a file's ("\r" ends dropped, UTF-8).
-std::vector<std::string> read_stdin_lines() {
-  std::vector<std::string> lines = data::read_standard_input_lines();
-  for (std::size_t i = 0; i < lines.size(); ++i) {
-    std::string& line = lines[i];
-    if (!line.empty() && line.back() == '\r') line.pop_back();
-    data::check_utf8_line(line, "<stdin>", static_cast<std::int64_t>(i) + 1);
+  ~TranslationOutput() {
+    if (file_ != nullptr && file_ != stdout) std::fclose(file_);
+    forget_temporary(/*remove=*/true);
   }
+  TranslationOutput(const TranslationOutput&) = delete;
+  TranslationOutput& operator=(const TranslationOutput&) = delete;
+
+  void write(const std::vector<std::string>& lines) {
+    if (file_ == nullptr) {
+      held_.insert(held_.end(), lines.begin(), lines.end());
+      return;
+    }
+    if (const int error = write_lines(file_, lines); error != 0) fail_write(error);
+  }
+
+  void finish() {
+    if (file_ == stdout) return;
+    const bool written = file_ != nullptr;
+    if (written) {
+      const int error = std::fclose(file_) != 0 ? errno : 0;
+      file_ = nullptr;
+      if (error != 0) fail_write(error);
+    }
+    if (!tmp_.empty()) {
+      if (::rename(tmp_.c_str(), path_.c_str()) == 0) {
+        forget_temporary(/*remove=*/false);
+        return;
+      }
+      if (errno != EPERM && errno != EACCES) fail_write(errno);
+      copy_temporary_in_place();
+    } else if (!written) {
+      write_held_in_place();
+    }
+  }
+
+ private:
+  bool open_temporary(const struct stat* old) {
+    tmp_ = path_ + ".tmpXXXXXX";
+    int fd = ::mkstemp(tmp_.data());
+    if (fd < 0 && errno == ENAMETOOLONG) {  // a name near the longest a folder takes: a short one beside it
+      tmp_ = (std::filesystem::path(path_).parent_path() / "tessera-translate.tmpXXXXXX").string();
+      fd = ::mkstemp(tmp_.data());
+    }
+    if (fd < 0 || tmp_.size() >= sizeof g_temporary) {
+      if (fd >= 0) ::close(fd), ::unlink(tmp_.c_str());
+      tmp_.clear();
+      return false;
+    }
+    std::memcpy(g_temporary, tmp_.c_str(), tmp_.size() + 1);
+    g_has_temporary = 1;
+    for (int signal : {SIGINT, SIGTERM, SIGHUP}) std::signal(signal, remove_temporary_and_die);
+    const mode_t mask = ::umask(0);
+    ::umask(mask);
+    [[maybe_unused]] const int mode_set = ::fchmod(fd, old != nullptr ? old->st_mode & 07777 : 0666 & ~mask);
+    if (old != nullptr && (old->st_uid != ::geteuid() || old->st_gid != ::getegid())) {  // root writing another's
+      [[maybe_unused]] const int owner_kept = ::fchown(fd, old->st_uid, old->st_gid);
+    }
+    file_ = ::fdopen(fd, "w");
+    if (file_ == nullptr) {
+      ::close(fd);
+      fail_write(errno);
+    }
+    return true;
+  }
+
+  void forget_temporary(bool remove) {
+    if (tmp_.empty()) return;
+    g_has_temporary = 0;
+    if (remove) ::unlink(tmp_.c_str());
+    tmp_.clear();
+  }
+
+  // The temporary's bytes written over the file, in place.
+  void copy_temporary_in_place() {
+    std::FILE* from = std::fopen(tmp_.c_str(), "rb");
+    std::FILE* to = from != nullptr ? std::fopen(path_.c_str(), "w") : nullptr;
+    int error = to == nullptr ? errno : 0;
+    char buffer[1 << 16];
+    while (error == 0) {
+      const std::size_t n = std::fread(buffer, 1, sizeof buffer, from);
+      if (n < sizeof buffer && std::ferror(from) != 0) error = errno;
+      if (error == 0 && std::fwrite(buffer, 1, n, to) != n) error = errno;
+      if (n < sizeof buffer) break;
+    }
+    if (to != nullptr && std::fclose(to) != 0 && error == 0) error = errno;
+    if (from != nullptr) std::fclose(from);
+    if (error != 0) fail("translate: writing the translations to {} failed: {}", name_, std::strerror(error));
+  }
+
+  void write_held_in_place() {
+    std::FILE* f = std::fopen(path_.c_str(), "w");
+    if (f == nullptr) fail("translate: cannot write {}: {}", name_, std::strerror(errno));
+    int error = write_lines(f, held_);
+    if (std::fclose(f) != 0 && error == 0) error = errno;
+    if (error != 0) fail("translate: writing the translations to {} failed: {}", name_, std::strerror(error));
+  }
+
+  [[noreturn]] void fail_write(int error) {
+    if (tmp_.empty()) fail("translate: writing the translations to {} failed: {}", name_, std::strerror(error));
+    fail("translate: writing the translations to {} failed: {} ({})", name_, std::strerror(error),
+         existed_ ? fmt::format("{} is as it was", name_) : std::string("nothing written"));
+  }
+
+  std::string path_, name_;
+  std::string tmp_;                // the temporary being written, renamed over path_ at the end
+  std::FILE* file_ = nullptr;      // where write() goes: stdout, the temporary, a pipe or device; null: held_
+  bool existed_ = false;           // path_ was there before
+  std::vector<std::string> held_;  // a file written in place at the end
+};
+
+// The next lines of the source, at most `max_lines`; fewer where standard input has no more ready
+// yet (a person typing, a pipe whose writer is busy), so what has arrived is translated at once.
+// None: its end.
+std::vector<std::string> next_source_lines(data::LineReader& reader, std::int64_t max_lines) {
+  std::vector<std::string> lines;
+  std::string line;
+  while (std::ssize(lines) < max_lines && (lines.empty() || reader.ready()) && reader.next(line))
+    lines.push_back(std::move(line));
   return lines;
 }
 
-// The n best translations of each source in Marian's and Moses' n-best format, one a line.
-std::vector<std::string> nbest_lines(const Translator& translator,
-                                     const std::vector<std::vector<std::int32_t>>& sources,
-                                     const models::DecodeOptions& dec, std::int64_t n, std::int64_t given_beam,
-                                     std::int64_t batch, dist::Communicator* world) {
+// --nbest N needs a beam of N at least: the search keeps no more hypotheses.
+void check_nbest(std::int64_t n, const models::DecodeOptions& dec, std::int64_t given_beam) {
   if (n > dec.beam)
     throw EveryRankError(fmt::format(
         "translate: --nbest {} is more than the beam size {} ({}): the search keeps no more hypotheses than its beam "
         "(raise --beam)",
         n, dec.beam, given_beam > 0 ? "--beam" : "decode.beam of the checkpoint's config"));
+}
+
+// The n best translations of each source in Marian's and Moses' n-best format, one a line; LINE
+// counts from `first_line` (the lines of the buffers before).
+std::vector<std::string> nbest_lines(const Translator& translator,
+                                     const std::vector<std::vector<std::int32_t>>& sources,
+                                     const models::DecodeOptions& dec, std::int64_t n, std::int64_t batch,
+                                     dist::Communicator* world, std::int64_t first_line) {
   std::vector<std::string> lines;
   const auto lists = translator.translate_nbest(sources, dec, n, batch, world);
   for (std::size_t i = 0; i < lists.size(); ++i)
     for (const auto& h : lists[i])
-      lines.push_back(fmt::format("{} ||| {} ||| F0= {:.6f} ||| {:.6f}", i, h.text, h.log_prob, h.score));
+      lines.push_back(fmt::format("{} ||| {} ||| F0= {:.6f} ||| {:.6f}", first_line + static_cast<std::int64_t>(i),
+                                  h.text, h.log_prob, h.score));
   return lines;
 }
 
@@ -160,7 +263,7 @@ Command add_translate_command(CLI::App& parent) {
   struct Options {
     std::vector<std::string> checkpoints;
     std::string input, output, vocab, vocab_tgt;
-    std::int64_t beam = 0, batch = 0, nbest = 0;
+    std::int64_t beam = 0, batch = 0, nbest = 0, buffer = 10000;
     double length_penalty = -1;
     std::string device = "cpu";
     bool sample = false;
@@ -194,6 +297,11 @@ Command add_translate_command(CLI::App& parent) {
           ->check(finite_range(0.0, 10.0));
   add_whole_number_option(cmd, "--batch", opt->batch, 1, 100000,
                           "Sentences decoded together (default: from the config)");
+  add_whole_number_option(cmd, "--buffer", opt->buffer, 1, 100000000,
+                          "Lines read, sorted by length into batches and translated before the next are read: the "
+                          "memory a translation takes is one buffer's, whatever the input's length (from standard "
+                          "input, fewer: what has arrived)")
+      ->capture_default_str();
   auto* nbest = add_whole_number_option(
       cmd, "--nbest", opt->nbest, 1, 1000,
       "Write the N best translations of each sentence (1 to the beam size), one a line: 'LINE ||| "
@@ -241,16 +349,13 @@ Command add_translate_command(CLI::App& parent) {
               check_writable_output(opt->output, inputs);
             }
             const Device device = opt->device == "cuda" ? Device::cuda : Device::cpu;
-            TranslationJob job = load_translation_job(
-                world.get(), opt->checkpoints, opt->vocab, opt->vocab_tgt, device,
-                opt->input.empty() ? std::string("standard input") : fmt::format("input file '{}'", opt->input),
-                [&] { return opt->input.empty() ? read_stdin_lines() : data::read_lines(opt->input); });
-            const Translator& translator = *job.translator;
+            const std::unique_ptr<Translator> translator =
+                load_translator(world.get(), opt->checkpoints, opt->vocab, opt->vocab_tgt, device);
             // The vocabulary files an older checkpoint's translator found by itself (no option named them).
             if (root && !opt->output.empty())
-              for (const std::string& file : translator.vocabulary_files())
+              for (const std::string& file : translator->vocabulary_files())
                 check_not_an_input(opt->output, {{"the vocabulary file", file}});
-            const io::Config& cfg = translator.config();
+            const io::Config& cfg = translator->config();
             models::DecodeOptions dec = decode_options(cfg);
             if (opt->beam > 0) dec.beam = opt->beam;
             if (opt->length_penalty >= 0) dec.length_penalty = opt->length_penalty;
@@ -260,11 +365,35 @@ Command add_translate_command(CLI::App& parent) {
             }
             const std::int64_t batch = opt->batch > 0 ? opt->batch : cfg.integer("decode.batch_sentences");
             check_same_decoding(dec, batch, opt->nbest, world.get());
-            const std::vector<std::string> out_lines =
-                opt->nbest > 0 ? nbest_lines(translator, job.sources, dec, opt->nbest, opt->beam, batch, world.get())
-                               : translator.translate(job.sources, dec, batch, world.get());
-            if (!root) return 0;
-            write_translations(opt->output, out_lines);
+            check_same_on_every_rank(static_cast<std::uint64_t>(opt->buffer), world.get(),
+                                     fmt::format("--buffer ({})", opt->buffer),
+                                     "were given another number than rank 0: give every rank the same command line");
+            if (opt->nbest > 0) check_nbest(opt->nbest, dec, opt->beam);
+            // Buffer by buffer: read (rank 0 first, as the model), translated with the ranks sharing its batches,
+            // written by rank 0. Every rank reads the file itself and the ranks' buffers must match.
+            const std::string input_name =
+                opt->input.empty() ? std::string("standard input") : fmt::format("input file '{}'", opt->input);
+            std::unique_ptr<data::LineReader> reader;
+            std::optional<TranslationOutput> output;
+            if (root) output.emplace(opt->output);
+            for (std::int64_t first_line = 0;;) {
+              const std::vector<std::vector<std::int32_t>> sources = read_sources(
+                  world.get(), *translator, input_name,
+                  [&] {
+                    if (reader == nullptr)
+                      reader = opt->input.empty() ? std::make_unique<data::LineReader>(data::kStandardInput)
+                                                  : std::make_unique<data::LineReader>(opt->input);
+                    return next_source_lines(*reader, opt->buffer);
+                  },
+                  first_line);
+              if (sources.empty()) break;
+              const std::vector<std::string> lines =
+                  opt->nbest > 0 ? nbest_lines(*translator, sources, dec, opt->nbest, batch, world.get(), first_line)
+                                 : translator->translate(sources, dec, batch, world.get(), first_line);
+              if (root) output->write(lines);
+              first_line += std::ssize(sources);
+            }
+            if (root) output->finish();
             return 0;
           }};
 }

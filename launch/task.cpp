@@ -746,11 +746,14 @@ std::vector<models::Hypothesis> unpack_hypotheses(const std::vector<std::int32_t
 std::optional<models::TokenRows> translate_ids(const models::Ensemble& ensemble,
                                                const std::vector<std::vector<std::int32_t>>& sources,
                                                const models::DecodeOptions& opt, std::int64_t batch_sentences,
-                                               dist::Communicator* replicas, const DecodeInterrupt* interrupt) {
+                                               dist::Communicator* replicas, const DecodeInterrupt* interrupt,
+                                               std::int64_t first_sentence) {
   models::TokenRows out(sources.size());
   const auto mine = decode_own_batches(
       sources, batch_sentences, replicas, interrupt, [&](const data::Batch& b, const std::vector<std::int64_t>& idx) {
-        models::TokenRows hyps = models::translate_batch(ensemble, b.src, b.src_padding, opt, idx);
+        std::vector<std::int64_t> numbers = idx;
+        for (std::int64_t& n : numbers) n += first_sentence;
+        models::TokenRows hyps = models::translate_batch(ensemble, b.src, b.src_padding, opt, numbers);
         for (std::size_t i = 0; i < idx.size(); ++i) out[static_cast<std::size_t>(idx[i])] = std::move(hyps[i]);
       });
   if (!mine) return std::nullopt;
@@ -925,7 +928,7 @@ void Translator::find_vocabulary_files(const std::string& checkpoint, const std:
 }
 
 std::vector<std::vector<std::int32_t>> Translator::encode(const std::vector<std::string>& lines,
-                                                          const std::string& noted_as) const {
+                                                          const std::string& noted_as, std::int64_t first_line) const {
   const auto limit = static_cast<std::size_t>(ensemble().max_positions() - 1);
   std::vector<std::vector<std::int32_t>> sources;
   for (const auto& line : lines) {
@@ -933,13 +936,13 @@ std::vector<std::vector<std::int32_t>> Translator::encode(const std::vector<std:
     try {
       ids = src_codec_.encode(line);
     } catch (const Error& e) {
-      fail("line {}: {}", sources.size() + 1, e.what());
+      fail("line {}: {}", first_line + std::ssize(sources) + 1, e.what());
     }
     // Cut rather than fail the whole batch.
     if (ids.size() > limit) {
       if (!noted_as.empty())
         print_to_stderr("note: {}, line {} has {} tokens; keeping the first {} (model.max_positions - 1)\n", noted_as,
-                        sources.size() + 1, ids.size(), limit);
+                        first_line + std::ssize(sources) + 1, ids.size(), limit);
       ids.resize(limit);
     }
     sources.push_back(std::move(ids));
@@ -949,9 +952,10 @@ std::vector<std::vector<std::int32_t>> Translator::encode(const std::vector<std:
 
 std::vector<std::string> Translator::translate(const std::vector<std::vector<std::int32_t>>& sources,
                                                const models::DecodeOptions& opt, std::int64_t batch_sentences,
-                                               dist::Communicator* replicas) const {
+                                               dist::Communicator* replicas, std::int64_t first_line) const {
   std::vector<std::string> out;
-  const std::optional<models::TokenRows> hyps = translate_ids(ensemble(), sources, opt, batch_sentences, replicas);
+  const std::optional<models::TokenRows> hyps =
+      translate_ids(ensemble(), sources, opt, batch_sentences, replicas, nullptr, first_line);
   for (const auto& h : *hyps) out.push_back(tgt_codec_.decode(h));
   return out;
 }
@@ -967,37 +971,44 @@ std::vector<std::vector<ScoredTranslation>> Translator::translate_nbest(
   return out;
 }
 
-TranslationJob load_translation_job(dist::Communicator* world, const std::vector<std::string>& checkpoints,
-                                    const std::string& vocab, const std::string& vocab_tgt, Device device,
-                                    const std::string& input_name,
-                                    const std::function<std::vector<std::string>()>& read_lines) {
-  const bool root = world == nullptr || world->rank() == 0;
+std::unique_ptr<Translator> load_translator(dist::Communicator* world, const std::vector<std::string>& checkpoints,
+                                            const std::string& vocab, const std::string& vocab_tgt, Device device) {
   const int local_rank = world != nullptr && world->mpi() != nullptr ? world->mpi()->local_rank() : 0;  // collective
-  TranslationJob job;
+  std::unique_ptr<Translator> translator;
   root_first(world, [&] {
     if (device == Device::cuda) (void)select_cuda_device(local_rank);
-    job.translator.emplace(checkpoints.front(), vocab, vocab_tgt, device);
-    for (std::size_t i = 1; i < checkpoints.size(); ++i) job.translator->add_ensemble_member(checkpoints[i]);
+    translator = std::make_unique<Translator>(checkpoints.front(), vocab, vocab_tgt, device);
+    for (std::size_t i = 1; i < checkpoints.size(); ++i) translator->add_ensemble_member(checkpoints[i]);
+  });
+  // The ranks share the sentences out by index and each decodes with its own copy of the model.
+  if (world != nullptr && world->size() > 1) {
+    // The count first: a rank with other members would make other collectives below.
+    check_same_on_every_rank(checkpoints.size(), world,
+                             fmt::format("the number of checkpoints ({})", checkpoints.size()),
+                             "were given another number than rank 0: give every rank the same command line");
+    const std::vector<std::uint64_t> weights = translator->weights_fingerprints();
+    for (std::size_t i = 0; i < weights.size(); ++i)
+      check_same_on_every_rank(weights[i], world, fmt::format("checkpoint '{}' (its weights)", checkpoints[i]));
+  }
+  return translator;
+}
+
+std::vector<std::vector<std::int32_t>> read_sources(dist::Communicator* world, const Translator& translator,
+                                                    const std::string& input_name,
+                                                    const std::function<std::vector<std::string>()>& read_lines,
+                                                    std::int64_t first_line) {
+  const bool root = world == nullptr || world->rank() == 0;
+  std::vector<std::vector<std::int32_t>> sources;
+  root_first(world, [&] {
     const std::vector<std::string> lines = read_lines();
     try {
-      job.sources = job.translator->encode(lines, root ? input_name : std::string());
+      sources = translator.encode(lines, root ? input_name : std::string(), first_line);
     } catch (const Error& e) {
       fail("{}, {}", input_name, e.what());  // the file: score reads a reference too
     }
   });
-  // The ranks share the sentences out by index and each decodes with its own copy of the model.
-  if (world != nullptr && world->size() > 1) {
-    // The count first: a rank with other members would make other collectives below (and may cut
-    // the input at another max_positions).
-    check_same_on_every_rank(checkpoints.size(), world,
-                             fmt::format("the number of checkpoints ({})", checkpoints.size()),
-                             "were given another number than rank 0: give every rank the same command line");
-    check_same_on_every_rank(fingerprint_rows(job.sources), world, input_name);
-    const std::vector<std::uint64_t> weights = job.translator->weights_fingerprints();
-    for (std::size_t i = 0; i < weights.size(); ++i)
-      check_same_on_every_rank(weights[i], world, fmt::format("checkpoint '{}' (its weights)", checkpoints[i]));
-  }
-  return job;
+  if (world != nullptr && world->size() > 1) check_same_on_every_rank(fingerprint_rows(sources), world, input_name);
+  return sources;
 }
 
 }  // namespace tessera::launch

@@ -127,12 +127,14 @@ struct DecodeInterrupt {
 // With `replicas` (every rank of it calls this, each holding the same models), the batches are
 // dealt out over its ranks and the translations gathered: every rank returns all of them, the
 // same as one process would (each batch is decoded exactly as there). An empty source gets an
-// empty translation, without decoding. std::nullopt: stopped by `interrupt`.
+// empty translation, without decoding. std::nullopt: stopped by `interrupt`. Sampling numbers the
+// sentences from `first_sentence` (the draws are a function of the number: see sample_token).
 std::optional<models::TokenRows> translate_ids(const models::Ensemble& ensemble,
                                                const std::vector<std::vector<std::int32_t>>& sources,
                                                const models::DecodeOptions& opt, std::int64_t batch_sentences,
                                                dist::Communicator* replicas = nullptr,
-                                               const DecodeInterrupt* interrupt = nullptr);
+                                               const DecodeInterrupt* interrupt = nullptr,
+                                               std::int64_t first_sentence = 0);
 
 // The `n` (1 to opt.beam) best beam-search hypotheses of each source, best first, shared out and
 // gathered as translate_ids does (the first one's tokens are translate_ids's translation; at beam 1,
@@ -162,12 +164,13 @@ class Translator {
   // Translating text takes two steps: the source ids (inputs longer than the positional table
   // allows are cut to fit, said so on stderr naming the input `noted_as` unless that is empty),
   // then their detokenized translations, in order; with `replicas`, its ranks share the batches
-  // (see translate_ids) and each returns every translation.
-  std::vector<std::vector<std::int32_t>> encode(const std::vector<std::string>& lines,
-                                                const std::string& noted_as = "") const;
+  // (see translate_ids) and each returns every translation. A part of a longer input: `first_line`
+  // lines came before it (for the line numbers of notes and errors, and of sampling's draws).
+  std::vector<std::vector<std::int32_t>> encode(const std::vector<std::string>& lines, const std::string& noted_as = "",
+                                                std::int64_t first_line = 0) const;
   std::vector<std::string> translate(const std::vector<std::vector<std::int32_t>>& sources,
                                      const models::DecodeOptions& opt, std::int64_t batch_sentences,
-                                     dist::Communicator* replicas) const;
+                                     dist::Communicator* replicas, std::int64_t first_line = 0) const;
   // The n best translations of each source (translate_ids_nbest), detokenized.
   std::vector<std::vector<ScoredTranslation>> translate_nbest(const std::vector<std::vector<std::int32_t>>& sources,
                                                               const models::DecodeOptions& opt, std::int64_t n,
@@ -197,18 +200,19 @@ class Translator {
   std::vector<std::unique_ptr<models::Transformer>> models_;  // the first checkpoint's, then the ensemble's
 };
 
-// The Translator of one checkpoint or an ensemble of several (on `device`; cuda: GPU local rank % GPUs) and the encoded
-// sentences `read_lines` gives, as `translate` and `score --checkpoint` load them. With `world` every rank calls it and
-// rank 0 loads first (see root_first): a bad checkpoint, vocabulary, input file or GPU is reported once, by rank 0, and
-// so are the over-long lines that are cut. Sentences or weights that differ between the ranks (node-local files) stop
-// every rank, naming `input_name` or the checkpoint.
-struct TranslationJob {
-  std::optional<Translator> translator;
-  std::vector<std::vector<std::int32_t>> sources;
-};
-TranslationJob load_translation_job(dist::Communicator* world, const std::vector<std::string>& checkpoints,
-                                    const std::string& vocab, const std::string& vocab_tgt, Device device,
-                                    const std::string& input_name,
-                                    const std::function<std::vector<std::string>()>& read_lines);
+// The Translator of one checkpoint or an ensemble of several (on `device`; cuda: GPU local rank % GPUs), as `translate`
+// and `score --checkpoint` load it. With `world` every rank calls it and rank 0 loads first (see root_first): a bad
+// checkpoint, vocabulary or GPU is reported once, by rank 0. Weights that differ between the ranks (node-local files)
+// stop every rank, naming the checkpoint.
+std::unique_ptr<Translator> load_translator(dist::Communicator* world, const std::vector<std::string>& checkpoints,
+                                            const std::string& vocab, const std::string& vocab_tgt, Device device);
+
+// The encoded sentences `read_lines` gives (lines `first_line` + 1 on of the input), read and encoded as
+// load_translator loads: rank 0 first, so a bad input file is reported once, by rank 0, and so are the over-long lines
+// that are cut. Sentences that differ between the ranks stop every rank, naming `input_name`.
+std::vector<std::vector<std::int32_t>> read_sources(dist::Communicator* world, const Translator& translator,
+                                                    const std::string& input_name,
+                                                    const std::function<std::vector<std::string>()>& read_lines,
+                                                    std::int64_t first_line = 0);
 
 }  // namespace tessera::launch

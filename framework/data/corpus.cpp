@@ -1,5 +1,6 @@
 #include "data/corpus.h"
 
+#include <poll.h>
 #include <unistd.h>
 #include <zlib.h>
 
@@ -51,6 +52,8 @@ LineReader::LineReader(const std::string& path) : path_(path), buf_(1 << 16) {
   }
 }
 
+LineReader::LineReader(StandardInput) : path_("<stdin>"), stdin_(true), buf_(1 << 16) {}
+
 LineReader::~LineReader() { close(); }
 
 void LineReader::close() {
@@ -65,7 +68,13 @@ void LineReader::close() {
 std::size_t LineReader::fill() {
   if (eof_) return 0;
   std::size_t got = 0;
-  if (gz_) {
+  if (stdin_) {
+    ssize_t n = 0;
+    do n = ::read(STDIN_FILENO, buf_.data(), buf_.size());
+    while (n < 0 && errno == EINTR);
+    if (n < 0) fail("cannot read standard input: {}", std::strerror(errno));
+    got = static_cast<std::size_t>(n);
+  } else if (gz_) {
     gzFile f = static_cast<gzFile>(handle_);
     errno = 0;
     const int n = gzread(f, buf_.data(), static_cast<unsigned>(buf_.size()));
@@ -112,6 +121,12 @@ bool LineReader::next(std::string& line) {
   }
   if (!any) return false;
   return finish(line);  // a final line without newline
+}
+
+bool LineReader::ready() const {
+  if (!stdin_ || eof_ || std::memchr(buf_.data() + begin_, '\n', end_ - begin_) != nullptr) return true;
+  pollfd in{STDIN_FILENO, POLLIN, 0};
+  return ::poll(&in, 1, 0) > 0;  // bytes, the end (POLLHUP), or an error next() reports
 }
 
 bool LineReader::finish(std::string& line) {
@@ -171,43 +186,23 @@ void check_utf8_line(const std::string& line, const std::string& name, std::int6
 
 // ---- files ----
 
-std::vector<std::string> read_lines(const std::string& path) {
-  LineReader reader(path);
+namespace {
+std::vector<std::string> all_lines(LineReader& reader) {
   std::vector<std::string> lines;
   std::string line;
   while (reader.next(line)) lines.push_back(std::move(line));
   return lines;
 }
+}  // namespace
+
+std::vector<std::string> read_lines(const std::string& path) {
+  LineReader reader(path);
+  return all_lines(reader);
+}
 
 std::vector<std::string> read_standard_input_lines() {
-  std::vector<std::string> lines;
-  std::string line;  // the line being read: its bytes so far
-  // A complete line: its length checked as LineReader's, a final "\r" (dropped later) not counted.
-  const auto keep = [&lines](std::string& complete) {
-    const bool cr = !complete.empty() && complete.back() == '\r';
-    if (complete.size() - (cr ? 1 : 0) > kMaxLineBytes)
-      fail_line_too_long("<stdin>", static_cast<std::int64_t>(lines.size()) + 1);
-    lines.push_back(std::move(complete));
-    complete.clear();
-  };
-  char buffer[1 << 16];
-  for (;;) {
-    const ssize_t n = ::read(STDIN_FILENO, buffer, sizeof buffer);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) fail("cannot read standard input: {}", std::strerror(errno));
-    if (n == 0) break;
-    for (const char* p = buffer; p != buffer + n;) {
-      const char* end = std::find(p, static_cast<const char*>(buffer + n), '\n');
-      line.append(p, end);
-      // Bounds the memory as the line grows; keep() checks the exact length.
-      if (line.size() > kMaxLineBytes + 1) fail_line_too_long("<stdin>", static_cast<std::int64_t>(lines.size()) + 1);
-      if (end == buffer + n) break;
-      keep(line);
-      p = end + 1;
-    }
-  }
-  if (!line.empty()) keep(line);
-  return lines;
+  LineReader reader(kStandardInput);
+  return all_lines(reader);
 }
 
 ParallelText read_parallel(const std::string& src_path, const std::string& tgt_path) {

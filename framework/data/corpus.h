@@ -15,10 +15,7 @@ namespace tessera::data {
 // "train.de:17: not UTF-8 text: byte 5 of the line is 0xe9".
 std::vector<std::string> read_lines(const std::string& path);
 
-// Standard input's lines, as std::getline splits them (no "\n"; a final line without one counts;
-// "\r" and UTF-8 are the caller's). Throws tessera::Error saying why when it cannot be read (a
-// folder or a closed descriptor given as standard input): a stream would take that for its end,
-// and an empty input would be translated or scored in silence.
+// Standard input's lines, read as LineReader(kStandardInput) reads them.
 std::vector<std::string> read_standard_input_lines();
 
 struct ParallelText {
@@ -41,17 +38,29 @@ std::int64_t find_invalid_utf8(const std::string& s);
 // is 0xHH", with a hint for gzip data on a first line.
 void check_utf8_line(const std::string& line, const std::string& name, std::int64_t line_no);
 
+struct StandardInput {};
+inline constexpr StandardInput kStandardInput{};
+
 // Streams the lines of a text file (.gz through zlib) with the same rules as read_lines: no
 // trailing "\n" or "\r", UTF-8 checked. For corpora too large to hold in memory at once.
 class LineReader {
  public:
   explicit LineReader(const std::string& path);  // throws naming the file when it cannot be opened
+  // Standard input, "<stdin>" in messages, read as it arrives (read(2), no stdio buffer: see
+  // ready()). A descriptor that cannot be read (a folder, a closed one) is an error saying why, not
+  // an empty input: a stream would take it for the end, and nothing would be translated or scored
+  // in silence.
+  explicit LineReader(StandardInput);
   ~LineReader();
   LineReader(const LineReader&) = delete;
   LineReader& operator=(const LineReader&) = delete;
   // The next line into `line`; false at the end of the file.
   bool next(std::string& line);
   std::int64_t line_number() const { return line_no_; }  // 1-based number of the last line read
+  // Whether next() can return without waiting: a whole line (or the end) is buffered, or the input
+  // has bytes (or its end) ready now. Always true for a file; false on standard input while a person
+  // typing, or a pipe's writer, has sent nothing more.
+  bool ready() const;
 
  private:
   std::size_t fill();
@@ -59,7 +68,8 @@ class LineReader {
   void close();
   std::string path_;
   bool gz_ = false;
-  void* handle_ = nullptr;  // gzFile or std::FILE*
+  bool stdin_ = false;
+  void* handle_ = nullptr;  // gzFile or std::FILE* (standard input: none, its descriptor is read)
   std::vector<char> buf_;
   std::size_t begin_ = 0, end_ = 0;
   bool eof_ = false;

@@ -18,6 +18,11 @@ mpirun -np 3 --oversubscribe "$tessera" translate --checkpoint "$checkpoint" -i 
   --batch 4 > "$work/three.log" 2>&1 || { cat "$work/three.log"; fail "mpirun -np 3 translate failed"; }
 [ "$(wc -l < "$work/three.txt")" -eq 41 ] || fail "not 41 translations"
 cmp "$work/one.txt" "$work/three.txt" || fail "3 ranks translated otherwise than one process"
+# In buffers of 5 lines (the ranks share each buffer's batches), as one process translates them.
+"$tessera" translate --checkpoint "$checkpoint" -i "$work/src.txt" -o "$work/one_buffered.txt" --batch 2 --buffer 5
+mpirun -np 3 --oversubscribe "$tessera" translate --checkpoint "$checkpoint" -i "$work/src.txt" \
+  -o "$work/three_buffered.txt" --batch 2 --buffer 5 > "$work/buffered.log" 2>&1 || { cat "$work/buffered.log"; fail "mpirun --buffer 5 failed"; }
+cmp "$work/one_buffered.txt" "$work/three_buffered.txt" || fail "3 ranks translated buffers otherwise than one process"
 
 # --nbest: 3 hypotheses a line, best first; the first is the translation, the same under mpirun.
 "$tessera" translate --checkpoint "$checkpoint" -i "$work/src.txt" -o "$work/beam4.txt" --batch 4 --beam 4
@@ -133,6 +138,10 @@ differ() {  # differ NAME PATTERN RANK0_ARGS -- RANK1_ARGS
 head -n 20 "$work/src.txt" > "$work/src_part.txt"
 differ differ_input "input file '$work/src.txt' differs between the ranks: 1 of 2 ranks read other contents" \
   translate --checkpoint "$checkpoint" -i "$work/src.txt" -- translate --checkpoint "$checkpoint" -i "$work/src_part.txt"
+differ differ_input_later "input file '$work/src.txt' differs between the ranks: 1 of 2 ranks read other contents" \
+  translate --checkpoint "$checkpoint" -i "$work/src.txt" --buffer 8 -- translate --checkpoint "$checkpoint" -i "$work/src_part.txt" --buffer 8
+differ differ_buffer "buffer (8) differs between the ranks: 1 of 2 ranks were given another number" \
+  translate --checkpoint "$checkpoint" -i "$work/src.txt" --buffer 8 -- translate --checkpoint "$checkpoint" -i "$work/src.txt" --buffer 9
 differ differ_weights "checkpoint '$checkpoint' (its weights) differs between the ranks" \
   translate --checkpoint "$checkpoint" -i "$work/src.txt" -- translate --checkpoint "$earlier" -i "$work/src.txt"
 # ... and so do command lines that differ (an MPMD launch): the decoding options, the ensemble's size.
@@ -188,4 +197,4 @@ mpirun -np 3 --oversubscribe "$tessera" average "$checkpoint" "$work/copy.h5" -o
 [ "$(grep -c '^average: wrote' "$work/avg.log")" -eq 1 ] || { cat "$work/avg.log"; fail "average under mpirun: not one output"; }
 "$tessera" translate --checkpoint "$work/avg.h5" -i "$work/src.txt" -o "$work/avg.txt" --batch 4
 cmp "$work/one.txt" "$work/avg.txt" || fail "the average of a checkpoint with itself translated otherwise"
-echo "PASS: 3 ranks wrote one process's 41 translations and n-best lists and scored them as one process; stdin, a missing checkpoint, a bad key, a bad line, a missing GPU and a short reference each refused once, no rank left waiting"
+echo "PASS: 3 ranks wrote one process's 41 translations (whole and in buffers) and n-best lists and scored them as one process; stdin, a missing checkpoint, a bad key, a bad line, a missing GPU and a short reference each refused once, no rank left waiting"

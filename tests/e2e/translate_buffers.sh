@@ -1,0 +1,82 @@
+#!/bin/sh
+# `tessera translate` reads, translates and writes its input a buffer (--buffer lines) at a time:
+# the translations are those of the whole input at once (greedy, --sample draws, n-best lists
+# numbered across buffers; n-best scores may differ in the last digits, as between --batch sizes);
+# a note or error names the line of the whole input; a bad line in a later buffer leaves an -o file
+# as it was (and no temporary); SIGTERM removes the temporary; from standard input each line that
+# has arrived is translated before more arrives (a person typing, a pipe).
+# Usage: translate_buffers.sh TESSERA CHECKPOINT WORKDIR
+set -eu
+tessera=$1 checkpoint=$2 work=$3
+rm -rf "$work" && mkdir -p "$work" && cd "$work"
+fail() { echo "FAIL: $*"; exit 1; }
+# 40 sequences of 1 to 20 symbols with blank lines, and line 9 longer than the model's 1023 positions.
+awk 'BEGIN { srand(3); for (i = 1; i <= 40; i++) { s = ""
+  if (i % 13 == 5) { print ""; continue }
+  n = i == 9 ? 1100 : 1 + int(rand() * 20); for (j = 0; j < n; j++) s = s (j ? " " : "") int(rand() * 20); print s } }' > src.txt
+
+for b in 10000 1 7; do
+  "$tessera" translate --checkpoint "$checkpoint" -i src.txt --buffer $b -o greedy_$b.txt 2> note_$b.txt
+  "$tessera" translate --checkpoint "$checkpoint" -i src.txt --buffer $b --sample --temperature 3 -o sample_$b.txt 2> /dev/null
+  "$tessera" translate --checkpoint "$checkpoint" -i src.txt --buffer $b --beam 3 --nbest 2 -o nbest_$b.txt 2> /dev/null
+  awk -F' [|][|][|] ' '{ print $1 " ||| " $2 }' nbest_$b.txt > nbest_text_$b.txt
+done
+[ "$(wc -l < greedy_1.txt)" -eq 40 ] || fail "not 40 translations"
+for b in 1 7; do
+  cmp greedy_10000.txt greedy_$b.txt || fail "--buffer $b: other translations than the whole input's"
+  cmp sample_10000.txt sample_$b.txt || fail "--buffer $b: other --sample draws than the whole input's"
+  cmp nbest_text_10000.txt nbest_text_$b.txt || fail "--buffer $b: other n-best lists or numbers"
+  cmp note_10000.txt note_$b.txt || fail "--buffer $b: another note on stderr"
+done
+[ "$(cut -d' ' -f1 nbest_text_7.txt | uniq | tr '\n' ' ')" = "$(seq 0 39 | tr '\n' ' ')" ] ||
+  fail "n-best lines are not numbered 0 to 39 across buffers"
+grep -q "^note: input file 'src.txt', line 9 has 1100 tokens; keeping the first 1023" note_7.txt ||
+  { cat note_7.txt; fail "the note does not name line 9 of the whole input"; }
+
+# Invalid UTF-8 on line 30 (the fifth buffer of 7): the -o file is as it was, no temporary is left;
+# on standard output, the buffers before it were written.
+sed '30s/$/\xff/' src.txt > bad.txt
+echo PREV > out.txt
+status=0
+"$tessera" translate --checkpoint "$checkpoint" -i bad.txt --buffer 7 -o out.txt 2> bad.log || status=$?
+[ $status -eq 1 ] && grep -q "bad.txt:30: not UTF-8 text: byte [0-9]* of the line is 0xff" bad.log ||
+  { cat bad.log; fail "a bad line in a later buffer: not its error (exit $status)"; }
+[ "$(cat out.txt)" = PREV ] || fail "the old output was not kept"
+[ -z "$(ls | grep tmp)" ] || fail "a temporary was left: $(ls | grep tmp)"
+status=0
+"$tessera" translate --checkpoint "$checkpoint" -i bad.txt --buffer 7 > partial.txt 2> /dev/null || status=$?
+[ $status -eq 1 ] && head -28 greedy_1.txt | cmp - partial.txt || fail "standard output lacks the buffers before the bad line"
+
+# SIGTERM while translating into a file: the temporary is removed, the old file stays.
+awk 'BEGIN { srand(5); for (i = 0; i < 20000; i++) { s = ""; for (j = 0; j < 20; j++) s = s (j ? " " : "") int(rand() * 20); print s } }' > long.txt
+"$tessera" translate --checkpoint "$checkpoint" -i long.txt --buffer 100 -o out.txt > term.log 2>&1 &
+pid=$!
+i=0
+until ls | grep -q '^out\.txt\.tmp' && [ -s "$(ls out.txt.tmp* | head -1)" ]; do
+  i=$((i + 1))
+  [ $i -lt 600 ] || { kill $pid; fail "no temporary with translations in it within 60 s"; }
+  sleep 0.1
+done
+kill -TERM $pid
+status=0
+wait $pid || status=$?
+[ $status -eq 143 ] || { cat term.log; fail "SIGTERM: exit $status, not 143"; }
+[ "$(cat out.txt)" = PREV ] && [ -z "$(ls | grep tmp)" ] || fail "SIGTERM left a temporary or changed the old file"
+
+# Standard input: a line is translated as soon as it has arrived, before the next is sent.
+mkfifo in.fifo
+"$tessera" translate --checkpoint "$checkpoint" < in.fifo > streamed.txt 2> streamed.log &
+pid=$!
+exec 3> in.fifo
+head -1 src.txt >&3
+i=0
+until [ "$(wc -l < streamed.txt)" -eq 1 ]; do
+  i=$((i + 1))
+  [ $i -lt 600 ] || { exec 3>&-; kill $pid; cat streamed.log; fail "the first line was not translated within 60 s of its arrival"; }
+  sleep 0.1
+done
+sed -n 2p src.txt >&3
+exec 3>&-
+wait $pid || { cat streamed.log; fail "translating standard input failed"; }
+head -2 greedy_1.txt | cmp - streamed.txt || fail "standard input's translations differ"
+echo "translate in buffers: OK"
