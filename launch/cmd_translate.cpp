@@ -162,7 +162,11 @@ class TranslationOutput {
     }
     std::memcpy(g_temporary, tmp_.c_str(), tmp_.size() + 1);
     g_has_temporary = 1;
-    for (int signal : {SIGINT, SIGTERM, SIGHUP}) std::signal(signal, remove_temporary_and_die);
+    for (int signal : {SIGINT, SIGTERM, SIGHUP}) {  // not one ignored (nohup, a shell's background job)
+      struct sigaction now {};
+      if (::sigaction(signal, nullptr, &now) == 0 && now.sa_handler != SIG_IGN)
+        std::signal(signal, remove_temporary_and_die);
+    }
     const mode_t mask = ::umask(0);
     ::umask(mask);
     [[maybe_unused]] const int mode_set = ::fchmod(fd, old != nullptr ? old->st_mode & 07777 : 0666 & ~mask);
@@ -170,9 +174,11 @@ class TranslationOutput {
       [[maybe_unused]] const int owner_kept = ::fchown(fd, old->st_uid, old->st_gid);
     }
     file_ = ::fdopen(fd, "w");
-    if (file_ == nullptr) {
+    if (file_ == nullptr) {  // the destructor does not run for a constructor that throws
+      const int error = errno;
       ::close(fd);
-      fail_write(errno);
+      forget_temporary(/*remove=*/true);
+      fail("translate: cannot write {}: {}", name_, std::strerror(error));
     }
     return true;
   }
@@ -374,10 +380,8 @@ Command add_translate_command(CLI::App& parent) {
             const std::string input_name =
                 opt->input.empty() ? std::string("standard input") : fmt::format("input file '{}'", opt->input);
             std::unique_ptr<data::LineReader> reader;
-            std::optional<TranslationOutput> output;
-            if (root) output.emplace(opt->output);
-            for (std::int64_t first_line = 0;;) {
-              const std::vector<std::vector<std::int32_t>> sources = read_sources(
+            const auto read_buffer = [&](std::int64_t first_line) {
+              return read_sources(
                   world.get(), *translator, input_name,
                   [&] {
                     if (reader == nullptr)
@@ -386,7 +390,13 @@ Command add_translate_command(CLI::App& parent) {
                     return next_source_lines(*reader, opt->buffer);
                   },
                   first_line);
-              if (sources.empty()) break;
+            };
+            std::vector<std::vector<std::int32_t>> sources = read_buffer(0);
+            // Opened once the input has been read from: a missing input is named at once, not after
+            // waiting for an output FIFO's reader.
+            std::optional<TranslationOutput> output;
+            if (root) output.emplace(opt->output);
+            for (std::int64_t first_line = 0; !sources.empty(); sources = read_buffer(first_line)) {
               const std::vector<std::string> lines =
                   opt->nbest > 0 ? nbest_lines(*translator, sources, dec, opt->nbest, batch, world.get(), first_line)
                                  : translator->translate(sources, dec, batch, world.get(), first_line);

@@ -3,8 +3,9 @@
 # the translations are those of the whole input at once (greedy, --sample draws, n-best lists
 # numbered across buffers; n-best scores may differ in the last digits, as between --batch sizes);
 # a note or error names the line of the whole input; a bad line in a later buffer leaves an -o file
-# as it was (and no temporary); SIGTERM removes the temporary; from standard input each line that
-# has arrived is translated before more arrives (a person typing, a pipe).
+# as it was (and no temporary); SIGTERM removes the temporary (an ignored SIGHUP stays ignored);
+# from standard input each line that has arrived is translated before more arrives (a person
+# typing, a pipe).
 # Usage: translate_buffers.sh TESSERA CHECKPOINT WORKDIR
 set -eu
 tessera=$1 checkpoint=$2 work=$3
@@ -79,4 +80,49 @@ sed -n 2p src.txt >&3
 exec 3>&-
 wait $pid || { cat streamed.log; fail "translating standard input failed"; }
 head -2 greedy_1.txt | cmp - streamed.txt || fail "standard input's translations differ"
+
+# Complete lines are translated while a long line's start waits for its end (the read that gets
+# them ends inside that line).
+mkfifo partial.fifo
+"$tessera" translate --checkpoint "$checkpoint" < partial.fifo > partial_out.txt 2> partial.log &
+pid=$!
+exec 3> partial.fifo
+{ head -1 src.txt; awk 'BEGIN { for (i = 0; i < 9000; i++) print ""; for (i = 0; i < 40000; i++) printf "1 " }'; } >&3
+i=0
+until [ "$(wc -l < partial_out.txt)" -eq 9001 ]; do
+  i=$((i + 1))
+  [ $i -lt 600 ] || { exec 3>&-; kill $pid; fail "lines before an unfinished one were not translated within 60 s"; }
+  sleep 0.1
+done
+echo 1 >&3
+exec 3>&-
+wait $pid || { cat partial.log; fail "translating the long line failed"; }
+[ "$(wc -l < partial_out.txt)" -eq 9002 ] || fail "not 9002 translations"
+
+# An ignored SIGHUP (nohup) stays ignored: the translation finishes.
+head -2000 long.txt > hup_src.txt
+(trap '' HUP; exec "$tessera" translate --checkpoint "$checkpoint" -i hup_src.txt --buffer 100 -o hup.txt) > hup.log 2>&1 &
+pid=$!
+i=0
+until ls | grep -q '^hup\.txt\.tmp'; do
+  i=$((i + 1))
+  [ $i -lt 600 ] || { kill $pid; fail "no temporary within 60 s"; }
+  sleep 0.1
+done
+kill -HUP $pid
+wait $pid || { cat hup.log; fail "an ignored SIGHUP stopped the translation"; }
+[ "$(wc -l < hup.txt)" -eq 2000 ] || fail "not 2000 translations after an ignored SIGHUP"
+
+# A closed standard input is an error, also with -o (a temporary would take descriptor 0 and be
+# read as the input); a missing input is named before an output FIFO is opened (it would wait for
+# a reader).
+status=0
+"$tessera" translate --checkpoint "$checkpoint" -o out.txt <&- 2> closed.log || status=$?
+[ $status -eq 1 ] && grep -q "cannot read standard input: Bad file descriptor" closed.log && [ "$(cat out.txt)" = PREV ] ||
+  { cat closed.log; fail "closed standard input with -o: exit $status, or the file changed"; }
+mkfifo out.fifo
+status=0
+timeout 60 "$tessera" translate --checkpoint "$checkpoint" -i missing.txt -o out.fifo 2> missing.log || status=$?
+[ $status -eq 1 ] && grep -q "cannot read 'missing.txt'" missing.log ||
+  { cat missing.log; fail "a missing input with an output FIFO: exit $status"; }
 echo "translate in buffers: OK"
