@@ -228,13 +228,14 @@ class TranslationOutput {
   std::vector<std::string> held_;  // a file written in place at the end
 };
 
-// The next lines of the source, at most `max_lines`; fewer where standard input has no more ready
-// yet (a person typing, a pipe whose writer is busy), so what has arrived is translated at once.
-// None: its end.
-std::vector<std::string> next_source_lines(data::LineReader& reader, std::int64_t max_lines) {
+// The next lines of the source, at most `max_lines`; with `interactive` (a person typing), fewer
+// where no more has been typed yet, so each sentence is translated at once. Otherwise always
+// `max_lines` (but at the end): the batches, and so the last bits of the scores, do not depend on
+// how a pipe's writer paces its lines. None: the end.
+std::vector<std::string> next_source_lines(data::LineReader& reader, std::int64_t max_lines, bool interactive) {
   std::vector<std::string> lines;
   std::string line;
-  while (std::ssize(lines) < max_lines && (lines.empty() || reader.ready()) && reader.next(line))
+  while (std::ssize(lines) < max_lines && (lines.empty() || !interactive || reader.ready()) && reader.next(line))
     lines.push_back(std::move(line));
   return lines;
 }
@@ -305,8 +306,8 @@ Command add_translate_command(CLI::App& parent) {
                           "Sentences decoded together (default: from the config)");
   add_whole_number_option(cmd, "--buffer", opt->buffer, 1, 100000000,
                           "Lines read, sorted by length into batches and translated before the next are read: the "
-                          "memory a translation takes is one buffer's, whatever the input's length (from standard "
-                          "input, fewer: what has arrived)")
+                          "memory a translation takes is one buffer's, whatever the input's length (from a terminal, "
+                          "fewer: what has been typed; 1: a pipe's lines translated as they arrive)")
       ->capture_default_str();
   auto* nbest = add_whole_number_option(
       cmd, "--nbest", opt->nbest, 1, 1000,
@@ -387,7 +388,7 @@ Command add_translate_command(CLI::App& parent) {
                     if (reader == nullptr)
                       reader = opt->input.empty() ? std::make_unique<data::LineReader>(data::kStandardInput)
                                                   : std::make_unique<data::LineReader>(opt->input);
-                    return next_source_lines(*reader, opt->buffer);
+                    return next_source_lines(*reader, opt->buffer, opt->input.empty() && ::isatty(STDIN_FILENO) != 0);
                   },
                   first_line);
             };

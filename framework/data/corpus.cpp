@@ -27,15 +27,6 @@ namespace {
        kMaxLineBytes >> 20);
 }
 
-// What standard input has, at most `n` bytes, into `to`, waiting for some; 0 at its end.
-std::size_t read_standard_input(char* to, std::size_t n) {
-  ssize_t got = 0;
-  do got = ::read(STDIN_FILENO, to, n);
-  while (got < 0 && errno == EINTR);
-  if (got < 0) fail("cannot read standard input: {}", std::strerror(errno));
-  return static_cast<std::size_t>(got);
-}
-
 bool ends_with(const std::string& s, const char* suffix) {
   const std::size_t n = std::strlen(suffix);
   return s.size() >= n && s.compare(s.size() - n, n, suffix) == 0;
@@ -82,7 +73,11 @@ std::size_t LineReader::fill() {
   if (eof_) return 0;
   std::size_t got = 0;
   if (stdin_) {
-    got = read_standard_input(buf_.data(), buf_.size());
+    ssize_t n = 0;
+    do n = ::read(STDIN_FILENO, buf_.data(), buf_.size());
+    while (n < 0 && errno == EINTR);
+    if (n < 0) fail("cannot read standard input: {}", std::strerror(errno));
+    got = static_cast<std::size_t>(n);
   } else if (gz_) {
     gzFile f = static_cast<gzFile>(handle_);
     errno = 0;
@@ -132,24 +127,10 @@ bool LineReader::next(std::string& line) {
   return finish(line);  // a final line without newline
 }
 
-bool LineReader::ready() {
-  if (!stdin_) return true;
-  for (;;) {
-    // A whole line, the end, or a line too long for next() to keep (it says so).
-    if (eof_ || std::memchr(buf_.data() + begin_, '\n', end_ - begin_) != nullptr || end_ - begin_ > kMaxLineBytes + 1)
-      return true;
-    pollfd in{STDIN_FILENO, POLLIN, 0};
-    if (::poll(&in, 1, 0) <= 0) return false;
-    // Readable: what has arrived is taken in after the buffered part of a line (growing the buffer
-    // for a long one), to see whether it completes a line or is a line's start only.
-    std::memmove(buf_.data(), buf_.data() + begin_, end_ - begin_);
-    end_ -= begin_;
-    begin_ = 0;
-    if (end_ == buf_.size()) buf_.resize(2 * buf_.size());
-    const std::size_t n = read_standard_input(buf_.data() + end_, buf_.size() - end_);
-    if (n == 0) eof_ = true;
-    end_ += n;
-  }
+bool LineReader::ready() const {
+  if (!stdin_ || eof_ || std::memchr(buf_.data() + begin_, '\n', end_ - begin_) != nullptr) return true;
+  pollfd in{STDIN_FILENO, POLLIN, 0};
+  return ::poll(&in, 1, 0) > 0;  // bytes, the end (POLLHUP), or an error next() reports
 }
 
 bool LineReader::finish(std::string& line) {

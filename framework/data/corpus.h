@@ -57,10 +57,11 @@ class LineReader {
   // The next line into `line`; false at the end of the file.
   bool next(std::string& line);
   std::int64_t line_number() const { return line_no_; }  // 1-based number of the last line read
-  // Whether next() can return without waiting: a whole line (or the end) has arrived (standard input
-  // is read as far as it has bytes now). Always true for a file; false on standard input while a
-  // person typing, or a pipe's writer, has not sent the rest of a line.
-  bool ready();
+  // Whether next() can return without waiting: a whole line (or the end) is buffered, or the input
+  // has bytes (or its end) ready now. Always true for a file; false on standard input while a person
+  // typing has sent nothing more (a terminal passes whole lines; on a pipe, bytes that are the start
+  // of a line only make it true too).
+  bool ready() const;
 
  private:
   std::size_t fill();

@@ -4,8 +4,8 @@
 # numbered across buffers; n-best scores may differ in the last digits, as between --batch sizes);
 # a note or error names the line of the whole input; a bad line in a later buffer leaves an -o file
 # as it was (and no temporary); SIGTERM removes the temporary (an ignored SIGHUP stays ignored);
-# from standard input each line that has arrived is translated before more arrives (a person
-# typing, a pipe).
+# a pipe gives the same buffers however its writer paces it, --buffer 1 translates each line as it
+# arrives, and from a terminal each sentence typed is translated at once.
 # Usage: translate_buffers.sh TESSERA CHECKPOINT WORKDIR
 set -eu
 tessera=$1 checkpoint=$2 work=$3
@@ -64,9 +64,15 @@ wait $pid || status=$?
 [ $status -eq 143 ] || { cat term.log; fail "SIGTERM: exit $status, not 143"; }
 [ "$(cat out.txt)" = PREV ] && [ -z "$(ls | grep tmp)" ] || fail "SIGTERM left a temporary or changed the old file"
 
-# Standard input: a line is translated as soon as it has arrived, before the next is sent.
+# A pipe's lines make the same buffers however the writer paces them (here, one line at a time):
+# the same n-best scores to the last digit as from the file.
+for line in $(seq 40); do sed -n "${line}p" src.txt; sleep 0.02; done |
+  "$tessera" translate --checkpoint "$checkpoint" --beam 3 --nbest 2 > nbest_paced.txt 2> /dev/null
+cmp nbest_10000.txt nbest_paced.txt || fail "a paced pipe gave other n-best scores than the file (buffers cut by timing?)"
+
+# --buffer 1 translates each line of a pipe as soon as it has arrived, before the next is sent.
 mkfifo in.fifo
-"$tessera" translate --checkpoint "$checkpoint" < in.fifo > streamed.txt 2> streamed.log &
+"$tessera" translate --checkpoint "$checkpoint" --buffer 1 < in.fifo > streamed.txt 2> streamed.log &
 pid=$!
 exec 3> in.fifo
 head -1 src.txt >&3
@@ -81,23 +87,31 @@ exec 3>&-
 wait $pid || { cat streamed.log; fail "translating standard input failed"; }
 head -2 greedy_1.txt | cmp - streamed.txt || fail "standard input's translations differ"
 
-# Complete lines are translated while a long line's start waits for its end (the read that gets
-# them ends inside that line).
-mkfifo partial.fifo
-"$tessera" translate --checkpoint "$checkpoint" < partial.fifo > partial_out.txt 2> partial.log &
-pid=$!
-exec 3> partial.fifo
-{ head -1 src.txt; awk 'BEGIN { for (i = 0; i < 9000; i++) print ""; for (i = 0; i < 40000; i++) printf "1 " }'; } >&3
-i=0
-until [ "$(wc -l < partial_out.txt)" -eq 9001 ]; do
-  i=$((i + 1))
-  [ $i -lt 600 ] || { exec 3>&-; kill $pid; fail "lines before an unfinished one were not translated within 60 s"; }
-  sleep 0.1
-done
-echo 1 >&3
-exec 3>&-
-wait $pid || { cat partial.log; fail "translating the long line failed"; }
-[ "$(wc -l < partial_out.txt)" -eq 9002 ] || fail "not 9002 translations"
+# From a terminal (a pseudo-terminal here), a sentence typed is translated before the next is typed,
+# with the default --buffer.
+command -v python3 > /dev/null || fail "python3 is needed to drive a pseudo-terminal (launch/setup.sh installs it)"
+python3 - "$tessera" "$checkpoint" "$(head -1 src.txt)" "$(sed -n 2p src.txt)" "$(head -2 greedy_1.txt | tr '\n' '|')" <<'PY' ||
+import os, pty, select, subprocess, sys, termios
+tessera, checkpoint, first, second, expected = sys.argv[1:]
+master, slave = pty.openpty()
+attrs = termios.tcgetattr(slave)
+attrs[3] &= ~termios.ECHO  # the terminal does not echo what is typed
+termios.tcsetattr(slave, termios.TCSANOW, attrs)
+run = subprocess.Popen([tessera, "translate", "--checkpoint", checkpoint], stdin=slave, stdout=subprocess.PIPE,
+                       stderr=subprocess.DEVNULL)
+os.close(slave)
+os.write(master, (first + "\n").encode())
+ready, _, _ = select.select([run.stdout], [], [], 60)
+if not ready:
+    run.kill()
+    sys.exit("FAIL: the sentence typed was not translated within 60 s")
+got = run.stdout.readline().decode()
+os.write(master, (second + "\n").encode() + b"\x04")  # the second sentence, then Ctrl-D: the end
+got += run.stdout.read().decode()
+run.wait(timeout=60)
+sys.exit(0 if got.replace("\n", "|") == expected and run.returncode == 0 else f"FAIL: typed: {got!r} (exit {run.returncode})")
+PY
+  fail "a terminal's sentences were not translated as typed"
 
 # An ignored SIGHUP (nohup) stays ignored: the translation finishes.
 head -2000 long.txt > hup_src.txt
