@@ -155,8 +155,12 @@ class TranslationOutput {
       tmp_ = (std::filesystem::path(path_).parent_path() / "tessera-translate.tmpXXXXXX").string();
       fd = ::mkstemp(tmp_.data());
     }
-    if (fd < 0 || tmp_.size() >= sizeof g_temporary) {
-      if (fd >= 0) ::close(fd), ::unlink(tmp_.c_str());
+    if (fd >= 0 && tmp_.size() >= sizeof g_temporary) {  // too long for the signal handler's copy
+      ::close(fd);
+      ::unlink(tmp_.c_str());
+      fd = -1;
+    }
+    if (fd < 0) {
       tmp_.clear();
       return false;
     }
@@ -190,7 +194,8 @@ class TranslationOutput {
     tmp_.clear();
   }
 
-  // The temporary's bytes written over the file, in place.
+  // The temporary's bytes written over the file, in place (not std::filesystem::copy_file: it sets
+  // the file's mode too, which only its owner may).
   void copy_temporary_in_place() {
     std::FILE* from = std::fopen(tmp_.c_str(), "rb");
     std::FILE* to = from != nullptr ? std::fopen(path_.c_str(), "w") : nullptr;

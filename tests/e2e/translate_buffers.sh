@@ -5,7 +5,8 @@
 # a note or error names the line of the whole input; a bad line in a later buffer leaves an -o file
 # as it was (and no temporary); SIGTERM removes the temporary (an ignored SIGHUP stays ignored);
 # a pipe gives the same buffers however its writer paces it, --buffer 1 translates each line as it
-# arrives, and from a terminal each sentence typed is translated at once.
+# arrives, and from a terminal each sentence typed is translated at once; another user's file in a
+# sticky folder, or in a folder the user may not create files in, is written in place.
 # Usage: translate_buffers.sh TESSERA CHECKPOINT WORKDIR
 set -eu
 tessera=$1 checkpoint=$2 work=$3
@@ -139,4 +140,22 @@ status=0
 timeout 60 "$tessera" translate --checkpoint "$checkpoint" -i missing.txt -o out.fifo 2> missing.log || status=$?
 [ $status -eq 1 ] && grep -q "cannot read 'missing.txt'" missing.log ||
   { cat missing.log; fail "a missing input with an output FIFO: exit $status"; }
+
+# Another user's files (as root, run as nobody): in a sticky folder the rename is refused and the
+# temporary is copied in place; in a folder nobody may create files in, the lines are written in
+# place at the end. The files keep their owner; no temporary is left.
+if [ "$(id -u)" -eq 0 ] && command -v setpriv > /dev/null; then
+  mkdir -m 1777 sticky && mkdir -m 755 closed && chmod 755 .
+  echo PREV > sticky/out.txt && echo PREV > closed/out.txt && chmod 666 sticky/out.txt closed/out.txt
+  chown nobody closed/out.txt && chmod 644 src.txt
+  for folder in sticky closed; do
+    setpriv --reuid=nobody --regid=nogroup --clear-groups "$tessera" translate --checkpoint "$checkpoint" -i src.txt \
+      --buffer 7 -o $folder/out.txt 2> $folder.log || { cat $folder.log; fail "as nobody into $folder/: failed"; }
+    cmp greedy_1.txt $folder/out.txt || fail "as nobody into $folder/: other translations"
+    [ "$(ls $folder)" = out.txt ] || fail "as nobody into $folder/: left $(ls $folder)"
+  done
+  [ "$(stat -c %U sticky/out.txt)" = root ] && [ "$(stat -c %U closed/out.txt)" = nobody ] || fail "an owner changed"
+else
+  echo "another user's files: not tested (needs root and setpriv)"
+fi
 echo "translate in buffers: OK"
