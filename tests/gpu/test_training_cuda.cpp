@@ -264,7 +264,12 @@ TEST_F(CudaTransformer, Bf16MixedPrecisionStaysCloseToFloat32) {
     EXPECT_EQ(p.value().dtype(), DType::f32) << "master weight " << p.name();
   const Step c = train_step(cpu_model, src, src_pad, tgt_in, tgt_out);
   const Step g = train_step(gpu_model, src, src_pad, tgt_in, tgt_out);
-  // bfloat16 has 8 mantissa bits: the loss within 1%, each gradient within 10% in norm.
+  // bfloat16 has 8 mantissa bits: the loss within 1%, each gradient within 20% in norm. One
+  // rounding is 0.4%, but a ReLU input within rounding of 0 can switch its unit on or off: where a
+  // fraction f of them switches, the gradients below differ by about sqrt(f) (f = 0.4%: 6%), and
+  // more through each layer below. Under the CUDA emulator (tests/cuda_emulator: the same
+  // roundings as the GPU) the last layer's gradients differ by 0.5%, the first encoder layer's by
+  // up to 11% (k_proj, fc1): the 10% first set here failed there before any GPU ran it.
   EXPECT_NEAR(g.loss, c.loss, 1e-2 * std::abs(c.loss));
   // Relative to each gradient's norm, with a floor at 1% of the largest one: a gradient tiny next
   // to the others carries bfloat16's rounding of the larger quantities it is computed from.
@@ -276,7 +281,7 @@ TEST_F(CudaTransformer, Bf16MixedPrecisionStaysCloseToFloat32) {
     EXPECT_EQ(g.grads[i].dtype(), DType::f32) << name;
     if (has_no_true_gradient(name)) continue;  // both sides are rounding noise
     const auto [diff, norm] = difference_and_norm(g.grads[i], c.grads[i]);
-    EXPECT_LE(diff, 0.1 * std::max(norm, 0.01 * largest)) << "gradient of " << name << ": norm " << norm;
+    EXPECT_LE(diff, 0.2 * std::max(norm, 0.01 * largest)) << "gradient of " << name << ": norm " << norm;
   }
 }
 

@@ -1,0 +1,20 @@
+// Launchers of the emulator's test kernels (emulator_cases.cu); pointers are device pointers.
+#pragma once
+
+#include <cuda_runtime.h>
+
+namespace tessera::cuda_emulator::cases {
+
+cudaError_t neighbours(int* out, int blocks, int threads, bool with_barrier);
+cudaError_t copy(const float* in, float* out, int threads);
+cudaError_t early_exit_shuffle(float* out);
+cudaError_t deadlock(float* out);
+cudaError_t warp_sum(float* out, int threads);
+// c (16 x 16 float32) = a * b (16 x 16 bfloat16 each, row-major), the tiles placed `offset`
+// bfloat16 elements into shared memory.
+cudaError_t wmma_product(const void* a, const void* b, float* c, int offset);
+cudaError_t unwritten_shared(float* out);
+// A kernel using 100 KB of dynamic shared memory, with or without opting in to it.
+cudaError_t big_shared(float* out, bool opt_in);
+
+}  // namespace tessera::cuda_emulator::cases

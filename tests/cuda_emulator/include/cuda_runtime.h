@@ -1,0 +1,276 @@
+// Tessera's CUDA emulator: the part of the CUDA runtime Tessera uses, run on the CPU, so that
+// every CUDA kernel and the whole GPU path (training in float32 and bfloat16, decoding, NCCL) run
+// in CI against their CPU twins, where no GPU is. It is no substitute for the GPU check (no
+// timing, no hardware rounding or scheduling), but it runs the kernels' own source:
+//
+// - Each block's threads are fibers on the launching thread, switched only at __syncthreads,
+//   __syncwarp, warp shuffles and exits, so runs are deterministic. Even-numbered blocks run their
+//   threads in ascending order, odd-numbered ones in descending order: a missing barrier shows as
+//   a wrong result in one of the two.
+// - Launches are checked as the GPU checks them (block size, grid limits, dynamic shared memory
+//   against cudaFuncSetAttribute and the opt-in limit), and so is what the GPU leaves undefined:
+//   a kernel argument that is not device memory, a warp operation some lanes of the warp never
+//   reach, a deadlock at a barrier, wmma's alignment rules. Such a fault ends the launch; the next
+//   cudaGetLastError (and synchronization) returns it, with the details on standard error.
+// - Device memory is host memory mapped without access outside the emulator's own work (kernels,
+//   copies, cuBLAS, NCCL): host code that reads a device pointer dies with SIGSEGV, as on a GPU.
+// - Dynamic shared memory starts each block as NaN bytes (0xff), so a read before a write shows.
+// - Streams and events exist but everything runs at once, in order.
+//
+// Device code is compiled as C++ from a copy of each .cu file whose launches `k<<<g, b, s, st>>>(a)`
+// are rewritten to `launch(k, "k", Config(g, b, s, st))(a)` (translate_cu.cmake).
+#pragma once
+
+#include <math.h>  // expf, logf, isnan, INFINITY in the global namespace, as CUDA's headers give them
+
+#include <cstddef>
+#include <cstdint>
+#include <tuple>
+#include <type_traits>
+#include <utility>
+
+// ---- types ----
+struct uint3 {
+  unsigned x, y, z;
+};
+struct dim3 {
+  unsigned x = 1, y = 1, z = 1;
+  constexpr dim3(unsigned vx = 1, unsigned vy = 1, unsigned vz = 1) : x(vx), y(vy), z(vz) {}
+};
+
+enum cudaError_t : int {
+  cudaSuccess = 0,
+  cudaErrorInvalidValue = 1,
+  cudaErrorMemoryAllocation = 2,
+  cudaErrorInvalidConfiguration = 9,
+  cudaErrorInvalidDevicePointer = 17,
+  cudaErrorNoDevice = 100,
+  cudaErrorInvalidDevice = 101,
+  cudaErrorNotReady = 600,
+  cudaErrorIllegalAddress = 700,
+  cudaErrorLaunchOutOfResources = 701,
+  cudaErrorMisalignedAddress = 716,
+  cudaErrorLaunchFailure = 719,
+};
+using cudaError = cudaError_t;
+
+struct CUstream_st;
+struct CUevent_st;
+using cudaStream_t = CUstream_st*;
+using cudaEvent_t = CUevent_st*;
+
+enum cudaMemcpyKind : int {
+  cudaMemcpyHostToHost = 0,
+  cudaMemcpyHostToDevice = 1,
+  cudaMemcpyDeviceToHost = 2,
+  cudaMemcpyDeviceToDevice = 3,
+  cudaMemcpyDefault = 4,
+};
+enum cudaDeviceAttr : int { cudaDevAttrMaxSharedMemoryPerBlockOptin = 97 };
+enum cudaFuncAttribute : int { cudaFuncAttributeMaxDynamicSharedMemorySize = 8 };
+inline constexpr unsigned cudaStreamNonBlocking = 1;
+inline constexpr unsigned cudaEventDisableTiming = 2;
+
+struct cudaUUID_t {
+  char bytes[16];
+};
+struct cudaDeviceProp {
+  char name[256];
+  cudaUUID_t uuid;
+  std::size_t totalGlobalMem;
+  std::size_t sharedMemPerBlock;
+  std::size_t sharedMemPerBlockOptin;
+  int major, minor, multiProcessorCount, warpSize, maxThreadsPerBlock;
+};
+
+// ---- host API ----
+cudaError_t cudaGetDeviceCount(int* count);
+cudaError_t cudaSetDevice(int device);
+cudaError_t cudaGetDevice(int* device);
+cudaError_t cudaGetDeviceProperties(cudaDeviceProp* prop, int device);
+cudaError_t cudaDeviceGetAttribute(int* value, cudaDeviceAttr attr, int device);
+cudaError_t cudaDeviceSynchronize();
+cudaError_t cudaGetLastError();
+cudaError_t cudaPeekAtLastError();
+const char* cudaGetErrorString(cudaError_t err);
+
+cudaError_t cudaMalloc(void** ptr, std::size_t bytes);
+template <typename T>
+cudaError_t cudaMalloc(T** ptr, std::size_t bytes) {
+  return cudaMalloc(reinterpret_cast<void**>(ptr), bytes);
+}
+cudaError_t cudaFree(void* ptr);
+cudaError_t cudaMemcpy(void* dst, const void* src, std::size_t bytes, cudaMemcpyKind kind);
+cudaError_t cudaMemcpyAsync(void* dst, const void* src, std::size_t bytes, cudaMemcpyKind kind,
+                            cudaStream_t stream = nullptr);
+cudaError_t cudaMemcpy2DAsync(void* dst, std::size_t dpitch, const void* src, std::size_t spitch, std::size_t width,
+                              std::size_t height, cudaMemcpyKind kind, cudaStream_t stream = nullptr);
+cudaError_t cudaMemset(void* dst, int value, std::size_t bytes);
+cudaError_t cudaMemsetAsync(void* dst, int value, std::size_t bytes, cudaStream_t stream = nullptr);
+
+cudaError_t cudaStreamCreate(cudaStream_t* stream);
+cudaError_t cudaStreamCreateWithFlags(cudaStream_t* stream, unsigned flags);
+cudaError_t cudaStreamDestroy(cudaStream_t stream);
+cudaError_t cudaStreamSynchronize(cudaStream_t stream);
+cudaError_t cudaStreamWaitEvent(cudaStream_t stream, cudaEvent_t event, unsigned flags = 0);
+cudaError_t cudaEventCreate(cudaEvent_t* event);
+cudaError_t cudaEventCreateWithFlags(cudaEvent_t* event, unsigned flags);
+cudaError_t cudaEventDestroy(cudaEvent_t event);
+cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream = nullptr);
+cudaError_t cudaEventSynchronize(cudaEvent_t event);
+cudaError_t cudaEventQuery(cudaEvent_t event);
+cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t start, cudaEvent_t end);
+
+namespace tessera::cuda_emulator {
+cudaError_t set_max_dynamic_shared(const void* kernel, int bytes);
+}
+template <typename Kernel>
+cudaError_t cudaFuncSetAttribute(Kernel kernel, cudaFuncAttribute attr, int value) {
+  if (attr != cudaFuncAttributeMaxDynamicSharedMemorySize) return cudaErrorInvalidValue;
+  return tessera::cuda_emulator::set_max_dynamic_shared(reinterpret_cast<const void*>(kernel), value);
+}
+
+// ---- device code: qualifiers, built-in variables, intrinsics ----
+#define __global__
+#define __device__
+#define __host__
+#define __forceinline__ inline
+#define __launch_bounds__(...)
+#define __align__(n) alignas(n)
+#define __shared__ static  // blocks run one after another: one copy serves them all
+
+extern thread_local uint3 threadIdx, blockIdx;
+extern thread_local dim3 blockDim, gridDim;
+
+inline float rsqrtf(float x) { return 1.0f / sqrtf(x); }
+inline float __fadd_rn(float a, float b) { return a + b; }
+inline float __fsub_rn(float a, float b) { return a - b; }
+inline float __fmul_rn(float a, float b) { return a * b; }
+inline float __fdiv_rn(float a, float b) { return a / b; }
+inline float __fsqrt_rn(float x) { return sqrtf(x); }
+
+namespace tessera::cuda_emulator {
+
+// The calling fiber's place: thread index within its block, lane within its warp.
+int linear_thread();
+inline int lane() { return linear_thread() % 32; }
+// A fault in device code: ends the launch (see the header comment); does not return.
+[[noreturn]] void fault(const char* what);
+// Warp operations. exchange: each lane gives 8 bytes and gets those of lane (lane ^ lane_mask).
+void sync_block();
+void sync_warp(unsigned mask, const char* what);
+std::uint64_t exchange(unsigned mask, std::uint64_t bits, int lane_mask);
+// The current block's dynamic shared memory (extern __shared__ arrays).
+unsigned char* dynamic_shared();
+
+}  // namespace tessera::cuda_emulator
+
+inline void __syncthreads() { tessera::cuda_emulator::sync_block(); }
+inline void __syncwarp(unsigned mask = 0xffffffffu) { tessera::cuda_emulator::sync_warp(mask, "__syncwarp"); }
+
+template <typename T>
+T __shfl_xor_sync(unsigned mask, T value, int lane_mask, int width = 32) {
+  static_assert(std::is_trivially_copyable_v<T> && sizeof(T) <= 8, "shuffles move up to 8 bytes");
+  if (width != 32) tessera::cuda_emulator::fault("__shfl_xor_sync: the emulator has only width 32");
+  std::uint64_t bits = 0;
+  __builtin_memcpy(&bits, &value, sizeof(T));
+  bits = tessera::cuda_emulator::exchange(mask, bits, lane_mask);
+  T out;
+  __builtin_memcpy(&out, &bits, sizeof(T));
+  return out;
+}
+
+// Blocks run one at a time and a block's fibers switch only at barriers: a plain add is atomic.
+template <typename T>
+T atomicAdd(T* address, T value) {
+  const T old = *address;
+  *address = old + value;
+  return old;
+}
+
+// ---- launches ----
+namespace tessera::cuda_emulator {
+
+struct Config {
+  dim3 grid, block;
+  std::size_t shared_bytes;
+  cudaStream_t stream;
+  Config(dim3 g, dim3 b, std::size_t s = 0, cudaStream_t st = nullptr)
+      : grid(g), block(b), shared_bytes(s), stream(st) {}
+};
+
+// Runs one thread's body for every thread of every block (after checking the configuration);
+// a failure is kept for cudaGetLastError. `pointers` are the kernel's pointer arguments, each of
+// which must be null or device memory.
+class ThreadBody {
+ public:
+  virtual void run() = 0;
+
+ protected:
+  ~ThreadBody() = default;
+};
+void run_grid(const void* kernel, const char* name, const Config& config, const void* const* pointers,
+              std::size_t count, ThreadBody& body);
+
+template <typename T>
+const void* pointer_or_null(const T& value) {
+  if constexpr (std::is_pointer_v<T>)
+    return static_cast<const void*>(value);
+  else
+    return nullptr;
+}
+
+// A launch: `call` calls the kernel with one thread's copy of the arguments, so that a kernel
+// template's arguments are deduced from them as in a CUDA launch. `kernel` is the kernel's address
+// where the launch names it with its template arguments (or null): the key of its
+// cudaFuncSetAttribute (without one, the default 48 KB of dynamic shared memory).
+template <typename Call>
+class Launch {
+ public:
+  Launch(const void* kernel, const char* name, Call call, Config config)
+      : kernel_(kernel), name_(name), call_(call), config_(config) {}
+
+  template <typename... A>
+  void operator()(A&&... args) const {
+    struct Body final : ThreadBody {
+      Call call;
+      std::tuple<std::decay_t<A>...> params;
+      Body(Call c, A&&... a) : call(c), params(std::forward<A>(a)...) {}
+      void run() override {
+        std::tuple<std::decay_t<A>...> mine = params;  // each thread its own copy, as kernel parameters
+        std::apply(call, mine);
+      }
+    } body(call_, std::forward<A>(args)...);
+    const void* pointers[sizeof...(A) + 1] = {nullptr};
+    std::size_t count = 0;
+    std::apply([&](const auto&... p) { ((pointers[count++] = pointer_or_null(p)), ...); }, body.params);
+    run_grid(kernel_, name_, config_, pointers, count, body);
+  }
+
+ private:
+  const void* kernel_;
+  const char* name_;
+  Call call_;
+  Config config_;
+};
+
+template <typename Kernel, typename Call>
+Launch<Call> launch(Kernel kernel, const char* name, Call call, Config config) {
+  if constexpr (std::is_pointer_v<Kernel>)
+    return Launch<Call>(reinterpret_cast<const void*>(kernel), name, call, config);
+  else
+    return Launch<Call>(nullptr, name, call, config);
+}
+
+// For the emulator's other parts (cuBLAS, NCCL): device memory is accessible while one lives.
+class DeviceAccess {
+ public:
+  DeviceAccess();
+  ~DeviceAccess();
+  DeviceAccess(const DeviceAccess&) = delete;
+  DeviceAccess& operator=(const DeviceAccess&) = delete;
+};
+// Whether [p, p + bytes) lies in one cudaMalloc allocation.
+bool is_device_memory(const void* p, std::size_t bytes);
+
+}  // namespace tessera::cuda_emulator

@@ -1,0 +1,237 @@
+// Tessera's CUDA emulator: NCCL over MPI (see include/nccl.h).
+#include "nccl.h"
+
+#include <mpi.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdint>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "cuda_bf16.h"
+
+struct ncclComm {
+  MPI_Comm mpi = MPI_COMM_NULL;
+};
+
+namespace {
+
+using tessera::cuda_emulator::DeviceAccess;
+using tessera::cuda_emulator::is_device_memory;
+
+std::size_t size_of(ncclDataType_t t) {
+  switch (t) {
+    case ncclInt8:
+    case ncclUint8:
+      return 1;
+    case ncclFloat16:
+    case ncclBfloat16:
+      return 2;
+    case ncclInt32:
+    case ncclUint32:
+    case ncclFloat32:
+      return 4;
+    case ncclInt64:
+    case ncclUint64:
+    case ncclFloat64:
+      return 8;
+  }
+  return 0;
+}
+
+MPI_Datatype mpi_type(ncclDataType_t t) {
+  switch (t) {
+    case ncclInt8:
+      return MPI_INT8_T;
+    case ncclUint8:
+      return MPI_UINT8_T;
+    case ncclInt32:
+      return MPI_INT32_T;
+    case ncclUint32:
+      return MPI_UINT32_T;
+    case ncclInt64:
+      return MPI_INT64_T;
+    case ncclUint64:
+      return MPI_UINT64_T;
+    case ncclFloat32:
+    case ncclBfloat16:  // reduced as float32, below
+      return MPI_FLOAT;
+    case ncclFloat64:
+      return MPI_DOUBLE;
+    case ncclFloat16:
+      break;
+  }
+  return MPI_DATATYPE_NULL;
+}
+
+MPI_Op mpi_op(ncclRedOp_t op) {
+  switch (op) {
+    case ncclSum:
+    case ncclAvg:
+      return MPI_SUM;
+    case ncclProd:
+      return MPI_PROD;
+    case ncclMax:
+      return MPI_MAX;
+    case ncclMin:
+      return MPI_MIN;
+  }
+  return MPI_OP_NULL;
+}
+
+// A reduction's buffer in the type MPI reduces (bfloat16 widened to float32), and back.
+std::vector<float> widen_bf16(const void* p, std::size_t count) {
+  std::vector<float> out(count);
+  for (std::size_t i = 0; i < count; ++i) out[i] = __bfloat162float(static_cast<const __nv_bfloat16*>(p)[i]);
+  return out;
+}
+void narrow_bf16(const std::vector<float>& v, void* p) {
+  for (std::size_t i = 0; i < v.size(); ++i) static_cast<__nv_bfloat16*>(p)[i] = __float2bfloat16(v[i]);
+}
+
+void divide(void* p, std::size_t count, ncclDataType_t t, int by) {
+  for (std::size_t i = 0; i < count; ++i) {
+    if (t == ncclFloat32) static_cast<float*>(p)[i] /= static_cast<float>(by);
+    if (t == ncclFloat64) static_cast<double*>(p)[i] /= by;
+  }
+}
+
+bool usable(ncclComm_t comm, const void* buffer, std::size_t bytes) {
+  return comm != nullptr && comm->mpi != MPI_COMM_NULL && (bytes == 0 || is_device_memory(buffer, bytes));
+}
+
+// sum, prod, max, min and avg over float, double, integers; bfloat16 through float32.
+ncclResult_t reduce(const void* send, void* recv, std::size_t count, ncclDataType_t type, ncclRedOp_t op, int root,
+                    ncclComm_t comm) {
+  int rank = 0, size = 1;
+  MPI_Comm_rank(comm->mpi, &rank);
+  MPI_Comm_size(comm->mpi, &size);
+  const bool to_all = root < 0, receives = to_all || rank == root;
+  const std::size_t bytes = count * size_of(type);
+  if (mpi_type(type) == MPI_DATATYPE_NULL || mpi_op(op) == MPI_OP_NULL) return ncclInvalidArgument;
+  if (op == ncclAvg && type != ncclFloat32 && type != ncclFloat64 && type != ncclBfloat16) return ncclInvalidArgument;
+  if (!usable(comm, send, bytes) || (receives && !usable(comm, recv, bytes))) return ncclInvalidArgument;
+  if (count > static_cast<std::size_t>(INT32_MAX)) return ncclInvalidArgument;
+  DeviceAccess access;
+  const int n = static_cast<int>(count);
+  int rc = MPI_SUCCESS;
+  if (type == ncclBfloat16) {
+    std::vector<float> in = widen_bf16(send, count), out(receives ? count : 0);
+    rc = to_all ? MPI_Allreduce(in.data(), out.data(), n, MPI_FLOAT, mpi_op(op), comm->mpi)
+                : MPI_Reduce(in.data(), out.data(), n, MPI_FLOAT, mpi_op(op), root, comm->mpi);
+    if (op == ncclAvg)
+      for (float& x : out) x /= static_cast<float>(size);
+    if (receives) narrow_bf16(out, recv);
+  } else {
+    const void* in = send == recv && receives ? MPI_IN_PLACE : send;
+    rc = to_all ? MPI_Allreduce(in, recv, n, mpi_type(type), mpi_op(op), comm->mpi)
+                : MPI_Reduce(in, recv, n, mpi_type(type), mpi_op(op), root, comm->mpi);
+    if (op == ncclAvg && receives) divide(recv, count, type, size);
+  }
+  return rc == MPI_SUCCESS ? ncclSuccess : ncclSystemError;
+}
+
+}  // namespace
+
+ncclResult_t ncclGetUniqueId(ncclUniqueId* id) {
+  std::random_device device;
+  std::seed_seq seed{device(), device(), static_cast<unsigned>(getpid()),
+                     static_cast<unsigned>(std::chrono::steady_clock::now().time_since_epoch().count())};
+  std::mt19937_64 gen(seed);
+  for (std::size_t i = 0; i < sizeof id->internal; i += 8) {
+    const std::uint64_t v = gen();
+    std::memcpy(id->internal + i, &v, 8);
+  }
+  return ncclSuccess;
+}
+
+ncclResult_t ncclCommInitRank(ncclComm_t* comm, int nranks, ncclUniqueId id, int rank) {
+  int initialized = 0;
+  MPI_Initialized(&initialized);
+  if (!initialized || nranks < 1 || rank < 0 || rank >= nranks) return ncclInvalidArgument;
+  // Every process of MPI_COMM_WORLD calls this at once; those that share an id form a group.
+  std::uint64_t hash = 1469598103934665603ull;
+  for (char c : id.internal) hash = (hash ^ static_cast<unsigned char>(c)) * 1099511628211ull;
+  MPI_Comm group = MPI_COMM_NULL;
+  if (MPI_Comm_split(MPI_COMM_WORLD, static_cast<int>(hash & 0x7fffffff), rank, &group) != MPI_SUCCESS)
+    return ncclSystemError;
+  int size = 0, my_rank = 0;
+  MPI_Comm_size(group, &size);
+  MPI_Comm_rank(group, &my_rank);
+  if (size != nranks || my_rank != rank) {
+    MPI_Comm_free(&group);
+    return ncclInvalidUsage;
+  }
+  *comm = new ncclComm{group};
+  return ncclSuccess;
+}
+
+ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, ncclComm_t* newcomm, ncclConfig_t*) {
+  if (comm == nullptr) return ncclInvalidArgument;
+  MPI_Comm sub = MPI_COMM_NULL;
+  if (MPI_Comm_split(comm->mpi, color == NCCL_SPLIT_NOCOLOR ? MPI_UNDEFINED : color, key, &sub) != MPI_SUCCESS)
+    return ncclSystemError;
+  *newcomm = sub == MPI_COMM_NULL ? nullptr : new ncclComm{sub};
+  return ncclSuccess;
+}
+
+ncclResult_t ncclCommDestroy(ncclComm_t comm) {
+  if (comm == nullptr) return ncclInvalidArgument;
+  MPI_Comm_free(&comm->mpi);
+  delete comm;
+  return ncclSuccess;
+}
+
+ncclResult_t ncclCommAbort(ncclComm_t comm) {
+  delete comm;  // its MPI communicator is left: a peer may be stuck in it
+  return ncclSuccess;
+}
+
+const char* ncclGetErrorString(ncclResult_t result) {
+  switch (result) {
+    case ncclSuccess:
+      return "no error";
+    case ncclUnhandledCudaError:
+      return "unhandled cuda error";
+    case ncclSystemError:
+      return "unhandled system error (emulated NCCL: MPI failed)";
+    case ncclInternalError:
+      return "internal error";
+    case ncclInvalidArgument:
+      return "invalid argument (emulated NCCL: a buffer that is not device memory, or a type or operation it lacks)";
+    case ncclInvalidUsage:
+      return "invalid usage";
+  }
+  return "unknown result code";
+}
+
+ncclResult_t ncclGroupStart() { return ncclSuccess; }
+ncclResult_t ncclGroupEnd() { return ncclSuccess; }
+
+ncclResult_t ncclAllReduce(const void* sendbuff, void* recvbuff, std::size_t count, ncclDataType_t datatype,
+                           ncclRedOp_t op, ncclComm_t comm, cudaStream_t) {
+  return reduce(sendbuff, recvbuff, count, datatype, op, -1, comm);
+}
+
+ncclResult_t ncclReduce(const void* sendbuff, void* recvbuff, std::size_t count, ncclDataType_t datatype,
+                        ncclRedOp_t op, int root, ncclComm_t comm, cudaStream_t) {
+  if (root < 0) return ncclInvalidArgument;
+  return reduce(sendbuff, recvbuff, count, datatype, op, root, comm);
+}
+
+ncclResult_t ncclBroadcast(const void* sendbuff, void* recvbuff, std::size_t count, ncclDataType_t datatype, int root,
+                           ncclComm_t comm, cudaStream_t) {
+  const std::size_t bytes = count * size_of(datatype);
+  int rank = 0;
+  if (comm == nullptr) return ncclInvalidArgument;
+  MPI_Comm_rank(comm->mpi, &rank);
+  if (size_of(datatype) == 0 || !usable(comm, recvbuff, bytes) || (rank == root && !usable(comm, sendbuff, bytes)))
+    return ncclInvalidArgument;
+  if (bytes > static_cast<std::size_t>(INT32_MAX)) return ncclInvalidArgument;
+  DeviceAccess access;
+  if (rank == root && sendbuff != recvbuff && bytes > 0) std::memmove(recvbuff, sendbuff, bytes);
+  return MPI_Bcast(recvbuff, static_cast<int>(bytes), MPI_BYTE, root, comm->mpi) == MPI_SUCCESS ? ncclSuccess
+                                                                                                : ncclSystemError;
+}

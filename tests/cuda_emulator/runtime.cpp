@@ -1,0 +1,574 @@
+// Tessera's CUDA emulator: device memory, streams and events, and kernel launches run as fibers
+// (see include/cuda_runtime.h for what is emulated and checked).
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <boost/context/fiber.hpp>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "cuda_runtime.h"
+
+thread_local uint3 threadIdx, blockIdx;
+thread_local dim3 blockDim, gridDim;
+
+namespace tessera::cuda_emulator {
+namespace {
+
+// ---- device memory: one reserved range, handed out upwards, never reused ----
+// Outside the emulator's own work it has no access, so host code reading a device pointer faults.
+// A freed allocation's pages are returned to the system and its range is no longer device memory.
+constexpr std::size_t kArenaBytes = std::size_t{1} << 38;    // 256 GiB of address space, not memory
+constexpr std::size_t kDeviceBytes = std::size_t{16} << 30;  // what the emulated GPU reports
+
+struct Arena {
+  std::mutex mutex;
+  char* base = nullptr;
+  std::size_t used = 0, live_bytes = 0;
+  std::map<std::uintptr_t, std::size_t> live;  // start -> bytes
+  int access_depth = 0;
+};
+Arena& arena() {
+  static Arena a;
+  return a;
+}
+std::size_t page_size() {
+  static const std::size_t p = static_cast<std::size_t>(sysconf(_SC_PAGESIZE));
+  return p;
+}
+std::size_t round_up(std::size_t n, std::size_t to) { return (n + to - 1) / to * to; }
+
+// TESSERA_CUDA_EMULATOR_PROTECT=0 leaves device memory accessible (faster; no detection).
+bool protecting() {
+  static const bool on = [] {
+    const char* v = std::getenv("TESSERA_CUDA_EMULATOR_PROTECT");
+    return v == nullptr || std::string(v) != "0";
+  }();
+  return on;
+}
+
+void protect(Arena& a, int prot) {
+  if (!protecting()) return;  // each allocation is made accessible once, in cudaMalloc
+  if (a.used > 0 && mprotect(a.base, a.used, prot) != 0) {
+    std::perror("cuda emulator: mprotect");
+    std::abort();
+  }
+}
+
+// ---- errors ----
+thread_local cudaError_t t_last_error = cudaSuccess;
+thread_local std::string t_fault_detail;
+void set_error(cudaError_t err) {
+  if (t_last_error == cudaSuccess) t_last_error = err;
+}
+
+// ---- devices ----
+thread_local int t_device = 0;
+int device_count() {
+  const char* v = std::getenv("TESSERA_CUDA_EMULATOR_DEVICES");
+  const int n = v != nullptr ? std::atoi(v) : 8;
+  return n < 0 ? 0 : n;
+}
+constexpr int kSharedOptin = 232448;  // H100: 227 KB of shared memory per block, opted in
+constexpr int kSharedDefault = 48 * 1024;
+
+std::mutex g_attr_mutex;
+std::map<const void*, int> g_max_dynamic_shared;
+
+// ---- fibers (Boost.Context: a switch costs nanoseconds, where swapcontext makes two system calls) ----
+enum class State { ready, at_block_barrier, at_warp_op, done };
+struct Fiber {
+  boost::context::fiber self;       // where the scheduler resumes it
+  boost::context::fiber scheduler;  // where it yields to
+  State state = State::ready;
+  const char* warp_op = nullptr;
+  std::uint64_t exchange_in = 0, exchange_out = 0;
+  int lane_mask = 0;
+};
+
+struct Block {
+  std::vector<Fiber> fibers;
+  ThreadBody* body = nullptr;
+  int current = -1;
+  unsigned char* shared = nullptr;
+  std::string fault;  // set by a faulting fiber
+};
+thread_local Block* t_block = nullptr;
+
+// Fiber stacks, kept for the next block: 256 KB each, a guard page below each so that an overflow
+// faults instead of corrupting the next one.
+constexpr std::size_t kStackBytes = 256 * 1024;
+thread_local std::vector<char*> t_free_stacks;
+struct PooledStack {
+  boost::context::stack_context allocate() {
+    if (t_free_stacks.empty()) {
+      void* p = mmap(nullptr, kStackBytes + page_size(), PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+      if (p == MAP_FAILED) {
+        std::perror("cuda emulator: mmap of a fiber stack");
+        std::abort();
+      }
+      mprotect(p, page_size(), PROT_NONE);
+      t_free_stacks.push_back(static_cast<char*>(p) + page_size());
+    }
+    boost::context::stack_context sc;
+    sc.sp = t_free_stacks.back() + kStackBytes;  // stacks grow down from here
+    sc.size = kStackBytes;
+    t_free_stacks.pop_back();
+    return sc;
+  }
+  void deallocate(boost::context::stack_context& sc) noexcept {
+    t_free_stacks.push_back(static_cast<char*>(sc.sp) - kStackBytes);
+  }
+};
+
+void set_thread_index(int t) {
+  threadIdx = uint3{static_cast<unsigned>(t) % blockDim.x, static_cast<unsigned>(t) / blockDim.x % blockDim.y,
+                    static_cast<unsigned>(t) / (blockDim.x * blockDim.y)};
+}
+
+void yield(Block& b) {
+  Fiber& f = b.fibers[static_cast<std::size_t>(b.current)];
+  f.scheduler = std::move(f.scheduler).resume();
+}
+
+std::string describe(dim3 d) { return std::to_string(d.x) + "," + std::to_string(d.y) + "," + std::to_string(d.z); }
+
+// Releases warp w's lanes when all its live lanes wait at a warp operation (a shuffle gets its
+// partner's value). Returns an error message for a warp operation that cannot complete: lanes
+// exited (or missing from a partial warp), or lanes at different operations.
+std::string release_warp(Block& b, int w) {
+  const int n = static_cast<int>(b.fibers.size()), w0 = 32 * w;
+  int waiting = 0, exited = 0;
+  const char* op = nullptr;
+  for (int t = w0; t < w0 + 32; ++t) {
+    if (t >= n) {
+      ++exited;
+      continue;
+    }
+    const Fiber& f = b.fibers[static_cast<std::size_t>(t)];
+    if (f.state == State::done) {
+      ++exited;
+    } else if (f.state != State::at_warp_op) {
+      return {};  // a lane still runs or waits at __syncthreads
+    } else {
+      ++waiting;
+      if (op != nullptr && std::strcmp(op, f.warp_op) != 0)
+        return "lanes of warp " + std::to_string(w) + " wait at different warp operations (" + op + ", " + f.warp_op +
+               ")";
+      op = f.warp_op;
+    }
+  }
+  if (waiting == 0) return {};
+  if (exited > 0)
+    return std::string(op) + " with a full mask in warp " + std::to_string(w) + ", but " + std::to_string(exited) +
+           " of its lanes have exited or do not exist";
+  for (int t = w0; t < w0 + 32; ++t) {
+    Fiber& f = b.fibers[static_cast<std::size_t>(t)];
+    f.exchange_out = b.fibers[static_cast<std::size_t>(w0 + ((t - w0) ^ f.lane_mask))].exchange_in;
+    f.state = State::ready;
+  }
+  return {};
+}
+
+void start_fiber(Block& b, std::size_t t) {
+  Fiber& f = b.fibers[t];
+  f.state = State::ready;
+  f.self = boost::context::fiber(std::allocator_arg, PooledStack{}, [&b, &f](boost::context::fiber&& scheduler) {
+    f.scheduler = std::move(scheduler);
+    b.body->run();
+    f.state = State::done;
+    return std::move(f.scheduler);
+  });
+}
+
+// Runs one block to its end; returns a fault's description, or an empty string. Each warp runs
+// as far as it can (to __syncthreads or its end) before the next starts, so warps are as far apart
+// as a GPU may put them: a read of shared memory another warp has yet to write, or has already
+// overwritten, shows. `descending` reverses the order of warps and of lanes.
+std::string run_block(Block& b, bool descending) {
+  const int n = static_cast<int>(b.fibers.size()), warps = (n + 31) / 32;
+  for (std::size_t t = 0; t < b.fibers.size(); ++t) start_fiber(b, t);
+  for (;;) {
+    for (int i = 0; i < warps; ++i) {
+      const int w = descending ? warps - 1 - i : i;
+      const int lanes = n - 32 * w < 32 ? n - 32 * w : 32;
+      for (bool ran = true; ran;) {
+        ran = false;
+        for (int j = 0; j < lanes; ++j) {
+          const int t = 32 * w + (descending ? lanes - 1 - j : j);
+          Fiber& f = b.fibers[static_cast<std::size_t>(t)];
+          if (f.state != State::ready) continue;
+          b.current = t;
+          set_thread_index(t);
+          f.self = std::move(f.self).resume();
+          if (!b.fault.empty()) return b.fault;
+          ran = true;
+        }
+        const std::string stuck = release_warp(b, w);
+        if (!stuck.empty()) return stuck;
+      }
+    }
+    // Every warp waits at __syncthreads or has ended.
+    int at_barrier = 0, at_warp = 0, done = 0;
+    for (const Fiber& f : b.fibers) {
+      at_barrier += f.state == State::at_block_barrier;
+      at_warp += f.state == State::at_warp_op;
+      done += f.state == State::done;
+    }
+    if (done == n) return {};
+    if (at_warp > 0)
+      return "deadlock: " + std::to_string(at_barrier) + " threads wait at __syncthreads while " +
+             std::to_string(at_warp) + " wait at a warp operation";
+    for (Fiber& f : b.fibers)
+      if (f.state == State::at_block_barrier) f.state = State::ready;
+  }
+}
+
+Fiber& current_fiber(const char* what) {
+  if (t_block == nullptr) {
+    std::fprintf(stderr, "cuda emulator: %s called outside a kernel\n", what);
+    std::abort();
+  }
+  return t_block->fibers[static_cast<std::size_t>(t_block->current)];
+}
+
+}  // namespace
+
+// ---- device-side services ----
+int linear_thread() {
+  current_fiber("a thread index");
+  return t_block->current;
+}
+
+void fault(const char* what) {
+  current_fiber(what);
+  t_block->fault = what;
+  yield(*t_block);
+  std::abort();  // a faulted fiber is never resumed
+}
+
+void sync_block() {
+  Fiber& f = current_fiber("__syncthreads");
+  f.state = State::at_block_barrier;
+  yield(*t_block);
+}
+
+void sync_warp(unsigned mask, const char* what) {
+  if (mask != 0xffffffffu) fault("a warp operation with a partial mask: the emulator has full masks only");
+  Fiber& f = current_fiber(what);
+  f.state = State::at_warp_op;
+  f.warp_op = what;
+  f.lane_mask = 0;
+  yield(*t_block);
+}
+
+std::uint64_t exchange(unsigned mask, std::uint64_t bits, int lane_mask) {
+  if (mask != 0xffffffffu) fault("a warp shuffle with a partial mask: the emulator has full masks only");
+  if (lane_mask < 0 || lane_mask > 31) fault("__shfl_xor_sync: lane mask out of [0, 31]");
+  Fiber& f = current_fiber("__shfl_xor_sync");
+  f.state = State::at_warp_op;
+  f.warp_op = "__shfl_xor_sync";
+  f.exchange_in = bits;
+  f.lane_mask = lane_mask;
+  yield(*t_block);
+  return f.exchange_out;
+}
+
+unsigned char* dynamic_shared() {
+  current_fiber("dynamic shared memory");
+  return t_block->shared;
+}
+
+bool is_device_memory(const void* p, std::size_t bytes) {
+  Arena& a = arena();
+  std::lock_guard lock(a.mutex);
+  const auto at = reinterpret_cast<std::uintptr_t>(p);
+  auto it = a.live.upper_bound(at);
+  if (it == a.live.begin()) return false;
+  --it;
+  return at + bytes <= it->first + it->second;
+}
+
+DeviceAccess::DeviceAccess() {
+  Arena& a = arena();
+  std::lock_guard lock(a.mutex);
+  if (a.access_depth++ == 0) protect(a, PROT_READ | PROT_WRITE);
+}
+
+DeviceAccess::~DeviceAccess() {
+  Arena& a = arena();
+  std::lock_guard lock(a.mutex);
+  if (--a.access_depth == 0) protect(a, PROT_NONE);
+}
+
+cudaError_t set_max_dynamic_shared(const void* kernel, int bytes) {
+  if (bytes < 0 || bytes > kSharedOptin) return cudaErrorInvalidValue;
+  std::lock_guard lock(g_attr_mutex);
+  g_max_dynamic_shared[kernel] = bytes;
+  return cudaSuccess;
+}
+
+void run_grid(const void* kernel, const char* name, const Config& c, const void* const* pointers, std::size_t count,
+              ThreadBody& body) {
+  const auto fail = [&](cudaError_t err, const std::string& why) {
+    t_fault_detail = std::string("cuda emulator: ") + name + ": " + why;
+    std::fprintf(stderr, "%s\n", t_fault_detail.c_str());
+    set_error(err);
+  };
+  const std::uint64_t threads = std::uint64_t{c.block.x} * c.block.y * c.block.z;
+  if (threads == 0 || threads > 1024 || c.block.z > 64)
+    return fail(cudaErrorInvalidConfiguration, "block (" + describe(c.block) + ") is not 1 to 1024 threads");
+  if (c.grid.x == 0 || c.grid.y == 0 || c.grid.z == 0 || c.grid.x > 2147483647u || c.grid.y > 65535 || c.grid.z > 65535)
+    return fail(cudaErrorInvalidConfiguration, "grid (" + describe(c.grid) + ") out of the GPU's limits");
+  int allowed = kSharedDefault;
+  {
+    std::lock_guard lock(g_attr_mutex);
+    auto it = g_max_dynamic_shared.find(kernel);
+    if (it != g_max_dynamic_shared.end()) allowed = it->second;
+  }
+  if (c.shared_bytes > static_cast<std::size_t>(allowed))
+    return fail(cudaErrorInvalidValue, std::to_string(c.shared_bytes) + " bytes of dynamic shared memory, over the " +
+                                           std::to_string(allowed) + " allowed (cudaFuncSetAttribute)");
+  for (std::size_t i = 0; i < count; ++i)
+    if (pointers[i] != nullptr && !is_device_memory(pointers[i], 1)) {
+      char at[32];
+      std::snprintf(at, sizeof at, "%p", pointers[i]);
+      return fail(cudaErrorIllegalAddress,
+                  "argument " + std::to_string(i) + " (" + at + ") is not device memory (a host pointer, or freed)");
+    }
+  if (t_block != nullptr) return fail(cudaErrorLaunchFailure, "a launch from device code");
+
+  DeviceAccess access;
+  Block b;
+  b.fibers.resize(threads);
+  b.body = &body;
+  std::vector<unsigned char> shared_storage(c.shared_bytes + 128);
+  const auto shared_at = round_up(reinterpret_cast<std::uintptr_t>(shared_storage.data()), 128);
+  b.shared = reinterpret_cast<unsigned char*>(shared_at);
+  gridDim = c.grid;
+  blockDim = c.block;
+  t_block = &b;
+  std::uint64_t linear = 0;
+  for (unsigned z = 0; z < c.grid.z; ++z)
+    for (unsigned y = 0; y < c.grid.y; ++y)
+      for (unsigned x = 0; x < c.grid.x; ++x, ++linear) {
+        blockIdx = uint3{x, y, z};
+        std::memset(b.shared, 0xff, c.shared_bytes);  // NaN in float32 and bfloat16
+        const std::string fault = run_block(b, linear % 2 == 1);
+        if (!fault.empty()) {
+          t_block = nullptr;
+          return fail(cudaErrorLaunchFailure, "block (" + describe(dim3(x, y, z)) + "): " + fault);
+        }
+      }
+  t_block = nullptr;
+}
+
+}  // namespace tessera::cuda_emulator
+
+using namespace tessera::cuda_emulator;
+
+// ---- host API ----
+cudaError_t cudaGetDeviceCount(int* count) {
+  *count = device_count();
+  return *count > 0 ? cudaSuccess : cudaErrorNoDevice;
+}
+cudaError_t cudaSetDevice(int device) {
+  if (device < 0 || device >= device_count()) return cudaErrorInvalidDevice;
+  t_device = device;
+  return cudaSuccess;
+}
+cudaError_t cudaGetDevice(int* device) {
+  *device = t_device;
+  return cudaSuccess;
+}
+cudaError_t cudaGetDeviceProperties(cudaDeviceProp* prop, int device) {
+  if (device < 0 || device >= device_count()) return cudaErrorInvalidDevice;
+  *prop = cudaDeviceProp{};
+  std::snprintf(prop->name, sizeof prop->name, "Tessera CUDA emulator");
+  // A machine's devices differ by index; processes on one machine see the same devices.
+  std::memcpy(prop->uuid.bytes, "emulated-gpu", 12);
+  std::memcpy(prop->uuid.bytes + 12, &device, sizeof device);
+  prop->totalGlobalMem = kDeviceBytes;
+  prop->sharedMemPerBlock = kSharedDefault;
+  prop->sharedMemPerBlockOptin = kSharedOptin;
+  prop->major = 9;
+  prop->minor = 0;
+  prop->multiProcessorCount = 132;
+  prop->warpSize = 32;
+  prop->maxThreadsPerBlock = 1024;
+  return cudaSuccess;
+}
+cudaError_t cudaDeviceGetAttribute(int* value, cudaDeviceAttr attr, int device) {
+  if (device < 0 || device >= device_count()) return cudaErrorInvalidDevice;
+  if (attr != cudaDevAttrMaxSharedMemoryPerBlockOptin) return cudaErrorInvalidValue;
+  *value = kSharedOptin;
+  return cudaSuccess;
+}
+cudaError_t cudaDeviceSynchronize() { return cudaPeekAtLastError(); }
+cudaError_t cudaGetLastError() {
+  const cudaError_t err = t_last_error;
+  t_last_error = cudaSuccess;
+  return err;
+}
+cudaError_t cudaPeekAtLastError() { return t_last_error; }
+const char* cudaGetErrorString(cudaError_t err) {
+  switch (err) {
+    case cudaSuccess:
+      return "no error";
+    case cudaErrorInvalidValue:
+      return "invalid argument";
+    case cudaErrorMemoryAllocation:
+      return "out of memory";
+    case cudaErrorInvalidConfiguration:
+      return "invalid configuration argument";
+    case cudaErrorInvalidDevicePointer:
+      return "invalid device pointer";
+    case cudaErrorNoDevice:
+      return "no CUDA-capable device is detected";
+    case cudaErrorInvalidDevice:
+      return "invalid device ordinal";
+    case cudaErrorNotReady:
+      return "device not ready";
+    case cudaErrorIllegalAddress:
+      return "an illegal memory access was encountered";
+    case cudaErrorLaunchOutOfResources:
+      return "too many resources requested for launch";
+    case cudaErrorMisalignedAddress:
+      return "misaligned address";
+    case cudaErrorLaunchFailure:
+      return "unspecified launch failure";
+  }
+  return "unknown error";
+}
+
+cudaError_t cudaMalloc(void** ptr, std::size_t bytes) {
+  Arena& a = arena();
+  std::lock_guard lock(a.mutex);
+  if (a.base == nullptr) {
+    void* p = mmap(nullptr, kArenaBytes, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (p == MAP_FAILED) return cudaErrorMemoryAllocation;
+    a.base = static_cast<char*>(p);
+  }
+  const std::size_t size = round_up(bytes > 0 ? bytes : 1, page_size());
+  if (a.live_bytes + size > kDeviceBytes || a.used + size > kArenaBytes) return cudaErrorMemoryAllocation;
+  char* p = a.base + a.used;
+  a.used += size;
+  if ((!protecting() || a.access_depth > 0) && mprotect(p, size, PROT_READ | PROT_WRITE) != 0)
+    return cudaErrorMemoryAllocation;
+  a.live[reinterpret_cast<std::uintptr_t>(p)] = bytes > 0 ? bytes : 1;
+  a.live_bytes += size;
+  *ptr = p;
+  return cudaSuccess;
+}
+
+cudaError_t cudaFree(void* ptr) {
+  if (ptr == nullptr) return cudaSuccess;
+  Arena& a = arena();
+  std::lock_guard lock(a.mutex);
+  auto it = a.live.find(reinterpret_cast<std::uintptr_t>(ptr));
+  if (it == a.live.end()) return cudaErrorInvalidDevicePointer;
+  const std::size_t size = round_up(it->second, page_size());
+  madvise(ptr, size, MADV_DONTNEED);  // the pages go back to the system; the range is never reused
+  a.live_bytes -= size;
+  a.live.erase(it);
+  return cudaSuccess;
+}
+
+namespace {
+
+cudaError_t check_copy(const void* dst, const void* src, std::size_t bytes, cudaMemcpyKind kind) {
+  const bool dst_device = is_device_memory(dst, bytes), src_device = is_device_memory(src, bytes);
+  const bool ok = kind == cudaMemcpyDefault || (kind == cudaMemcpyHostToDevice && dst_device && !src_device) ||
+                  (kind == cudaMemcpyDeviceToHost && !dst_device && src_device) ||
+                  (kind == cudaMemcpyDeviceToDevice && dst_device && src_device) ||
+                  (kind == cudaMemcpyHostToHost && !dst_device && !src_device);
+  return ok ? cudaSuccess : cudaErrorInvalidValue;
+}
+
+}  // namespace
+
+cudaError_t cudaMemcpy(void* dst, const void* src, std::size_t bytes, cudaMemcpyKind kind) {
+  if (bytes == 0) return cudaSuccess;
+  if (const cudaError_t err = check_copy(dst, src, bytes, kind); err != cudaSuccess) return err;
+  DeviceAccess access;
+  std::memmove(dst, src, bytes);
+  return cudaSuccess;
+}
+cudaError_t cudaMemcpyAsync(void* dst, const void* src, std::size_t bytes, cudaMemcpyKind kind, cudaStream_t) {
+  return cudaMemcpy(dst, src, bytes, kind);
+}
+cudaError_t cudaMemcpy2DAsync(void* dst, std::size_t dpitch, const void* src, std::size_t spitch, std::size_t width,
+                              std::size_t height, cudaMemcpyKind kind, cudaStream_t) {
+  if (width > dpitch || width > spitch) return cudaErrorInvalidValue;
+  if (width == 0 || height == 0) return cudaSuccess;
+  const std::size_t dst_span = dpitch * (height - 1) + width, src_span = spitch * (height - 1) + width;
+  if (kind != cudaMemcpyDefault &&
+      (check_copy(dst, src, 1, kind) != cudaSuccess ||
+       (kind == cudaMemcpyDeviceToDevice && (!is_device_memory(dst, dst_span) || !is_device_memory(src, src_span)))))
+    return cudaErrorInvalidValue;
+  DeviceAccess access;
+  for (std::size_t r = 0; r < height; ++r)
+    std::memmove(static_cast<char*>(dst) + r * dpitch, static_cast<const char*>(src) + r * spitch, width);
+  return cudaSuccess;
+}
+cudaError_t cudaMemset(void* dst, int value, std::size_t bytes) {
+  if (bytes == 0) return cudaSuccess;
+  if (!is_device_memory(dst, bytes)) return cudaErrorInvalidValue;
+  DeviceAccess access;
+  std::memset(dst, value, bytes);
+  return cudaSuccess;
+}
+cudaError_t cudaMemsetAsync(void* dst, int value, std::size_t bytes, cudaStream_t) {
+  return cudaMemset(dst, value, bytes);
+}
+
+// Streams and events: handles only; the work is done when it is queued.
+struct CUstream_st {
+  unsigned flags;
+};
+struct CUevent_st {
+  unsigned flags;
+  bool recorded;
+};
+
+cudaError_t cudaStreamCreate(cudaStream_t* stream) { return cudaStreamCreateWithFlags(stream, 0); }
+cudaError_t cudaStreamCreateWithFlags(cudaStream_t* stream, unsigned flags) {
+  *stream = new CUstream_st{flags};
+  return cudaSuccess;
+}
+cudaError_t cudaStreamDestroy(cudaStream_t stream) {
+  delete stream;
+  return cudaSuccess;
+}
+cudaError_t cudaStreamSynchronize(cudaStream_t) { return cudaPeekAtLastError(); }
+cudaError_t cudaStreamWaitEvent(cudaStream_t, cudaEvent_t event, unsigned) {
+  return event != nullptr ? cudaSuccess : cudaErrorInvalidValue;
+}
+cudaError_t cudaEventCreate(cudaEvent_t* event) { return cudaEventCreateWithFlags(event, 0); }
+cudaError_t cudaEventCreateWithFlags(cudaEvent_t* event, unsigned flags) {
+  *event = new CUevent_st{flags, false};
+  return cudaSuccess;
+}
+cudaError_t cudaEventDestroy(cudaEvent_t event) {
+  delete event;
+  return cudaSuccess;
+}
+cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t) {
+  if (event == nullptr) return cudaErrorInvalidValue;
+  event->recorded = true;
+  return cudaSuccess;
+}
+cudaError_t cudaEventSynchronize(cudaEvent_t event) { return event != nullptr ? cudaSuccess : cudaErrorInvalidValue; }
+cudaError_t cudaEventQuery(cudaEvent_t event) { return event != nullptr ? cudaSuccess : cudaErrorInvalidValue; }
+cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t start, cudaEvent_t end) {
+  if (start == nullptr || end == nullptr || (start->flags & cudaEventDisableTiming) ||
+      (end->flags & cudaEventDisableTiming))
+    return cudaErrorInvalidValue;
+  *ms = 0.0f;  // no timing in the emulator
+  return cudaSuccess;
+}

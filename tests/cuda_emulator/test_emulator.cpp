@@ -1,0 +1,166 @@
+// The CUDA emulator's own tests: what it must report (faults a GPU leaves undefined), expose
+// (missing barriers), refuse (launches a GPU refuses) and compute (shuffles, wmma, cuBLAS).
+#include <cublas_v2.h>
+#include <cuda_bf16.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "emulator_cases.h"
+
+namespace tessera::cuda_emulator {
+namespace {
+
+template <typename T>
+struct DeviceArray {
+  explicit DeviceArray(std::size_t n) : size(n) { EXPECT_EQ(cudaMalloc(&data, n * sizeof(T)), cudaSuccess); }
+  DeviceArray(const DeviceArray&) = delete;
+  DeviceArray& operator=(const DeviceArray&) = delete;
+  ~DeviceArray() { cudaFree(data); }
+  std::vector<T> read() const {
+    std::vector<T> out(size);
+    EXPECT_EQ(cudaMemcpy(out.data(), data, size * sizeof(T), cudaMemcpyDeviceToHost), cudaSuccess);
+    return out;
+  }
+  void write(const std::vector<T>& v) {
+    EXPECT_EQ(cudaMemcpy(data, v.data(), v.size() * sizeof(T), cudaMemcpyHostToDevice), cudaSuccess);
+  }
+  T* data = nullptr;
+  std::size_t size;
+};
+
+TEST(CudaEmulator, AMissingBarrierShowsInTheResult) {
+  DeviceArray<int> out(4 * 64);
+  ASSERT_EQ(cases::neighbours(out.data, 4, 64, true), cudaSuccess);
+  std::vector<int> expected(4 * 64);
+  for (int b = 0; b < 4; ++b)
+    for (int t = 0; t < 64; ++t) expected[static_cast<std::size_t>(b * 64 + t)] = 1000 * b + (t + 1) % 64;
+  EXPECT_EQ(out.read(), expected);
+  // Without the barrier, a thread reads its neighbour's slot before the neighbour wrote it (in
+  // ascending blocks) or after (descending): the result differs.
+  ASSERT_EQ(cases::neighbours(out.data, 4, 64, false), cudaSuccess);
+  EXPECT_NE(out.read(), expected);
+}
+
+TEST(CudaEmulator, AHostPointerArgumentFailsTheLaunch) {
+  std::vector<float> host(32, 1.0f);
+  DeviceArray<float> out(32);
+  EXPECT_EQ(cases::copy(host.data(), out.data, 32), cudaErrorIllegalAddress);
+  EXPECT_EQ(cudaGetLastError(), cudaSuccess);  // reported once
+  DeviceArray<float> in(32);
+  in.write(host);
+  EXPECT_EQ(cases::copy(in.data, out.data, 32), cudaSuccess);
+  EXPECT_EQ(out.read(), host);
+  // Freed memory is no longer device memory.
+  float* freed = nullptr;
+  ASSERT_EQ(cudaMalloc(&freed, 32 * sizeof(float)), cudaSuccess);
+  ASSERT_EQ(cudaFree(freed), cudaSuccess);
+  EXPECT_EQ(cases::copy(in.data, freed, 32), cudaErrorIllegalAddress);
+}
+
+TEST(CudaEmulator, HostCodeReadingDeviceMemoryDies) {
+  DeviceArray<float> d(16);
+  const float* p = d.data;
+  EXPECT_DEATH(
+      {
+        volatile float x = p[3];
+        (void)x;
+      },
+      "");
+}
+
+TEST(CudaEmulator, LaunchesAGpuRefusesAreRefused) {
+  DeviceArray<float> out(2048);
+  EXPECT_EQ(cases::copy(out.data, out.data, 2048), cudaErrorInvalidConfiguration);  // over 1024 threads
+  EXPECT_EQ(cases::big_shared(out.data, false), cudaErrorInvalidValue);             // 100 KB without opting in
+  EXPECT_EQ(cases::big_shared(out.data, true), cudaSuccess);
+  EXPECT_EQ(out.read()[0], 1.0f);
+}
+
+TEST(CudaEmulator, WarpOperationsSomeLanesNeverReachAreFaults) {
+  DeviceArray<float> out(64);
+  EXPECT_EQ(cases::early_exit_shuffle(out.data), cudaErrorLaunchFailure);
+  EXPECT_EQ(cases::deadlock(out.data), cudaErrorLaunchFailure);
+  EXPECT_EQ(cases::warp_sum(out.data, 48), cudaErrorLaunchFailure);  // a partial warp's shuffle
+  ASSERT_EQ(cases::warp_sum(out.data, 64), cudaSuccess);
+  const std::vector<float> sums = out.read();
+  for (int t = 0; t < 64; ++t) EXPECT_EQ(sums[static_cast<std::size_t>(t)], t < 32 ? 496.0f : 1520.0f) << t;
+}
+
+TEST(CudaEmulator, WmmaMultipliesAndChecksAlignment) {
+  std::vector<__nv_bfloat16> a(256), b(256);
+  for (int i = 0; i < 256; ++i) {
+    a[static_cast<std::size_t>(i)] = __float2bfloat16(static_cast<float>(i % 7) - 3.0f);
+    b[static_cast<std::size_t>(i)] = __float2bfloat16(static_cast<float>(i % 5) * 0.5f);
+  }
+  DeviceArray<__nv_bfloat16> da(256), db(256);
+  DeviceArray<float> dc(256);
+  da.write(a);
+  db.write(b);
+  ASSERT_EQ(cases::wmma_product(da.data, db.data, dc.data, 16), cudaSuccess);
+  const std::vector<float> c = dc.read();
+  for (int r = 0; r < 16; ++r)
+    for (int n = 0; n < 16; ++n) {
+      float expected = 0.0f;
+      for (int k = 0; k < 16; ++k)
+        expected += __bfloat162float(a[static_cast<std::size_t>(r * 16 + k)]) *
+                    __bfloat162float(b[static_cast<std::size_t>(k * 16 + n)]);
+      EXPECT_EQ(c[static_cast<std::size_t>(r * 16 + n)], expected) << r << "," << n;
+    }
+  EXPECT_EQ(cases::wmma_product(da.data, db.data, dc.data, 8), cudaErrorLaunchFailure);  // 16-byte aligned
+}
+
+TEST(CudaEmulator, UnwrittenSharedMemoryReadsAsNaN) {
+  DeviceArray<float> out(32);
+  ASSERT_EQ(cases::unwritten_shared(out.data), cudaSuccess);
+  for (float v : out.read()) EXPECT_TRUE(std::isnan(v));
+}
+
+TEST(CudaEmulator, Bfloat16RoundsToNearestEvenWithACanonicalNaN) {
+  EXPECT_EQ(__float2bfloat16(1.0f + 1.0f / 256.0f).x, 0x3f80);  // a tie: to even
+  EXPECT_EQ(__float2bfloat16(1.0f + 3.0f / 256.0f).x, 0x3f82);  // a tie: to even, upwards
+  EXPECT_EQ(__float2bfloat16(std::nanf("1")).x, 0x7fff);
+  EXPECT_EQ(__bfloat162float(__nv_bfloat16{0xc040}), -3.0f);
+}
+
+TEST(CudaEmulator, CublasGemmIsColumnMajorAndChecksItsArguments) {
+  cublasHandle_t h = nullptr;
+  ASSERT_EQ(cublasCreate(&h), CUBLAS_STATUS_SUCCESS);
+  // C (2 x 3) = A^T (A: 4 x 2) * B (4 x 3), column-major, two batches.
+  std::vector<float> a(2 * 8), b(2 * 12), c(2 * 6, 100.0f);
+  for (std::size_t i = 0; i < a.size(); ++i) a[i] = static_cast<float>(i) - 5.0f;
+  for (std::size_t i = 0; i < b.size(); ++i) b[i] = 0.25f * static_cast<float>(i);
+  DeviceArray<float> da(a.size()), db(b.size()), dc(c.size());
+  da.write(a);
+  db.write(b);
+  dc.write(c);
+  const float alpha = 2.0f, beta = 0.5f;
+  ASSERT_EQ(cublasGemmStridedBatchedEx(h, CUBLAS_OP_T, CUBLAS_OP_N, 2, 3, 4, &alpha, da.data, CUDA_R_32F, 4, 8, db.data,
+                                       CUDA_R_32F, 4, 12, &beta, dc.data, CUDA_R_32F, 2, 6, 2, CUBLAS_COMPUTE_32F,
+                                       CUBLAS_GEMM_DEFAULT),
+            CUBLAS_STATUS_SUCCESS);
+  const std::vector<float> got = dc.read();
+  for (int batch = 0; batch < 2; ++batch)
+    for (int i = 0; i < 2; ++i)
+      for (int j = 0; j < 3; ++j) {
+        float s = 0.0f;
+        for (int k = 0; k < 4; ++k)
+          s += a[static_cast<std::size_t>(batch * 8 + i * 4 + k)] * b[static_cast<std::size_t>(batch * 12 + j * 4 + k)];
+        EXPECT_FLOAT_EQ(got[static_cast<std::size_t>(batch * 6 + j * 2 + i)], 2.0f * s + 50.0f);
+      }
+  // lda smaller than op(A)'s stored rows; a host pointer.
+  EXPECT_EQ(cublasGemmStridedBatchedEx(h, CUBLAS_OP_T, CUBLAS_OP_N, 2, 3, 4, &alpha, da.data, CUDA_R_32F, 3, 8, db.data,
+                                       CUDA_R_32F, 4, 12, &beta, dc.data, CUDA_R_32F, 2, 6, 2, CUBLAS_COMPUTE_32F,
+                                       CUBLAS_GEMM_DEFAULT),
+            CUBLAS_STATUS_INVALID_VALUE);
+  EXPECT_EQ(cublasGemmStridedBatchedEx(h, CUBLAS_OP_T, CUBLAS_OP_N, 2, 3, 4, &alpha, a.data(), CUDA_R_32F, 4, 8,
+                                       db.data, CUDA_R_32F, 4, 12, &beta, dc.data, CUDA_R_32F, 2, 6, 2,
+                                       CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+            CUBLAS_STATUS_EXECUTION_FAILED);
+  cublasDestroy(h);
+}
+
+}  // namespace
+}  // namespace tessera::cuda_emulator

@@ -1,0 +1,66 @@
+#!/bin/sh
+# `tessera train` and `translate` on GPUs of the CUDA emulator (a build with
+# -DTESSERA_CUDA_EMULATOR=ON; tests/cuda_emulator), the kernels' own source run on the CPU:
+#  - one GPU gives the CPU's losses and gradient norms at each of 6 steps (float32, dropout on:
+#    the same Philox masks);
+#  - tp=2, dp=2 and tp=2 x dp=2 on GPUs (NCCL over MPI) give one GPU's;
+#  - a checkpoint written at tp=2 on GPUs resumes on the CPU in one process, with one GPU's losses;
+#  - bfloat16 mixed precision trains, its losses within 2% of float32's;
+#  - translate --device cuda writes the CPU's translations, greedy and beam, one process or two.
+# The model is tiny (heads of 32, the smallest the GPU attention takes): the emulator runs each
+# GPU thread as a fiber, thousands of times slower than a GPU.
+# Usage: cuda_emulated.sh TESSERA CONFIG WORKDIR
+set -eu
+tessera=$1 config=$2 work=$3
+rm -rf "$work" && mkdir -p "$work"
+fail() { echo "FAIL: $*"; exit 1; }
+export OMP_NUM_THREADS=1 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+. "$(dirname "$0")/same_losses.sh"
+common="--config $config --set model.heads=2 --set train.batch_tokens=256 --set train.log_every=1 --set train.valid_every=0 --set data.synthetic_train_size=2000 --set data.synthetic_valid_size=8 --set checkpoint.keep_best=false --set train.max_steps=6 --set checkpoint.every=3"
+run() {  # run NAME NP SETTINGS...: train into $work/NAME
+  name=$1 np=$2 && shift 2
+  if [ "$np" -eq 1 ]; then
+    "$tessera" train $common "$@" --set output.dir="$work/$name" > "$work/$name.log" 2>&1 || { cat "$work/$name.log"; fail "$name"; }
+  else
+    mpirun -np "$np" --oversubscribe "$tessera" train $common "$@" --set output.dir="$work/$name" > "$work/$name.log" 2>&1 ||
+      { cat "$work/$name.log"; fail "$name"; }
+  fi
+}
+
+run cpu_dropout 1 --set model.dropout=0.1
+run gpu_dropout 1 --set model.dropout=0.1 --set train.device=cuda
+grep -q '^device: cuda:0 (Tessera CUDA emulator' "$work/gpu_dropout.log" || fail "the GPU run did not use the emulated GPU"
+same_losses "$work/cpu_dropout/metrics.jsonl" "$work/gpu_dropout/metrics.jsonl" 1
+
+run gpu 1 --set model.dropout=0 --set train.device=cuda
+for layout in "2 1" "1 2" "2 2"; do
+  set -- $layout
+  run "gpu_tp$1_dp$2" $(($1 * $2)) --set model.dropout=0 --set train.device=cuda --set parallel.tensor=$1 --set parallel.data=$2
+  same_losses "$work/gpu/metrics.jsonl" "$work/gpu_tp$1_dp$2/metrics.jsonl" 1
+done
+
+# Written by two GPUs (each rank its slice), read by one CPU process.
+"$tessera" train $common --set model.dropout=0 --set output.dir="$work/resumed_on_cpu" \
+  --resume "$work/gpu_tp2_dp1/checkpoint_00000003.h5" > "$work/resumed_on_cpu.log" 2>&1 ||
+  { cat "$work/resumed_on_cpu.log"; fail "resume on the CPU"; }
+grep -q "resumed from .* at step 3 " "$work/resumed_on_cpu.log" || fail "the CPU run did not resume at step 3"
+same_losses "$work/gpu/metrics.jsonl" "$work/resumed_on_cpu/metrics.jsonl" 4
+
+run gpu_bf16 1 --set model.dropout=0 --set train.device=cuda --set train.precision=bf16
+losses "$work/gpu/metrics.jsonl" > "$work/f32.txt" && losses "$work/gpu_bf16/metrics.jsonl" > "$work/bf16.txt"
+join "$work/f32.txt" "$work/bf16.txt" | awk '
+  { n++; d = $2 - $4; if (d < 0) d = -d; if (d > 0.02 * $2) { bad++; print "step " $1 ": loss " $2 " (float32) vs " $4 " (bfloat16)" } }
+  END { if (n != 6 || bad > 0) { print "FAIL: bfloat16: " bad + 0 " of " n + 0 " steps beyond 2%"; exit 1 } print "bfloat16: 6 steps within 2% of float32" }'
+
+# Translations of the GPU-trained model: the CPU's, on the GPU, greedy and beam, one process or two.
+i=0; while [ $i -lt 12 ]; do echo "$((i % 20)) $(((i * 7) % 20)) $(((i * 3 + 5) % 20)) $(((i + 11) % 20)) 4 9"; i=$((i + 1)); done > "$work/src.txt"
+model="$work/gpu/model.h5"
+for beam in 1 4; do
+  "$tessera" translate --checkpoint "$model" -i "$work/src.txt" -o "$work/cpu_beam$beam.txt" --beam $beam
+  "$tessera" translate --checkpoint "$model" -i "$work/src.txt" -o "$work/gpu_beam$beam.txt" --beam $beam --device cuda
+  cmp "$work/cpu_beam$beam.txt" "$work/gpu_beam$beam.txt" || fail "beam $beam: the GPU's translations differ from the CPU's"
+done
+mpirun -np 2 --oversubscribe "$tessera" translate --checkpoint "$model" -i "$work/src.txt" -o "$work/gpu2.txt" --beam 4 \
+  --device cuda > "$work/gpu2.log" 2>&1 || { cat "$work/gpu2.log"; fail "translate on two GPUs"; }
+cmp "$work/cpu_beam4.txt" "$work/gpu2.txt" || fail "two GPUs' translations differ from the CPU's"
+echo "PASS"
