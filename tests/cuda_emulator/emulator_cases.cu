@@ -19,10 +19,10 @@ __global__ void neighbour_kernel(int* out, bool with_barrier) {
 
 __global__ void copy_kernel(const float* in, float* out) { out[threadIdx.x] = in[threadIdx.x]; }
 
-// Lanes 16..31 return before a full-mask shuffle.
+// Lanes 16..31 return before a full-mask shuffle: lanes 0..15 read those lanes (xor 16).
 __global__ void early_exit_shuffle_kernel(float* out) {
   if (threadIdx.x >= 16) return;
-  out[threadIdx.x] = __shfl_xor_sync(0xffffffffu, 1.0f, 1);
+  out[threadIdx.x] = __shfl_xor_sync(0xffffffffu, 1.0f, 16);
 }
 
 // Half a warp at __syncthreads, the other half at a shuffle: neither completes.
@@ -61,6 +61,24 @@ __global__ void wmma_kernel(const __nv_bfloat16* a, const __nv_bfloat16* b, floa
   nvcuda::wmma::load_matrix_sync(fb, bs, 16);
   nvcuda::wmma::mma_sync(fc, fa, fb, fc);
   nvcuda::wmma::store_matrix_sync(c, fc, 16, nvcuda::wmma::mem_row_major);
+}
+
+// Reads a static shared array nobody wrote (after block 0 wrote it in an earlier block).
+__global__ void unwritten_static_shared_kernel(float* out) {
+  __shared__ float values[32];
+  if (blockIdx.x == 0) {
+    values[threadIdx.x] = 42.0f;
+    return;
+  }
+  out[threadIdx.x] = values[threadIdx.x];
+}
+
+__global__ void read_at_kernel(const float* in, float* out, long index) { out[0] = in[index]; }
+
+// Block i adds one to block i - 1's result: blocks are unordered, so it depends on their order.
+__global__ void chain_kernel(int* out) {
+  const int i = static_cast<int>(blockIdx.x);
+  out[i] = i == 0 ? 1 : out[i - 1] + 1;
 }
 
 // Reads dynamic shared memory nobody wrote.
@@ -105,6 +123,18 @@ cudaError_t wmma_product(const void* a, const void* b, float* c, int offset) {
 }
 cudaError_t unwritten_shared(float* out) {
   unwritten_shared_kernel<<<1, 32, 32 * sizeof(float)>>>(out);
+  return cudaGetLastError();
+}
+cudaError_t unwritten_static_shared(float* out) {
+  unwritten_static_shared_kernel<<<2, 32>>>(out);
+  return cudaGetLastError();
+}
+cudaError_t read_at(const float* in, float* out, long index) {
+  read_at_kernel<<<1, 1>>>(in, out, index);
+  return cudaGetLastError();
+}
+cudaError_t chain(int* out, int blocks) {
+  chain_kernel<<<blocks, 1>>>(out);
   return cudaGetLastError();
 }
 cudaError_t big_shared(float* out, bool opt_in) {

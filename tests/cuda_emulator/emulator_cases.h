@@ -14,6 +14,9 @@ cudaError_t warp_sum(float* out, int threads);
 // bfloat16 elements into shared memory.
 cudaError_t wmma_product(const void* a, const void* b, float* c, int offset);
 cudaError_t unwritten_shared(float* out);
+cudaError_t unwritten_static_shared(float* out);               // two blocks of 32; out[0..32) from block 1
+cudaError_t read_at(const float* in, float* out, long index);  // out[0] = in[index]
+cudaError_t chain(int* out, int blocks);                       // out[i] = out[i - 1] + 1, across blocks (a race)
 // A kernel using 100 KB of dynamic shared memory, with or without opting in to it.
 cudaError_t big_shared(float* out, bool opt_in);
 

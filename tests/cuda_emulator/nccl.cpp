@@ -91,10 +91,33 @@ void narrow_bf16(const std::vector<float>& v, void* p) {
   for (std::size_t i = 0; i < v.size(); ++i) static_cast<__nv_bfloat16*>(p)[i] = __float2bfloat16(v[i]);
 }
 
+template <typename T>
+void divide_as(void* p, std::size_t count, int by) {
+  for (std::size_t i = 0; i < count; ++i)
+    static_cast<T*>(p)[i] = static_cast<T>(static_cast<T*>(p)[i] / static_cast<T>(by));
+}
+// ncclAvg: the sum, divided by the ranks (integers truncate).
 void divide(void* p, std::size_t count, ncclDataType_t t, int by) {
-  for (std::size_t i = 0; i < count; ++i) {
-    if (t == ncclFloat32) static_cast<float*>(p)[i] /= static_cast<float>(by);
-    if (t == ncclFloat64) static_cast<double*>(p)[i] /= by;
+  switch (t) {
+    case ncclInt8:
+      return divide_as<std::int8_t>(p, count, by);
+    case ncclUint8:
+      return divide_as<std::uint8_t>(p, count, by);
+    case ncclInt32:
+      return divide_as<std::int32_t>(p, count, by);
+    case ncclUint32:
+      return divide_as<std::uint32_t>(p, count, by);
+    case ncclInt64:
+      return divide_as<std::int64_t>(p, count, by);
+    case ncclUint64:
+      return divide_as<std::uint64_t>(p, count, by);
+    case ncclFloat32:
+      return divide_as<float>(p, count, by);
+    case ncclFloat64:
+      return divide_as<double>(p, count, by);
+    case ncclFloat16:
+    case ncclBfloat16:
+      return;  // not reached: no float16; bfloat16 is divided as float32
   }
 }
 
@@ -111,7 +134,6 @@ ncclResult_t reduce(const void* send, void* recv, std::size_t count, ncclDataTyp
   const bool to_all = root < 0, receives = to_all || rank == root;
   const std::size_t bytes = count * size_of(type);
   if (mpi_type(type) == MPI_DATATYPE_NULL || mpi_op(op) == MPI_OP_NULL) return ncclInvalidArgument;
-  if (op == ncclAvg && type != ncclFloat32 && type != ncclFloat64 && type != ncclBfloat16) return ncclInvalidArgument;
   if (!usable(comm, send, bytes) || (receives && !usable(comm, recv, bytes))) return ncclInvalidArgument;
   if (count > static_cast<std::size_t>(INT32_MAX)) return ncclInvalidArgument;
   DeviceAccess access;
@@ -179,7 +201,9 @@ ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, ncclComm_t* newc
 
 ncclResult_t ncclCommDestroy(ncclComm_t comm) {
   if (comm == nullptr) return ncclInvalidArgument;
-  MPI_Comm_free(&comm->mpi);
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  if (!finalized) MPI_Comm_free(&comm->mpi);
   delete comm;
   return ncclSuccess;
 }

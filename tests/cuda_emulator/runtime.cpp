@@ -22,15 +22,23 @@ namespace {
 
 // ---- device memory: one reserved range, handed out upwards, never reused ----
 // Outside the emulator's own work it has no access, so host code reading a device pointer faults.
-// A freed allocation's pages are returned to the system and its range is no longer device memory.
+// Each allocation ends flush against its last page (256-byte aligned, as cudaMalloc's) with a
+// guard page after it, so a read past its end does not land in a neighbour (see protect()). A
+// freed allocation's pages go back to the system and its range is never reused. Copies and
+// kernel arguments are checked against the live allocations.
 constexpr std::size_t kArenaBytes = std::size_t{1} << 38;    // 256 GiB of address space, not memory
 constexpr std::size_t kDeviceBytes = std::size_t{16} << 30;  // what the emulated GPU reports
 
+struct Allocation {
+  std::size_t bytes;       // as asked for
+  char* pages;             // its pages (the allocation ends at their end)
+  std::size_t page_bytes;  // without the guard page after them
+};
 struct Arena {
   std::mutex mutex;
   char* base = nullptr;
   std::size_t used = 0, live_bytes = 0;
-  std::map<std::uintptr_t, std::size_t> live;  // start -> bytes
+  std::map<std::uintptr_t, Allocation> live;  // by start
   int access_depth = 0;
 };
 Arena& arena() {
@@ -52,12 +60,19 @@ bool protecting() {
   return on;
 }
 
-void protect(Arena& a, int prot) {
-  if (!protecting()) return;  // each allocation is made accessible once, in cudaMalloc
-  if (a.used > 0 && mprotect(a.base, a.used, prot) != 0) {
+void checked_mprotect(void* p, std::size_t bytes, int prot) {
+  if (bytes > 0 && mprotect(p, bytes, prot) != 0) {
     std::perror("cuda emulator: mprotect");
     std::abort();
   }
+}
+
+// The whole range accessible or not, in one call: one call per live allocation made a training
+// step 7x slower. (So while the emulator works, guard pages and freed ranges read as zeros; with
+// TESSERA_CUDA_EMULATOR_PROTECT=0 they stay without access and a kernel reading them faults.)
+void protect(Arena& a, bool accessible) {
+  if (!protecting()) return;  // each allocation is made accessible once, in cudaMalloc
+  checked_mprotect(a.base, a.used, accessible ? PROT_READ | PROT_WRITE : PROT_NONE);
 }
 
 // ---- errors ----
@@ -99,6 +114,7 @@ struct Block {
   std::string fault;  // set by a faulting fiber
 };
 thread_local Block* t_block = nullptr;
+thread_local std::vector<const void*> t_poisoned_static_shared;  // in the current block
 
 // Fiber stacks, kept for the next block: 256 KB each, a guard page below each so that an overflow
 // faults instead of corrupting the next one.
@@ -138,38 +154,29 @@ void yield(Block& b) {
 
 std::string describe(dim3 d) { return std::to_string(d.x) + "," + std::to_string(d.y) + "," + std::to_string(d.z); }
 
-// Releases warp w's lanes when all its live lanes wait at a warp operation (a shuffle gets its
-// partner's value). Returns an error message for a warp operation that cannot complete: lanes
-// exited (or missing from a partial warp), or lanes at different operations.
+// Releases warp w's lanes when all its live lanes wait at a warp operation. As on the GPU, lanes
+// that have exited (or that a partial warp lacks) take no part: a shuffle reading one gets NaN
+// bits (0xff bytes; the GPU's value is undefined). Returns an error message when live lanes wait
+// at different warp operations.
 std::string release_warp(Block& b, int w) {
   const int n = static_cast<int>(b.fibers.size()), w0 = 32 * w;
-  int waiting = 0, exited = 0;
   const char* op = nullptr;
-  for (int t = w0; t < w0 + 32; ++t) {
-    if (t >= n) {
-      ++exited;
-      continue;
-    }
+  for (int t = w0; t < w0 + 32 && t < n; ++t) {
     const Fiber& f = b.fibers[static_cast<std::size_t>(t)];
-    if (f.state == State::done) {
-      ++exited;
-    } else if (f.state != State::at_warp_op) {
-      return {};  // a lane still runs or waits at __syncthreads
-    } else {
-      ++waiting;
-      if (op != nullptr && std::strcmp(op, f.warp_op) != 0)
-        return "lanes of warp " + std::to_string(w) + " wait at different warp operations (" + op + ", " + f.warp_op +
-               ")";
-      op = f.warp_op;
-    }
+    if (f.state == State::done) continue;
+    if (f.state != State::at_warp_op) return {};  // a lane still runs or waits at __syncthreads
+    if (op != nullptr && std::strcmp(op, f.warp_op) != 0)
+      return "lanes of warp " + std::to_string(w) + " wait at different warp operations (" + op + ", " + f.warp_op +
+             ")";
+    op = f.warp_op;
   }
-  if (waiting == 0) return {};
-  if (exited > 0)
-    return std::string(op) + " with a full mask in warp " + std::to_string(w) + ", but " + std::to_string(exited) +
-           " of its lanes have exited or do not exist";
-  for (int t = w0; t < w0 + 32; ++t) {
+  if (op == nullptr) return {};
+  for (int t = w0; t < w0 + 32 && t < n; ++t) {
     Fiber& f = b.fibers[static_cast<std::size_t>(t)];
-    f.exchange_out = b.fibers[static_cast<std::size_t>(w0 + ((t - w0) ^ f.lane_mask))].exchange_in;
+    if (f.state != State::at_warp_op) continue;
+    const int from = w0 + ((t - w0) ^ f.lane_mask);
+    const bool gone = from >= n || b.fibers[static_cast<std::size_t>(from)].state == State::done;
+    f.exchange_out = gone ? ~std::uint64_t{0} : b.fibers[static_cast<std::size_t>(from)].exchange_in;
     f.state = State::ready;
   }
   return {};
@@ -279,6 +286,14 @@ std::uint64_t exchange(unsigned mask, std::uint64_t bits, int lane_mask) {
   return f.exchange_out;
 }
 
+void poison_static_shared(void* array, std::size_t bytes) {
+  current_fiber("static shared memory");
+  for (const void* p : t_poisoned_static_shared)
+    if (p == array) return;
+  std::memset(array, 0xff, bytes);
+  t_poisoned_static_shared.push_back(array);
+}
+
 unsigned char* dynamic_shared() {
   current_fiber("dynamic shared memory");
   return t_block->shared;
@@ -291,19 +306,26 @@ bool is_device_memory(const void* p, std::size_t bytes) {
   auto it = a.live.upper_bound(at);
   if (it == a.live.begin()) return false;
   --it;
-  return at + bytes <= it->first + it->second;
+  return at + bytes <= it->first + it->second.bytes;
+}
+
+bool in_device_range(const void* p) {
+  Arena& a = arena();
+  std::lock_guard lock(a.mutex);
+  const auto at = reinterpret_cast<std::uintptr_t>(p), base = reinterpret_cast<std::uintptr_t>(a.base);
+  return a.base != nullptr && at >= base && at < base + a.used;
 }
 
 DeviceAccess::DeviceAccess() {
   Arena& a = arena();
   std::lock_guard lock(a.mutex);
-  if (a.access_depth++ == 0) protect(a, PROT_READ | PROT_WRITE);
+  if (a.access_depth++ == 0) protect(a, true);
 }
 
 DeviceAccess::~DeviceAccess() {
   Arena& a = arena();
   std::lock_guard lock(a.mutex);
-  if (--a.access_depth == 0) protect(a, PROT_NONE);
+  if (--a.access_depth == 0) protect(a, false);
 }
 
 cudaError_t set_max_dynamic_shared(const void* kernel, int bytes) {
@@ -353,18 +375,25 @@ void run_grid(const void* kernel, const char* name, const Config& c, const void*
   gridDim = c.grid;
   blockDim = c.block;
   t_block = &b;
-  std::uint64_t linear = 0;
-  for (unsigned z = 0; z < c.grid.z; ++z)
-    for (unsigned y = 0; y < c.grid.y; ++y)
-      for (unsigned x = 0; x < c.grid.x; ++x, ++linear) {
-        blockIdx = uint3{x, y, z};
-        std::memset(b.shared, 0xff, c.shared_bytes);  // NaN in float32 and bfloat16
-        const std::string fault = run_block(b, linear % 2 == 1);
-        if (!fault.empty()) {
-          t_block = nullptr;
-          return fail(cudaErrorLaunchFailure, "block (" + describe(dim3(x, y, z)) + "): " + fault);
-        }
-      }
+  // Blocks run one after another: in ascending order on even launches, descending on odd ones (a
+  // block reading what another writes shows); threads ascending in alternate blocks, starting
+  // with the other direction on odd launches (a one-block launch gets both).
+  thread_local std::uint64_t launches = 0;
+  const bool odd_launch = launches++ % 2 == 1;
+  const std::uint64_t blocks = std::uint64_t{c.grid.x} * c.grid.y * c.grid.z;
+  for (std::uint64_t i = 0; i < blocks; ++i) {
+    const std::uint64_t linear = odd_launch ? blocks - 1 - i : i;
+    blockIdx = uint3{static_cast<unsigned>(linear % c.grid.x), static_cast<unsigned>(linear / c.grid.x % c.grid.y),
+                     static_cast<unsigned>(linear / (std::uint64_t{c.grid.x} * c.grid.y))};
+    std::memset(b.shared, 0xff, c.shared_bytes);  // NaN in float32 and bfloat16
+    t_poisoned_static_shared.clear();
+    const std::string fault = run_block(b, (linear + (odd_launch ? 1 : 0)) % 2 == 1);
+    if (!fault.empty()) {
+      t_block = nullptr;
+      return fail(cudaErrorLaunchFailure,
+                  "block (" + describe(dim3(blockIdx.x, blockIdx.y, blockIdx.z)) + "): " + fault);
+    }
+  }
   t_block = nullptr;
 }
 
@@ -454,14 +483,16 @@ cudaError_t cudaMalloc(void** ptr, std::size_t bytes) {
     if (p == MAP_FAILED) return cudaErrorMemoryAllocation;
     a.base = static_cast<char*>(p);
   }
-  const std::size_t size = round_up(bytes > 0 ? bytes : 1, page_size());
-  if (a.live_bytes + size > kDeviceBytes || a.used + size > kArenaBytes) return cudaErrorMemoryAllocation;
-  char* p = a.base + a.used;
-  a.used += size;
-  if ((!protecting() || a.access_depth > 0) && mprotect(p, size, PROT_READ | PROT_WRITE) != 0)
+  const std::size_t size = bytes > 0 ? bytes : 1, page_bytes = round_up(size, page_size());
+  if (a.live_bytes + page_bytes > kDeviceBytes || a.used + page_bytes + page_size() > kArenaBytes)
     return cudaErrorMemoryAllocation;
-  a.live[reinterpret_cast<std::uintptr_t>(p)] = bytes > 0 ? bytes : 1;
-  a.live_bytes += size;
+  char* pages = a.base + a.used;
+  a.used += page_bytes + page_size();  // and a guard page
+  if ((!protecting() || a.access_depth > 0) && mprotect(pages, page_bytes, PROT_READ | PROT_WRITE) != 0)
+    return cudaErrorMemoryAllocation;
+  char* p = pages + page_bytes - round_up(size, 256);
+  a.live[reinterpret_cast<std::uintptr_t>(p)] = Allocation{size, pages, page_bytes};
+  a.live_bytes += page_bytes;
   *ptr = p;
   return cudaSuccess;
 }
@@ -472,17 +503,23 @@ cudaError_t cudaFree(void* ptr) {
   std::lock_guard lock(a.mutex);
   auto it = a.live.find(reinterpret_cast<std::uintptr_t>(ptr));
   if (it == a.live.end()) return cudaErrorInvalidDevicePointer;
-  const std::size_t size = round_up(it->second, page_size());
-  madvise(ptr, size, MADV_DONTNEED);  // the pages go back to the system; the range is never reused
-  a.live_bytes -= size;
+  const Allocation alloc = it->second;
+  madvise(alloc.pages, alloc.page_bytes, MADV_DONTNEED);  // the pages go back; the range is never reused
+  checked_mprotect(alloc.pages, alloc.page_bytes, PROT_NONE);
+  a.live_bytes -= alloc.page_bytes;
   a.live.erase(it);
   return cudaSuccess;
 }
 
 namespace {
 
-cudaError_t check_copy(const void* dst, const void* src, std::size_t bytes, cudaMemcpyKind kind) {
-  const bool dst_device = is_device_memory(dst, bytes), src_device = is_device_memory(src, bytes);
+// A copy's ends: one in the device range must lie in one live allocation (also for
+// cudaMemcpyDefault); an explicit kind must name where each end is.
+cudaError_t check_copy(const void* dst, std::size_t dst_span, const void* src, std::size_t src_span,
+                       cudaMemcpyKind kind) {
+  const bool dst_device = in_device_range(dst), src_device = in_device_range(src);
+  if ((dst_device && !is_device_memory(dst, dst_span)) || (src_device && !is_device_memory(src, src_span)))
+    return cudaErrorInvalidValue;
   const bool ok = kind == cudaMemcpyDefault || (kind == cudaMemcpyHostToDevice && dst_device && !src_device) ||
                   (kind == cudaMemcpyDeviceToHost && !dst_device && src_device) ||
                   (kind == cudaMemcpyDeviceToDevice && dst_device && src_device) ||
@@ -494,7 +531,7 @@ cudaError_t check_copy(const void* dst, const void* src, std::size_t bytes, cuda
 
 cudaError_t cudaMemcpy(void* dst, const void* src, std::size_t bytes, cudaMemcpyKind kind) {
   if (bytes == 0) return cudaSuccess;
-  if (const cudaError_t err = check_copy(dst, src, bytes, kind); err != cudaSuccess) return err;
+  if (const cudaError_t err = check_copy(dst, bytes, src, bytes, kind); err != cudaSuccess) return err;
   DeviceAccess access;
   std::memmove(dst, src, bytes);
   return cudaSuccess;
@@ -507,10 +544,7 @@ cudaError_t cudaMemcpy2DAsync(void* dst, std::size_t dpitch, const void* src, st
   if (width > dpitch || width > spitch) return cudaErrorInvalidValue;
   if (width == 0 || height == 0) return cudaSuccess;
   const std::size_t dst_span = dpitch * (height - 1) + width, src_span = spitch * (height - 1) + width;
-  if (kind != cudaMemcpyDefault &&
-      (check_copy(dst, src, 1, kind) != cudaSuccess ||
-       (kind == cudaMemcpyDeviceToDevice && (!is_device_memory(dst, dst_span) || !is_device_memory(src, src_span)))))
-    return cudaErrorInvalidValue;
+  if (const cudaError_t err = check_copy(dst, dst_span, src, src_span, kind); err != cudaSuccess) return err;
   DeviceAccess access;
   for (std::size_t r = 0; r < height; ++r)
     std::memmove(static_cast<char*>(dst) + r * dpitch, static_cast<const char*>(src) + r * spitch, width);

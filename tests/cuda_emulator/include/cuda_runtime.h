@@ -4,17 +4,23 @@
 // timing, no hardware rounding or scheduling), but it runs the kernels' own source:
 //
 // - Each block's threads are fibers on the launching thread, switched only at __syncthreads,
-//   __syncwarp, warp shuffles and exits, so runs are deterministic. Even-numbered blocks run their
-//   threads in ascending order, odd-numbered ones in descending order: a missing barrier shows as
-//   a wrong result in one of the two.
+//   __syncwarp, warp shuffles and exits, so runs are deterministic. Each warp runs as far as it can
+//   before the next starts; alternate blocks run warps and lanes in ascending and descending order,
+//   and alternate launches run their blocks in ascending and descending order: a missing barrier
+//   shows as a wrong result in one of them.
 // - Launches are checked as the GPU checks them (block size, grid limits, dynamic shared memory
 //   against cudaFuncSetAttribute and the opt-in limit), and so is what the GPU leaves undefined:
-//   a kernel argument that is not device memory, a warp operation some lanes of the warp never
-//   reach, a deadlock at a barrier, wmma's alignment rules. Such a fault ends the launch; the next
-//   cudaGetLastError (and synchronization) returns it, with the details on standard error.
+//   a kernel argument that is not device memory (a host or freed pointer), live lanes of a warp at
+//   different warp operations, a deadlock at a barrier, wmma's alignment rules. Such a fault ends
+//   the launch; the next cudaGetLastError (and synchronization) returns it, with the details on
+//   standard error. (A shuffle from an exited lane gets NaN bits: the GPU's value is undefined.)
 // - Device memory is host memory mapped without access outside the emulator's own work (kernels,
 //   copies, cuBLAS, NCCL): host code that reads a device pointer dies with SIGSEGV, as on a GPU.
-// - Dynamic shared memory starts each block as NaN bytes (0xff), so a read before a write shows.
+//   Each allocation ends at a page's end with a guard page after it: with
+//   TESSERA_CUDA_EMULATOR_PROTECT=0 a kernel reading past an allocation's end faults there.
+//   Copies are checked against the allocations they touch.
+// - Shared memory, dynamic and static, starts each block as NaN bytes (0xff), so a read before a
+//   write shows.
 // - Streams and events exist but everything runs at once, in order.
 //
 // Device code is compiled as C++ from a copy of each .cu file whose launches `k<<<g, b, s, st>>>(a)`
@@ -137,7 +143,8 @@ cudaError_t cudaFuncSetAttribute(Kernel kernel, cudaFuncAttribute attr, int valu
 #define __forceinline__ inline
 #define __launch_bounds__(...)
 #define __align__(n) alignas(n)
-#define __shared__ static  // blocks run one after another: one copy serves them all
+// __shared__ arrays are rewritten by translate_cu.cmake: static (blocks run one after another, so
+// one copy serves them all) and poisoned at each block's start.
 
 extern thread_local uint3 threadIdx, blockIdx;
 extern thread_local dim3 blockDim, gridDim;
@@ -162,6 +169,8 @@ void sync_warp(unsigned mask, const char* what);
 std::uint64_t exchange(unsigned mask, std::uint64_t bits, int lane_mask);
 // The current block's dynamic shared memory (extern __shared__ arrays).
 unsigned char* dynamic_shared();
+// A static __shared__ array: filled with 0xff bytes by the first thread of each block to reach it.
+void poison_static_shared(void* array, std::size_t bytes);
 
 }  // namespace tessera::cuda_emulator
 
@@ -270,7 +279,9 @@ class DeviceAccess {
   DeviceAccess(const DeviceAccess&) = delete;
   DeviceAccess& operator=(const DeviceAccess&) = delete;
 };
-// Whether [p, p + bytes) lies in one cudaMalloc allocation.
+// Whether [p, p + bytes) lies in one live cudaMalloc allocation; whether p lies in the range
+// device memory is handed out from (live, freed or a guard page).
 bool is_device_memory(const void* p, std::size_t bytes);
+bool in_device_range(const void* p);
 
 }  // namespace tessera::cuda_emulator
