@@ -1,6 +1,9 @@
-// Kernels for the emulator's own tests (test_emulator.cpp): each does one thing a GPU leaves
-// undefined or gets wrong, which the emulator must report or expose, and a correct twin where one
-// helps. Built only for the emulator (translated like framework/kernels/cuda/*.cu).
+// Kernels for the emulator's own tests (test_emulator.cpp), not kernels of Tessera: most do on
+// purpose what a GPU leaves undefined or gets wrong (a deadlock, a missing barrier, a misaligned
+// wmma tile, a read past a buffer), which the emulator must report or expose; the others are
+// correct twins. Built only for the emulator (translated like framework/kernels/cuda/*.cu), never
+// by nvcc, and not in tests/gpu/check.sh: on a GPU the deadlock would hang. Their reference is
+// computed on the CPU in test_emulator.cpp (plain loops for warp_sum, wmma and the barrier case).
 #include <mma.h>
 
 #include "emulator_cases.h"

@@ -77,7 +77,6 @@ void protect(Arena& a, bool accessible) {
 
 // ---- errors ----
 thread_local cudaError_t t_last_error = cudaSuccess;
-thread_local std::string t_fault_detail;
 void set_error(cudaError_t err) {
   if (t_last_error == cudaSuccess) t_last_error = err;
 }
@@ -128,7 +127,7 @@ struct PooledStack {
         std::perror("cuda emulator: mmap of a fiber stack");
         std::abort();
       }
-      mprotect(p, page_size(), PROT_NONE);
+      checked_mprotect(p, page_size(), PROT_NONE);
       t_free_stacks.push_back(static_cast<char*>(p) + page_size());
     }
     boost::context::stack_context sc;
@@ -256,7 +255,7 @@ void fault(const char* what) {
   current_fiber(what);
   t_block->fault = what;
   yield(*t_block);
-  std::abort();  // a faulted fiber is never resumed
+  std::abort();  // not reached: a faulted fiber is only unwound (when its block is destroyed)
 }
 
 void sync_block() {
@@ -338,8 +337,7 @@ cudaError_t set_max_dynamic_shared(const void* kernel, int bytes) {
 void run_grid(const void* kernel, const char* name, const Config& c, const void* const* pointers, std::size_t count,
               ThreadBody& body) {
   const auto fail = [&](cudaError_t err, const std::string& why) {
-    t_fault_detail = std::string("cuda emulator: ") + name + ": " + why;
-    std::fprintf(stderr, "%s\n", t_fault_detail.c_str());
+    std::fprintf(stderr, "cuda emulator: %s: %s\n", name, why.c_str());
     set_error(err);
   };
   const std::uint64_t threads = std::uint64_t{c.block.x} * c.block.y * c.block.z;
