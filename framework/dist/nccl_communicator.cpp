@@ -74,6 +74,7 @@ NcclCommunicator::NcclCommunicator(MpiCommunicator& bootstrap)
     : bootstrap_(&bootstrap), rank_(bootstrap.rank()), size_(bootstrap.size()) {
   ncclUniqueId id{};
   if (rank_ == 0) check_nccl(ncclGetUniqueId(&id), "ncclGetUniqueId");
+  CollectiveWatch mark("NCCL bootstrap (ncclCommInitRank)");  // every rank takes part: a hung one would hang it
   if (MPI_Bcast(&id, sizeof(id), MPI_BYTE, 0, bootstrap.comm()) != MPI_SUCCESS)
     fail("NCCL bootstrap: MPI_Bcast failed");
   check_nccl(ncclCommInitRank(&comm_, size_, id, rank_), "ncclCommInitRank");
@@ -115,24 +116,27 @@ void NcclCommunicator::after_compute() {
              "NCCL collective");
 }
 
-void NcclCommunicator::synchronize() {
-  CollectiveWatch mark("NCCL collective");  // a dead or hung peer: parallel.timeout_s
-  check_cuda(cudaStreamSynchronize(static_cast<cudaStream_t>(stream_)), "NCCL collective");
+void NcclCommunicator::synchronize(const char* what) {
+  CollectiveWatch mark(what);  // a dead or hung peer: parallel.timeout_s
+  check_cuda(cudaStreamSynchronize(static_cast<cudaStream_t>(stream_)), what);
+}
+
+void NcclCommunicator::enqueue_all_reduce(Tensor& t, ReduceOp op) {
+  check_gpu(t, "all_reduce");
+  after_compute();
+  check_nccl(ncclAllReduce(t.raw_data(), t.raw_data(), static_cast<std::size_t>(t.numel()),
+                           nccl_type(t.dtype(), "all_reduce"), nccl_op(op), comm_, static_cast<cudaStream_t>(stream_)),
+             "all_reduce");
 }
 
 void NcclCommunicator::all_reduce(Tensor& t, ReduceOp op) {
-  all_reduce_async(t, op);
-  synchronize();
+  enqueue_all_reduce(t, op);  // no request (an event) for a wait that follows at once
+  synchronize("NCCL all_reduce");
 }
 
 std::unique_ptr<Request> NcclCommunicator::all_reduce_async(Tensor& t, ReduceOp op) {
-  check_gpu(t, "all_reduce");
-  after_compute();
-  auto stream = static_cast<cudaStream_t>(stream_);
-  check_nccl(ncclAllReduce(t.raw_data(), t.raw_data(), static_cast<std::size_t>(t.numel()),
-                           nccl_type(t.dtype(), "all_reduce"), nccl_op(op), comm_, stream),
-             "all_reduce");
-  return std::make_unique<NcclRequest>(stream, t);
+  enqueue_all_reduce(t, op);
+  return std::make_unique<NcclRequest>(static_cast<cudaStream_t>(stream_), t);
 }
 
 Tensor NcclCommunicator::all_gather(const Tensor& t) {
@@ -141,8 +145,11 @@ Tensor NcclCommunicator::all_gather(const Tensor& t) {
   // Row counts over MPI (they may differ), then one broadcast per rank inside a group.
   std::vector<std::int64_t> rows(static_cast<std::size_t>(size_));
   std::int64_t mine = t.size(0);
-  if (MPI_Allgather(&mine, 1, MPI_INT64_T, rows.data(), 1, MPI_INT64_T, bootstrap_->comm()) != MPI_SUCCESS)
-    fail("all_gather: exchanging row counts failed");
+  {
+    CollectiveWatch mark("NCCL all_gather (row counts, over MPI)");  // a dead or hung peer: parallel.timeout_s
+    if (MPI_Allgather(&mine, 1, MPI_INT64_T, rows.data(), 1, MPI_INT64_T, bootstrap_->comm()) != MPI_SUCCESS)
+      fail("all_gather: exchanging row counts failed");
+  }
   const std::int64_t row_elems = row_elements(t);
   std::int64_t total = 0;
   for (auto r : rows) total += r;
@@ -161,7 +168,7 @@ Tensor NcclCommunicator::all_gather(const Tensor& t) {
     offset += rows[static_cast<std::size_t>(r)];
   }
   check_nccl(ncclGroupEnd(), "all_gather");
-  synchronize();
+  synchronize("NCCL all_gather");
   return out;
 }
 
@@ -188,7 +195,7 @@ Tensor NcclCommunicator::reduce_scatter(const Tensor& t, const std::vector<std::
     offset += rows[static_cast<std::size_t>(r)];
   }
   check_nccl(ncclGroupEnd(), "reduce_scatter");
-  synchronize();
+  synchronize("NCCL reduce_scatter");
   return out;
 }
 
@@ -198,11 +205,11 @@ void NcclCommunicator::broadcast(Tensor& t, int root) {
   check_nccl(
       ncclBroadcast(t.raw_data(), t.raw_data(), t.nbytes(), ncclUint8, root, comm_, static_cast<cudaStream_t>(stream_)),
       "broadcast");
-  synchronize();
+  synchronize("NCCL broadcast");
 }
 
 void NcclCommunicator::barrier() {
-  synchronize();
+  synchronize("NCCL barrier (collectives in flight)");
   bootstrap_->barrier();
 }
 

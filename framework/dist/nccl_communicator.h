@@ -33,7 +33,9 @@ class NcclCommunicator final : public Communicator {
   NcclCommunicator(ncclComm_t comm, std::unique_ptr<MpiCommunicator> sizes);
   void create_stream();
   void after_compute();  // the communicator's stream waits for the work queued on the default stream
-  void synchronize();
+  void enqueue_all_reduce(Tensor& t, ReduceOp op);
+  // Waits for the communicator's stream; `what` names the wait if parallel.timeout_s ends it.
+  void synchronize(const char* what);
   ncclComm_t comm_ = nullptr;
   void* stream_ = nullptr;                // cudaStream_t
   void* compute_done_ = nullptr;          // cudaEvent_t

@@ -92,6 +92,7 @@ cublasStatus_t cublasGemmStridedBatchedEx(cublasHandle_t handle, cublasOperation
   const auto bytes = [&](std::int64_t count) { return static_cast<std::size_t>(count > 0 ? count : 1) * elem; };
   const float al = *static_cast<const float*>(alpha), be = *static_cast<const float*>(beta);
   const bool round = computeType == CUBLAS_COMPUTE_32F_FAST_TF32;
+  tessera::cuda_emulator::wait_before_work(handle->stream);
   for (int batch = 0; batch < batchCount; ++batch) {
     const char* a = static_cast<const char*>(A) + static_cast<std::size_t>(strideA * batch) * elem;
     const char* b = static_cast<const char*>(B) + static_cast<std::size_t>(strideB * batch) * elem;

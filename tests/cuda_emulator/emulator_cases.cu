@@ -103,8 +103,8 @@ cudaError_t neighbours(int* out, int blocks, int threads, bool with_barrier) {
   neighbour_kernel<<<blocks, threads>>>(out, with_barrier);
   return cudaGetLastError();
 }
-cudaError_t copy(const float* in, float* out, int threads) {
-  copy_kernel<<<1, threads>>>(in, out);
+cudaError_t copy(const float* in, float* out, int threads, cudaStream_t stream) {
+  copy_kernel<<<1, threads, 0, stream>>>(in, out);
   return cudaGetLastError();
 }
 cudaError_t early_exit_shuffle(float* out) {

@@ -6,7 +6,7 @@
 namespace tessera::cuda_emulator::cases {
 
 cudaError_t neighbours(int* out, int blocks, int threads, bool with_barrier);
-cudaError_t copy(const float* in, float* out, int threads);
+cudaError_t copy(const float* in, float* out, int threads, cudaStream_t stream = nullptr);
 cudaError_t early_exit_shuffle(float* out);
 cudaError_t deadlock(float* out);
 cudaError_t warp_sum(float* out, int threads);

@@ -7,7 +7,9 @@
 #include <chrono>
 #include <cstdint>
 #include <cstring>
+#include <memory>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "cuda_bf16.h"
@@ -125,34 +127,150 @@ bool usable(ncclComm_t comm, const void* buffer, std::size_t bytes) {
   return comm != nullptr && comm->mpi != MPI_COMM_NULL && (bytes == 0 || is_device_memory(buffer, bytes));
 }
 
+// One rank's part of a collective, queued on a stream. It starts (a non-blocking MPI collective
+// on copies) once the work before it on its stream is done, and completes, writing its result,
+// once every rank has reached it: on MPI_Test from cudaEventQuery (never the first one), MPI_Wait
+// from a synchronization. Meanwhile the bytes it writes hold NaN (0xff) and must stay so, and the
+// bytes it reads must not change: on a GPU, other work touching them unordered is a race.
+class Collective final : public tessera::cuda_emulator::StreamWork {
+ public:
+  enum class Kind { all_reduce, reduce, broadcast };
+  // root: the reduce's or broadcast's (ignored for all_reduce).
+  Collective(const char* name, Kind kind, const void* send, void* recv, std::size_t count, ncclDataType_t type,
+             ncclRedOp_t op, int root, MPI_Comm comm)
+      : name_(name),
+        kind_(kind),
+        send_(send),
+        recv_(recv),
+        count_(count),
+        type_(type),
+        op_(op),
+        root_(root),
+        comm_(comm) {
+    MPI_Comm_rank(comm, &rank_);
+    MPI_Comm_size(comm, &size_);
+    const bool receives = kind != Kind::reduce || rank_ == root;
+    reads_ = kind != Kind::broadcast || rank_ == root;
+    writes_ = receives && !(kind == Kind::broadcast && rank_ == root && send == recv);  // a root in place only reads
+  }
+
+  void start() override {
+    const std::size_t bytes = count_ * size_of(type_);
+    const int n = static_cast<int>(count_);
+    DeviceAccess access;
+    if (reads_)
+      sent_.assign(static_cast<const unsigned char*>(send_), static_cast<const unsigned char*>(send_) + bytes);
+    int rc = MPI_SUCCESS;
+    if (kind_ == Kind::broadcast) {
+      result_ = rank_ == root_ ? sent_ : std::vector<unsigned char>(bytes);
+      rc = MPI_Ibcast(result_.data(), static_cast<int>(bytes), MPI_BYTE, root_, comm_, &request_);
+    } else {
+      const bool to_all = kind_ == Kind::all_reduce, receives = to_all || rank_ == root_;
+      const void* in = sent_.data();
+      void* out = nullptr;
+      if (type_ == ncclBfloat16) {  // reduced as float32
+        widened_in_ = widen_bf16(sent_.data(), count_);
+        widened_out_.resize(receives ? count_ : 0);
+        in = widened_in_.data();
+        out = widened_out_.data();
+      } else {
+        result_.resize(receives ? bytes : 0);
+        out = result_.data();
+      }
+      rc = to_all ? MPI_Iallreduce(in, out, n, mpi_type(type_), mpi_op(op_), comm_, &request_)
+                  : MPI_Ireduce(in, out, n, mpi_type(type_), mpi_op(op_), root_, comm_, &request_);
+    }
+    if (writes_) std::memset(recv_, 0xff, bytes);  // NaN until it completes
+    started_ = rc == MPI_SUCCESS;
+  }
+
+  bool finish(bool wait) override {
+    // The first query finds it running, as it would on a GPU, so the caller's not-ready path runs.
+    if (!wait && !queried_) {
+      queried_ = true;
+      return false;
+    }
+    if (started_) {
+      int done = 0;
+      if (wait) {
+        MPI_Wait(&request_, MPI_STATUS_IGNORE);
+        done = 1;
+      } else {
+        MPI_Test(&request_, &done, MPI_STATUS_IGNORE);
+      }
+      if (!done) return false;
+    }
+    const std::size_t bytes = count_ * size_of(type_);
+    DeviceAccess access;
+    std::string failure;
+    if (!started_) {
+      failure = "MPI failed to start it";
+    } else if (writes_ && !all_ff(recv_, bytes)) {
+      failure =
+          "device memory it writes was written while it was in flight (by work not ordered after it on its "
+          "stream: a race on a GPU)";
+    } else if (reads_ && (!writes_ || send_ != recv_) && std::memcmp(send_, sent_.data(), bytes) != 0) {
+      failure =
+          "device memory it reads was changed while it was in flight (by work not ordered after it on its "
+          "stream: a race on a GPU)";
+    }
+    if (!failure.empty()) {
+      tessera::cuda_emulator::report_failure(cudaErrorLaunchFailure, (std::string(name_) + ": " + failure).c_str());
+      return true;
+    }
+    if (writes_) {
+      if (type_ == ncclBfloat16) {
+        if (op_ == ncclAvg)
+          for (float& x : widened_out_) x /= static_cast<float>(size_);
+        narrow_bf16(widened_out_, recv_);
+      } else {
+        std::memcpy(recv_, result_.data(), bytes);
+        if (op_ == ncclAvg) divide(recv_, count_, type_, size_);
+      }
+    }
+    return true;
+  }
+
+ private:
+  static bool all_ff(const void* p, std::size_t bytes) {
+    const auto* b = static_cast<const unsigned char*>(p);
+    for (std::size_t i = 0; i < bytes; ++i)
+      if (b[i] != 0xff) return false;
+    return true;
+  }
+
+  const char* name_;
+  Kind kind_;
+  const void* send_;
+  void* recv_;
+  std::size_t count_;
+  ncclDataType_t type_;
+  ncclRedOp_t op_;
+  int root_;
+  MPI_Comm comm_;
+  int rank_ = 0, size_ = 1;
+  bool reads_ = false, writes_ = false, started_ = false, queried_ = false;
+  std::vector<unsigned char> sent_;    // what it reads, as at its start
+  std::vector<unsigned char> result_;  // what it will write (not bfloat16)
+  std::vector<float> widened_in_, widened_out_;
+  MPI_Request request_ = MPI_REQUEST_NULL;
+};
+
 // sum, prod, max, min and avg over float, double, integers; bfloat16 through float32.
-ncclResult_t reduce(const void* send, void* recv, std::size_t count, ncclDataType_t type, ncclRedOp_t op, int root,
-                    ncclComm_t comm) {
-  int rank = 0, size = 1;
+ncclResult_t reduce(const char* name, const void* send, void* recv, std::size_t count, ncclDataType_t type,
+                    ncclRedOp_t op, int root, ncclComm_t comm, cudaStream_t stream) {
+  if (comm == nullptr || comm->mpi == MPI_COMM_NULL) return ncclInvalidArgument;
+  int rank = 0;
   MPI_Comm_rank(comm->mpi, &rank);
-  MPI_Comm_size(comm->mpi, &size);
   const bool to_all = root < 0, receives = to_all || rank == root;
   const std::size_t bytes = count * size_of(type);
   if (mpi_type(type) == MPI_DATATYPE_NULL || mpi_op(op) == MPI_OP_NULL) return ncclInvalidArgument;
   if (!usable(comm, send, bytes) || (receives && !usable(comm, recv, bytes))) return ncclInvalidArgument;
   if (count > static_cast<std::size_t>(INT32_MAX)) return ncclInvalidArgument;
-  DeviceAccess access;
-  const int n = static_cast<int>(count);
-  int rc = MPI_SUCCESS;
-  if (type == ncclBfloat16) {
-    std::vector<float> in = widen_bf16(send, count), out(receives ? count : 0);
-    rc = to_all ? MPI_Allreduce(in.data(), out.data(), n, MPI_FLOAT, mpi_op(op), comm->mpi)
-                : MPI_Reduce(in.data(), out.data(), n, MPI_FLOAT, mpi_op(op), root, comm->mpi);
-    if (op == ncclAvg)
-      for (float& x : out) x /= static_cast<float>(size);
-    if (receives) narrow_bf16(out, recv);
-  } else {
-    const void* in = send == recv && receives ? MPI_IN_PLACE : send;
-    rc = to_all ? MPI_Allreduce(in, recv, n, mpi_type(type), mpi_op(op), comm->mpi)
-                : MPI_Reduce(in, recv, n, mpi_type(type), mpi_op(op), root, comm->mpi);
-    if (op == ncclAvg && receives) divide(recv, count, type, size);
-  }
-  return rc == MPI_SUCCESS ? ncclSuccess : ncclSystemError;
+  tessera::cuda_emulator::enqueue(
+      stream, std::make_unique<Collective>(name, to_all ? Collective::Kind::all_reduce : Collective::Kind::reduce, send,
+                                           recv, count, type, op, root, comm->mpi));
+  return ncclSuccess;
 }
 
 }  // namespace
@@ -235,27 +353,27 @@ ncclResult_t ncclGroupStart() { return ncclSuccess; }
 ncclResult_t ncclGroupEnd() { return ncclSuccess; }
 
 ncclResult_t ncclAllReduce(const void* sendbuff, void* recvbuff, std::size_t count, ncclDataType_t datatype,
-                           ncclRedOp_t op, ncclComm_t comm, cudaStream_t) {
-  return reduce(sendbuff, recvbuff, count, datatype, op, -1, comm);
+                           ncclRedOp_t op, ncclComm_t comm, cudaStream_t stream) {
+  return reduce("ncclAllReduce", sendbuff, recvbuff, count, datatype, op, -1, comm, stream);
 }
 
 ncclResult_t ncclReduce(const void* sendbuff, void* recvbuff, std::size_t count, ncclDataType_t datatype,
-                        ncclRedOp_t op, int root, ncclComm_t comm, cudaStream_t) {
+                        ncclRedOp_t op, int root, ncclComm_t comm, cudaStream_t stream) {
   if (root < 0) return ncclInvalidArgument;
-  return reduce(sendbuff, recvbuff, count, datatype, op, root, comm);
+  return reduce("ncclReduce", sendbuff, recvbuff, count, datatype, op, root, comm, stream);
 }
 
 ncclResult_t ncclBroadcast(const void* sendbuff, void* recvbuff, std::size_t count, ncclDataType_t datatype, int root,
-                           ncclComm_t comm, cudaStream_t) {
+                           ncclComm_t comm, cudaStream_t stream) {
   const std::size_t bytes = count * size_of(datatype);
   int rank = 0;
-  if (comm == nullptr) return ncclInvalidArgument;
+  if (comm == nullptr || comm->mpi == MPI_COMM_NULL) return ncclInvalidArgument;
   MPI_Comm_rank(comm->mpi, &rank);
   if (size_of(datatype) == 0 || !usable(comm, recvbuff, bytes) || (rank == root && !usable(comm, sendbuff, bytes)))
     return ncclInvalidArgument;
   if (bytes > static_cast<std::size_t>(INT32_MAX)) return ncclInvalidArgument;
-  DeviceAccess access;
-  if (rank == root && sendbuff != recvbuff && bytes > 0) std::memmove(recvbuff, sendbuff, bytes);
-  return MPI_Bcast(recvbuff, static_cast<int>(bytes), MPI_BYTE, root, comm->mpi) == MPI_SUCCESS ? ncclSuccess
-                                                                                                : ncclSystemError;
+  tessera::cuda_emulator::enqueue(
+      stream, std::make_unique<Collective>("ncclBroadcast", Collective::Kind::broadcast, sendbuff, recvbuff, count,
+                                           datatype, ncclSum, root, comm->mpi));
+  return ncclSuccess;
 }

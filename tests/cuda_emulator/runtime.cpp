@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <vector>
@@ -363,6 +364,7 @@ void run_grid(const void* kernel, const char* name, const Config& c, const void*
     }
   if (t_block != nullptr) return fail(cudaErrorLaunchFailure, "a launch from device code");
 
+  wait_before_work(c.stream);
   DeviceAccess access;
   Block b;
   b.fibers.resize(threads);
@@ -436,7 +438,7 @@ cudaError_t cudaDeviceGetAttribute(int* value, cudaDeviceAttr attr, int device) 
   *value = kSharedOptin;
   return cudaSuccess;
 }
-cudaError_t cudaDeviceSynchronize() { return cudaPeekAtLastError(); }
+cudaError_t cudaDeviceSynchronize();  // below, with the streams
 cudaError_t cudaGetLastError() {
   const cudaError_t err = t_last_error;
   t_last_error = cudaSuccess;
@@ -497,6 +499,7 @@ cudaError_t cudaMalloc(void** ptr, std::size_t bytes) {
 
 cudaError_t cudaFree(void* ptr) {
   if (ptr == nullptr) return cudaSuccess;
+  cudaDeviceSynchronize();  // as on a GPU: queued work may still use it
   Arena& a = arena();
   std::lock_guard lock(a.mutex);
   auto it = a.live.find(reinterpret_cast<std::uintptr_t>(ptr));
@@ -528,75 +531,232 @@ cudaError_t check_copy(const void* dst, std::size_t dst_span, const void* src, s
 }  // namespace
 
 cudaError_t cudaMemcpy(void* dst, const void* src, std::size_t bytes, cudaMemcpyKind kind) {
+  return cudaMemcpyAsync(dst, src, bytes, kind, nullptr);
+}
+cudaError_t cudaMemcpyAsync(void* dst, const void* src, std::size_t bytes, cudaMemcpyKind kind, cudaStream_t stream) {
   if (bytes == 0) return cudaSuccess;
   if (const cudaError_t err = check_copy(dst, bytes, src, bytes, kind); err != cudaSuccess) return err;
+  wait_before_work(stream);
   DeviceAccess access;
   std::memmove(dst, src, bytes);
   return cudaSuccess;
 }
-cudaError_t cudaMemcpyAsync(void* dst, const void* src, std::size_t bytes, cudaMemcpyKind kind, cudaStream_t) {
-  return cudaMemcpy(dst, src, bytes, kind);
-}
 cudaError_t cudaMemcpy2DAsync(void* dst, std::size_t dpitch, const void* src, std::size_t spitch, std::size_t width,
-                              std::size_t height, cudaMemcpyKind kind, cudaStream_t) {
+                              std::size_t height, cudaMemcpyKind kind, cudaStream_t stream) {
   if (width > dpitch || width > spitch) return cudaErrorInvalidValue;
   if (width == 0 || height == 0) return cudaSuccess;
   const std::size_t dst_span = dpitch * (height - 1) + width, src_span = spitch * (height - 1) + width;
   if (const cudaError_t err = check_copy(dst, dst_span, src, src_span, kind); err != cudaSuccess) return err;
+  wait_before_work(stream);
   DeviceAccess access;
   for (std::size_t r = 0; r < height; ++r)
     std::memmove(static_cast<char*>(dst) + r * dpitch, static_cast<const char*>(src) + r * spitch, width);
   return cudaSuccess;
 }
-cudaError_t cudaMemset(void* dst, int value, std::size_t bytes) {
+cudaError_t cudaMemset(void* dst, int value, std::size_t bytes) { return cudaMemsetAsync(dst, value, bytes, nullptr); }
+cudaError_t cudaMemsetAsync(void* dst, int value, std::size_t bytes, cudaStream_t stream) {
   if (bytes == 0) return cudaSuccess;
   if (!is_device_memory(dst, bytes)) return cudaErrorInvalidValue;
+  wait_before_work(stream);
   DeviceAccess access;
   std::memset(dst, value, bytes);
   return cudaSuccess;
 }
-cudaError_t cudaMemsetAsync(void* dst, int value, std::size_t bytes, cudaStream_t) {
-  return cudaMemset(dst, value, bytes);
+
+// ---- streams and events ----
+// Kernels, copies and cuBLAS run when queued, so what a stream holds is StreamWork (NCCL): each
+// queued piece knows what it waits for, and the last one queued on a stream stands for them all.
+namespace tessera::cuda_emulator {
+namespace {
+
+struct Pending {
+  std::unique_ptr<StreamWork> work;
+  std::vector<std::shared_ptr<Pending>> after;  // what it waits for
+  bool started = false, done = false;
+};
+using PendingList = std::vector<std::shared_ptr<Pending>>;
+
+// Advances `p` (after what it waits for) as far as it goes without blocking, or to its end.
+bool progress(const std::shared_ptr<Pending>& p, bool block) {
+  if (p == nullptr || p->done) return true;
+  for (const auto& a : p->after)
+    if (!progress(a, block)) return false;
+  if (!p->started) {
+    p->started = true;
+    p->work->start();
+  }
+  if (!p->work->finish(block)) return false;
+  p->done = true;
+  p->work.reset();
+  p->after.clear();  // no chain of finished work kept alive
+  return true;
+}
+// Whether all of `list` is done (with `block`, once it is); the finished ones are dropped.
+bool progress_all(PendingList& list, bool block) {
+  bool all = true;
+  for (const auto& p : list) all = progress(p, block) && all;
+  std::erase_if(list, [](const std::shared_ptr<Pending>& p) { return p == nullptr || p->done; });
+  return all;
 }
 
-// Streams and events: handles only; the work is done when it is queued.
+}  // namespace
+}  // namespace tessera::cuda_emulator
+
 struct CUstream_st {
   unsigned flags;
+  std::shared_ptr<tessera::cuda_emulator::Pending> last;  // done once all queued on it is
+  tessera::cuda_emulator::PendingList waits;              // cudaStreamWaitEvent's, for what is queued next
 };
 struct CUevent_st {
   unsigned flags;
   bool recorded;
+  tessera::cuda_emulator::PendingList waits_for;  // done: the event has happened
 };
+
+namespace tessera::cuda_emulator {
+namespace {
+
+std::mutex g_stream_mutex;             // CUDA calls come from one thread; this only keeps a second one safe
+CUstream_st g_legacy{0, nullptr, {}};  // the default stream (0)
+std::vector<CUstream_st*> g_streams;   // created ones
+PendingList g_orphans;                 // destroyed streams' work, still to complete
+
+CUstream_st& resolve(cudaStream_t s) { return s != nullptr ? *s : g_legacy; }
+bool blocking(const CUstream_st& s) { return (s.flags & cudaStreamNonBlocking) == 0; }
+
+// What work queued on `s` now waits for: the stream's own, its cudaStreamWaitEvent's, and the
+// legacy default stream's ties (its work waits for blocking streams' and theirs for its).
+PendingList prerequisites(cudaStream_t s) {
+  CUstream_st& st = resolve(s);
+  PendingList out = st.waits;
+  out.push_back(st.last);
+  if (s == nullptr) {
+    for (CUstream_st* other : g_streams)
+      if (blocking(*other)) out.push_back(other->last);
+  } else if (blocking(st)) {
+    out.push_back(g_legacy.last);
+  }
+  std::erase_if(out, [](const std::shared_ptr<Pending>& p) { return p == nullptr || p->done; });
+  return out;
+}
+
+// Everything queued anywhere, done (cudaDeviceSynchronize, cudaFree).
+void wait_for_device() {
+  PendingList all = g_orphans;
+  for (CUstream_st* st : g_streams) {
+    all.insert(all.end(), st->waits.begin(), st->waits.end());
+    all.push_back(st->last);
+  }
+  all.insert(all.end(), g_legacy.waits.begin(), g_legacy.waits.end());
+  all.push_back(g_legacy.last);
+  progress_all(all, true);
+  g_orphans.clear();
+}
+
+}  // namespace
+
+void enqueue(cudaStream_t stream, std::unique_ptr<StreamWork> work) {
+  std::lock_guard lock(g_stream_mutex);
+  auto p = std::make_shared<Pending>();
+  p->work = std::move(work);
+  p->after = prerequisites(stream);
+  CUstream_st& st = resolve(stream);
+  st.waits.clear();  // p waits for them: the next work waits for p
+  st.last = p;
+  // Started at once when nothing holds it back (as a GPU would run it now).
+  for (const auto& a : p->after)
+    if (!progress(a, false)) return;
+  p->started = true;
+  p->work->start();
+}
+
+void wait_before_work(cudaStream_t stream) {
+  std::lock_guard lock(g_stream_mutex);
+  PendingList before = prerequisites(stream);
+  progress_all(before, true);
+  resolve(stream).waits.clear();
+}
+
+void report_failure(cudaError_t err, const char* what) {
+  std::fprintf(stderr, "cuda emulator: %s\n", what);
+  set_error(err);
+}
+
+}  // namespace tessera::cuda_emulator
 
 cudaError_t cudaStreamCreate(cudaStream_t* stream) { return cudaStreamCreateWithFlags(stream, 0); }
 cudaError_t cudaStreamCreateWithFlags(cudaStream_t* stream, unsigned flags) {
-  *stream = new CUstream_st{flags};
+  std::lock_guard lock(g_stream_mutex);
+  *stream = new CUstream_st{flags, nullptr, {}};
+  g_streams.push_back(*stream);
   return cudaSuccess;
 }
 cudaError_t cudaStreamDestroy(cudaStream_t stream) {
+  if (stream == nullptr) return cudaErrorInvalidValue;
+  std::lock_guard lock(g_stream_mutex);
+  // As on a GPU, its work goes on (and cudaDeviceSynchronize waits for it).
+  g_orphans.push_back(stream->last);
+  std::erase(g_streams, stream);
   delete stream;
   return cudaSuccess;
 }
-cudaError_t cudaStreamSynchronize(cudaStream_t) { return cudaPeekAtLastError(); }
-cudaError_t cudaStreamWaitEvent(cudaStream_t, cudaEvent_t event, unsigned) {
-  return event != nullptr ? cudaSuccess : cudaErrorInvalidValue;
+cudaError_t cudaStreamSynchronize(cudaStream_t stream) {
+  {
+    std::lock_guard lock(g_stream_mutex);
+    CUstream_st& st = resolve(stream);
+    PendingList mine = st.waits;
+    mine.push_back(st.last);
+    progress_all(mine, true);
+  }
+  return cudaPeekAtLastError();
+}
+cudaError_t cudaStreamWaitEvent(cudaStream_t stream, cudaEvent_t event, unsigned) {
+  if (event == nullptr) return cudaErrorInvalidValue;
+  std::lock_guard lock(g_stream_mutex);
+  PendingList& waits = resolve(stream).waits;
+  waits.insert(waits.end(), event->waits_for.begin(), event->waits_for.end());
+  return cudaSuccess;
 }
 cudaError_t cudaEventCreate(cudaEvent_t* event) { return cudaEventCreateWithFlags(event, 0); }
 cudaError_t cudaEventCreateWithFlags(cudaEvent_t* event, unsigned flags) {
-  *event = new CUevent_st{flags, false};
+  *event = new CUevent_st{flags, false, {}};
   return cudaSuccess;
 }
 cudaError_t cudaEventDestroy(cudaEvent_t event) {
   delete event;
   return cudaSuccess;
 }
-cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t) {
+cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream) {
   if (event == nullptr) return cudaErrorInvalidValue;
+  std::lock_guard lock(g_stream_mutex);
   event->recorded = true;
+  event->waits_for = prerequisites(stream);
   return cudaSuccess;
 }
-cudaError_t cudaEventSynchronize(cudaEvent_t event) { return event != nullptr ? cudaSuccess : cudaErrorInvalidValue; }
-cudaError_t cudaEventQuery(cudaEvent_t event) { return event != nullptr ? cudaSuccess : cudaErrorInvalidValue; }
+cudaError_t cudaEventSynchronize(cudaEvent_t event) {
+  if (event == nullptr) return cudaErrorInvalidValue;
+  {
+    std::lock_guard lock(g_stream_mutex);
+    progress_all(event->waits_for, true);
+  }
+  return cudaPeekAtLastError();
+}
+cudaError_t cudaEventQuery(cudaEvent_t event) {
+  if (event == nullptr) return cudaErrorInvalidValue;
+  std::lock_guard lock(g_stream_mutex);
+  if (progress_all(event->waits_for, false))  // done: a failure reported before, but not a stale "not ready"
+    return t_last_error == cudaErrorNotReady ? cudaSuccess : t_last_error;
+  set_error(cudaErrorNotReady);  // kept as the last error too, as the runtime may
+  return cudaErrorNotReady;
+}
+cudaError_t cudaDeviceSynchronize() {
+  {
+    std::lock_guard lock(g_stream_mutex);
+    wait_for_device();
+  }
+  return cudaPeekAtLastError();
+}
+
 cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t start, cudaEvent_t end) {
   if (start == nullptr || end == nullptr || (start->flags & cudaEventDisableTiming) ||
       (end->flags & cudaEventDisableTiming))

@@ -4,6 +4,7 @@
 #  - one GPU gives the CPU's losses and gradient norms at each of 6 steps (float32, dropout on:
 #    the same Philox masks);
 #  - tp=2, dp=2 and tp=2 x dp=2 on GPUs (NCCL over MPI) give one GPU's;
+#  - a rank that hangs ends a dp=2 or tp=2 GPU job through the collective timeout;
 #  - a checkpoint written at tp=2 on GPUs resumes on the CPU in one process, with one GPU's losses;
 #  - bfloat16 mixed precision trains, its losses within 2% of float32's;
 #  - translate --device cuda writes the CPU's translations, greedy and beam, one process or two.
@@ -38,6 +39,26 @@ for layout in "2 1" "1 2" "2 2"; do
   run "gpu_tp$1_dp$2" $(($1 * $2)) --set model.dropout=0 --set train.device=cuda --set parallel.tensor=$1 --set parallel.data=$2
   same_losses "$work/gpu/metrics.jsonl" "$work/gpu_tp$1_dp$2/metrics.jsonl" 1
 done
+
+# A rank that stops responding (injected: rank 1 sleeps at step 3) while the other waits for an
+# NCCL collective (dp=2: the gradient all-reduce; tp=2: the forward's): the collective timeout ends
+# the job, non-zero, within 60 s, naming the NCCL wait (the emulated NCCL completes a collective
+# only once every rank has reached it, as NCCL does).
+hung() {  # hung TP DP WAIT: the job ends, naming WAIT
+  name="hung_tp$1_dp$2" start=$(date +%s) status=0
+  TESSERA_FAULT_HANG=1:3 timeout 120 mpirun -np 2 --oversubscribe "$tessera" train $common --set model.dropout=0 \
+    --set train.device=cuda --set parallel.tensor=$1 --set parallel.data=$2 --set parallel.timeout_s=5 \
+    --set train.max_steps=1000 --set output.dir="$work/$name" > "$work/$name.log" 2>&1 || status=$?
+  took=$(($(date +%s) - start))
+  [ $status -ne 0 ] && [ $status -ne 124 ] || { tail -n 5 "$work/$name.log"; fail "$name: status $status (124: hung)"; }
+  [ $took -le 60 ] || fail "$name: the job took $took s to end"
+  grep -qF "error on rank 0: $3 has waited" "$work/$name.log" &&
+    grep -q "(parallel.timeout_s = 5): another rank has died or hangs" "$work/$name.log" ||
+    { cat "$work/$name.log"; fail "$name: no timeout message naming the wait for '$3'"; }
+  echo "$name: the job ended with status $status after $took s"
+}
+hung 1 2 "NCCL all_reduce_async (wait)"
+hung 2 1 "NCCL all_reduce"
 
 # Written by two GPUs (each rank its slice), read by one CPU process.
 "$tessera" train $common --set model.dropout=0 --set output.dir="$work/resumed_on_cpu" \

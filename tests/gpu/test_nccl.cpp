@@ -47,13 +47,15 @@ TEST(Nccl, TestingAnUnfinishedCollectiveLeavesNoErrorBehind) {
   dist::NcclCommunicator nccl(*world);
   const Tensor a = Tensor::full({4096, 4096}, 1.0f).to(Device::cuda);
   Tensor g = Tensor::from(std::vector<float>{1, 2, 3, 4}, {2, 2}).to(Device::cuda);
+  const Tensor other = g.clone();  // read while g's all-reduce is in flight (reading g would race)
   for (int i = 0; i < 8; ++i) (void)cuda::matmul(a, a, false, false);  // ~1 TFLOP queued ahead
   const std::unique_ptr<dist::Request> pending = nccl.all_reduce_async(g, dist::ReduceOp::sum);
   const bool done_at_once = pending->test();
-  const Tensor y = cuda::unary(cpu::UnaryOp::neg, g);  // threw "device not ready"
+  const Tensor y = cuda::unary(cpu::UnaryOp::neg, other);  // threw "device not ready"
   pending->wait();
   EXPECT_TRUE(pending->test());
   EXPECT_EQ(y.to(Device::cpu).to_doubles(), (std::vector<double>{-1, -2, -3, -4}));
+  EXPECT_EQ(g.to(Device::cpu).to_doubles(), (std::vector<double>{1, 2, 3, 4}));  // one rank's sum
   if (done_at_once) GTEST_SKIP() << "the collective finished before test(): the not-ready path did not run";
 }
 

@@ -21,7 +21,14 @@
 //   Copies are checked against the allocations they touch.
 // - Shared memory, dynamic and static, starts each block as NaN bytes (0xff), so a read before a
 //   write shows.
-// - Streams and events exist but everything runs at once, in order.
+// - Kernels, copies and cuBLAS run when they are queued, after the work their stream must wait
+//   for (CUDA's stream order: their own stream's, the events it was made to wait for, the legacy
+//   default stream's ties to blocking streams). NCCL collectives are queued work that completes
+//   only once every rank has reached it (nccl.cpp): cudaEventQuery says "not ready" until then,
+//   and the synchronizations wait for it. While one is in flight the bytes it will write read as
+//   NaN (0xff) and must stay so, and the bytes it reads must not change: work that is not ordered
+//   after it (a race on a GPU) reads NaN or is reported when the collective completes. Every
+//   CUDA call comes from one host thread (as in Tessera).
 //
 // Device code is compiled as C++ from a copy of each .cu file whose launches `k<<<g, b, s, st>>>(a)`
 // are rewritten to `launch(k, "k", Config(g, b, s, st))(a)` (translate_cu.cmake).
@@ -31,6 +38,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <tuple>
 #include <type_traits>
 #include <utility>
@@ -279,6 +287,22 @@ class DeviceAccess {
   DeviceAccess(const DeviceAccess&) = delete;
   DeviceAccess& operator=(const DeviceAccess&) = delete;
 };
+// Work queued on a stream that completes later than it is queued (the emulated NCCL's
+// collectives). start() is called once the work it waits for (see the comment at the top) is
+// done; finish(wait) says whether it is done, with `wait` once it is, and writes its results.
+class StreamWork {
+ public:
+  virtual ~StreamWork() = default;
+  virtual void start() = 0;
+  virtual bool finish(bool wait) = 0;
+};
+void enqueue(cudaStream_t stream, std::unique_ptr<StreamWork> work);
+// Before work queued on `stream` runs (a kernel, a copy, cuBLAS): what it must wait for, done.
+void wait_before_work(cudaStream_t stream);
+// A failure of queued work: printed, and returned by the next synchronization or
+// cudaGetLastError (as a kernel's fault).
+void report_failure(cudaError_t err, const char* what);
+
 // Whether [p, p + bytes) lies in one live cudaMalloc allocation; whether p lies in the range
 // device memory is handed out from (live, freed or a guard page).
 bool is_device_memory(const void* p, std::size_t bytes);

@@ -1,8 +1,10 @@
 // Tessera's CUDA emulator: the NCCL calls Tessera makes, over MPI (device memory is host memory
 // here). ncclCommInitRank is collective over MPI_COMM_WORLD: every process calls it at once, each
 // group with its own unique id (Tessera's communicators are made so: all ranks split together);
-// ncclCommSplit is MPI_Comm_split. Calls inside ncclGroupStart/End run at once, in order, so
-// every rank must issue them in the same order (Tessera does).
+// ncclCommSplit is MPI_Comm_split. A collective is queued on its stream and completes only once
+// every rank has reached it (see Collective in nccl.cpp and the streams in cuda_runtime.h); calls
+// inside ncclGroupStart/End are queued one by one, so every rank must issue them in the same order
+// (Tessera does).
 #pragma once
 
 #include <cstddef>

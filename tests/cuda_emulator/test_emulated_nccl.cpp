@@ -1,0 +1,134 @@
+// The CUDA emulator's NCCL on two ranks (mpirun -np 2): a collective is queued on its stream and
+// completes only once both ranks have reached it; what must wait for it does, what need not does
+// not, and work touching its buffers unordered (a race on a GPU) reads NaN or is reported.
+#include <cuda_bf16.h>
+#include <gtest/gtest.h>
+#include <mpi.h>
+#include <nccl.h>
+
+#include <chrono>
+#include <cmath>
+#include <thread>
+#include <vector>
+
+#include "device_array.h"
+#include "emulator_cases.h"
+
+namespace tessera::cuda_emulator {
+namespace {
+
+int world_rank() {
+  int rank = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  return rank;
+}
+
+class EmulatedNccl : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ncclUniqueId id{};
+    if (world_rank() == 0) {
+      ASSERT_EQ(ncclGetUniqueId(&id), ncclSuccess);
+    }
+    MPI_Bcast(&id, sizeof id, MPI_BYTE, 0, MPI_COMM_WORLD);
+    ASSERT_EQ(ncclCommInitRank(&comm_, 2, id, world_rank()), ncclSuccess);
+    ASSERT_EQ(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), cudaSuccess);
+    ASSERT_EQ(cudaEventCreateWithFlags(&done_, cudaEventDisableTiming), cudaSuccess);
+    x_.write(std::vector<float>(4, static_cast<float>(world_rank() + 1)));  // 1 and 2: the sum is 3
+  }
+  void TearDown() override {
+    cudaDeviceSynchronize();
+    cudaGetLastError();
+    cudaEventDestroy(done_);
+    cudaStreamDestroy(stream_);
+    ncclCommDestroy(comm_);
+  }
+  // Rank 1 comes late: rank 0's collective cannot complete before it has.
+  void all_reduce_x(cudaStream_t stream) {
+    if (world_rank() == 1) std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    ASSERT_EQ(ncclAllReduce(x_.data, x_.data, 4, ncclFloat32, ncclSum, comm_, stream), ncclSuccess);
+    ASSERT_EQ(cudaEventRecord(done_, stream), cudaSuccess);
+  }
+
+  ncclComm_t comm_ = nullptr;
+  cudaStream_t stream_ = nullptr;
+  cudaEvent_t done_ = nullptr;
+  DeviceArray<float> x_{4}, y_{4};
+};
+
+TEST_F(EmulatedNccl, ACollectiveCompletesOnceEveryRankHasReachedIt) {
+  all_reduce_x(stream_);
+  // Not done at the first query (the not-ready path runs), "not ready" kept as the last error.
+  EXPECT_EQ(cudaEventQuery(done_), cudaErrorNotReady);
+  EXPECT_EQ(cudaGetLastError(), cudaErrorNotReady);
+  EXPECT_EQ(cudaGetLastError(), cudaSuccess);
+  // A kernel on the legacy default stream does not wait for a non-blocking stream: it reads the
+  // buffer in flight, as NaN.
+  ASSERT_EQ(cases::copy(x_.data, y_.data, 4), cudaSuccess);
+  for (float v : y_.read()) EXPECT_TRUE(std::isnan(v));
+  EXPECT_EQ(cudaEventSynchronize(done_), cudaSuccess);
+  EXPECT_EQ(cudaEventQuery(done_), cudaSuccess);
+  EXPECT_EQ(x_.read(), std::vector<float>(4, 3.0f));
+}
+
+TEST_F(EmulatedNccl, WorkOrderedAfterACollectiveSeesItsResult) {
+  all_reduce_x(stream_);
+  ASSERT_EQ(cases::copy(x_.data, y_.data, 4, stream_), cudaSuccess);  // on its stream
+  EXPECT_EQ(y_.read(), std::vector<float>(4, 3.0f));
+  all_reduce_x(stream_);                                        // 3 + 3
+  ASSERT_EQ(cudaStreamWaitEvent(nullptr, done_), cudaSuccess);  // the default stream made to wait
+  ASSERT_EQ(cases::copy(x_.data, y_.data, 4), cudaSuccess);
+  EXPECT_EQ(y_.read(), std::vector<float>(4, 6.0f));
+  // The legacy default stream waits for a blocking stream's work.
+  cudaStream_t blocking = nullptr;
+  ASSERT_EQ(cudaStreamCreate(&blocking), cudaSuccess);
+  all_reduce_x(blocking);  // 6 + 6
+  ASSERT_EQ(cases::copy(x_.data, y_.data, 4), cudaSuccess);
+  EXPECT_EQ(y_.read(), std::vector<float>(4, 12.0f));
+  EXPECT_EQ(cudaStreamDestroy(blocking), cudaSuccess);
+}
+
+TEST_F(EmulatedNccl, CollectivesOnOneStreamRunInOrder) {
+  // Each all-reduce reads what the one before it wrote; an average in bfloat16 (through float32).
+  DeviceArray<__nv_bfloat16> h(2);
+  h.write({__float2bfloat16(static_cast<float>(world_rank())), __float2bfloat16(1.0f)});
+  for (int i = 0; i < 3; ++i)
+    ASSERT_EQ(ncclAllReduce(x_.data, x_.data, 4, ncclFloat32, ncclSum, comm_, stream_), ncclSuccess);
+  ASSERT_EQ(ncclAllReduce(h.data, h.data, 2, ncclBfloat16, ncclAvg, comm_, stream_), ncclSuccess);
+  ASSERT_EQ(cudaStreamSynchronize(stream_), cudaSuccess);
+  EXPECT_EQ(x_.read(), std::vector<float>(4, 12.0f));  // 1 + 2, 3 + 3, 6 + 6
+  const std::vector<__nv_bfloat16> avg = h.read();
+  EXPECT_EQ(__bfloat162float(avg[0]), 0.5f);
+  EXPECT_EQ(__bfloat162float(avg[1]), 1.0f);
+}
+
+TEST_F(EmulatedNccl, WorkTouchingABufferInFlightIsReported) {
+  // A kernel writing the buffer an all-reduce will write, unordered: reported when it completes.
+  all_reduce_x(stream_);
+  y_.write({7, 7, 7, 7});
+  ASSERT_EQ(cases::copy(y_.data, x_.data, 4), cudaSuccess);
+  EXPECT_EQ(cudaStreamSynchronize(stream_), cudaErrorLaunchFailure);
+  EXPECT_EQ(cudaGetLastError(), cudaErrorLaunchFailure);
+  // A kernel changing the buffer a broadcast's root reads.
+  ASSERT_EQ(ncclBroadcast(x_.data, y_.data, 4, ncclFloat32, 0, comm_, stream_), ncclSuccess);
+  if (world_rank() == 0) {
+    ASSERT_EQ(cases::copy(y_.data, x_.data, 4), cudaSuccess);  // y is NaN in flight: x changes
+    EXPECT_EQ(cudaStreamSynchronize(stream_), cudaErrorLaunchFailure);
+    EXPECT_EQ(cudaGetLastError(), cudaErrorLaunchFailure);
+  } else {
+    EXPECT_EQ(cudaStreamSynchronize(stream_), cudaSuccess);
+  }
+}
+
+}  // namespace
+}  // namespace tessera::cuda_emulator
+
+int main(int argc, char** argv) {
+  MPI_Init(&argc, &argv);
+  ::testing::InitGoogleTest(&argc, argv);
+  const int failed = RUN_ALL_TESTS();  // each rank reports; a failure on either fails the run
+  int any = 0;
+  MPI_Allreduce(&failed, &any, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+  MPI_Finalize();
+  return any;
+}
