@@ -46,8 +46,9 @@ __global__ void warp_sum_kernel(float* out) {
 }
 
 // A 16x16x16 wmma product from `a` and `b` (row-major, ld 16) at element offset `offset` of
-// shared memory (a multiple of 16 keeps wmma's 32-byte alignment).
-__global__ void wmma_kernel(const __nv_bfloat16* a, const __nv_bfloat16* b, float* c, int offset) {
+// shared memory (a multiple of 16 keeps wmma's 32-byte alignment). Broken by `misuse`: see
+// WmmaMisuse.
+__global__ void wmma_kernel(const __nv_bfloat16* a, const __nv_bfloat16* b, float* c, int offset, WmmaMisuse misuse) {
   extern __shared__ __align__(128) unsigned char smem[];
   __nv_bfloat16* as = reinterpret_cast<__nv_bfloat16*>(smem) + offset;
   __nv_bfloat16* bs = as + 256;
@@ -59,10 +60,12 @@ __global__ void wmma_kernel(const __nv_bfloat16* a, const __nv_bfloat16* b, floa
   nvcuda::wmma::fragment<nvcuda::wmma::matrix_a, 16, 16, 16, __nv_bfloat16, nvcuda::wmma::row_major> fa;
   nvcuda::wmma::fragment<nvcuda::wmma::matrix_b, 16, 16, 16, __nv_bfloat16, nvcuda::wmma::row_major> fb;
   nvcuda::wmma::fragment<nvcuda::wmma::accumulator, 16, 16, 16, float> fc;
+  const bool upper_half = threadIdx.x >= 16;
   nvcuda::wmma::fill_fragment(fc, 0.0f);
-  nvcuda::wmma::load_matrix_sync(fa, as, 16);
-  nvcuda::wmma::load_matrix_sync(fb, bs, 16);
+  nvcuda::wmma::load_matrix_sync(fa, misuse == WmmaMisuse::other_pointer && upper_half ? as + 16 : as, 16);
+  if (!(misuse == WmmaMisuse::skipped_call && upper_half)) nvcuda::wmma::load_matrix_sync(fb, bs, 16);
   nvcuda::wmma::mma_sync(fc, fa, fb, fc);
+  if (misuse == WmmaMisuse::exited_lanes && upper_half) return;
   nvcuda::wmma::store_matrix_sync(c, fc, 16, nvcuda::wmma::mem_row_major);
 }
 
@@ -119,9 +122,10 @@ cudaError_t warp_sum(float* out, int threads) {
   warp_sum_kernel<<<1, threads>>>(out);
   return cudaGetLastError();
 }
-cudaError_t wmma_product(const void* a, const void* b, float* c, int offset) {
+cudaError_t wmma_product(const void* a, const void* b, float* c, int offset, WmmaMisuse misuse) {
   const int bytes = (offset + 512) * 2;
-  wmma_kernel<<<1, 32, bytes>>>(static_cast<const __nv_bfloat16*>(a), static_cast<const __nv_bfloat16*>(b), c, offset);
+  wmma_kernel<<<1, 32, bytes>>>(static_cast<const __nv_bfloat16*>(a), static_cast<const __nv_bfloat16*>(b), c, offset,
+                                misuse);
   return cudaGetLastError();
 }
 cudaError_t unwritten_shared(float* out) {

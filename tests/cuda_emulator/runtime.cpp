@@ -3,6 +3,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <boost/context/fiber.hpp>
 #include <cstdio>
 #include <cstdlib>
@@ -106,12 +107,24 @@ struct Fiber {
   int lane_mask = 0;
 };
 
+// A wmma call as the first lane of its warp to make it made it.
+struct WarpCall {
+  const char* op;
+  std::uint64_t arguments;
+  int lane;
+};
+
 struct Block {
   std::vector<Fiber> fibers;
   ThreadBody* body = nullptr;
   int current = -1;
   unsigned char* shared = nullptr;
   std::string fault;  // set by a faulting fiber
+  // wmma calls must be the whole warp's, with the same arguments: each warp's sequence of calls
+  // (the first lane to make the k-th call records it, the others must match it) and how many
+  // each thread has made (equal across the warp once the block ends).
+  std::vector<std::vector<WarpCall>> warp_calls;  // by warp
+  std::vector<std::size_t> calls_made;            // by thread
 };
 thread_local Block* t_block = nullptr;
 thread_local std::vector<const void*> t_poisoned_static_shared;  // in the current block
@@ -193,6 +206,28 @@ void start_fiber(Block& b, std::size_t t) {
   });
 }
 
+// At a block's end: a warp whose lanes made different numbers of wmma calls (some skipped or
+// exited before one), or a partial warp that made any.
+std::string uneven_warp_calls(const Block& b) {
+  const std::size_t n = b.fibers.size();
+  for (std::size_t w = 0; w < b.warp_calls.size(); ++w) {
+    const std::vector<WarpCall>& calls = b.warp_calls[w];
+    if (calls.empty()) continue;
+    if (32 * w + 32 > n)
+      return std::string(calls.front().op) + " in warp " + std::to_string(w) + " of " + std::to_string(n - 32 * w) +
+             " threads: wmma takes a whole warp";
+    for (std::size_t t = 32 * w; t < 32 * w + 32; ++t) {
+      const std::size_t made = b.calls_made[t];  // at most calls.size(): a lane's extra call is recorded
+      if (made != calls.size())
+        return "lane " + std::to_string(t - 32 * w) + " of warp " + std::to_string(w) + " made " +
+               std::to_string(made) + " wmma calls, lane " + std::to_string(calls.back().lane) + " " +
+               std::to_string(calls.size()) + " (the first it missed: " + calls[made].op +
+               "): wmma takes every lane of the warp";
+    }
+  }
+  return {};
+}
+
 // Runs one block to its end; returns a fault's description, or an empty string. Each warp runs
 // as far as it can (to __syncthreads or its end) before the next starts, so warps are as far apart
 // as a GPU may put them: a read of shared memory another warp has yet to write, or has already
@@ -227,7 +262,7 @@ std::string run_block(Block& b, bool descending) {
       at_warp += f.state == State::at_warp_op;
       done += f.state == State::done;
     }
-    if (done == n) return {};
+    if (done == n) return uneven_warp_calls(b);
     if (at_warp > 0)
       return "deadlock: " + std::to_string(at_barrier) + " threads wait at __syncthreads while " +
              std::to_string(at_warp) + " wait at a warp operation";
@@ -284,6 +319,28 @@ std::uint64_t exchange(unsigned mask, std::uint64_t bits, int lane_mask) {
   f.lane_mask = lane_mask;
   yield(*t_block);
   return f.exchange_out;
+}
+
+void uniform_warp_call(const char* op, std::uint64_t arguments) {
+  current_fiber(op);
+  Block& b = *t_block;
+  const auto t = static_cast<std::size_t>(b.current), w = t / 32;
+  if (b.warp_calls.size() <= w) b.warp_calls.resize(w + 1);
+  if (b.calls_made.size() < b.fibers.size()) b.calls_made.resize(b.fibers.size(), 0);
+  std::vector<WarpCall>& calls = b.warp_calls[w];
+  const std::size_t k = b.calls_made[t]++;
+  if (k == calls.size()) {
+    calls.push_back(WarpCall{op, arguments, static_cast<int>(t % 32)});
+    return;
+  }
+  const WarpCall& first = calls[k];
+  if (std::strcmp(first.op, op) != 0 || first.arguments != arguments) {
+    const std::string why = "wmma call " + std::to_string(k + 1) + " of warp " + std::to_string(w) + ": lane " +
+                            std::to_string(t % 32) + " calls " + op + ", lane " + std::to_string(first.lane) + " " +
+                            first.op + (std::strcmp(first.op, op) == 0 ? " with other arguments" : "") +
+                            ": wmma takes every lane of the warp, with the same arguments";
+    fault(why.c_str());
+  }
 }
 
 void poison_static_shared(void* array, std::size_t bytes) {
@@ -387,6 +444,8 @@ void run_grid(const void* kernel, const char* name, const Config& c, const void*
                      static_cast<unsigned>(linear / (std::uint64_t{c.grid.x} * c.grid.y))};
     std::memset(b.shared, 0xff, c.shared_bytes);  // NaN in float32 and bfloat16
     t_poisoned_static_shared.clear();
+    for (auto& calls : b.warp_calls) calls.clear();
+    std::fill(b.calls_made.begin(), b.calls_made.end(), 0);
     const std::string fault = run_block(b, (linear + (odd_launch ? 1 : 0)) % 2 == 1);
     if (!fault.empty()) {
       t_block = nullptr;

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <string>
 #include <vector>
@@ -81,7 +82,7 @@ TEST(CudaEmulator, ShufflesFromExitedLanesGetNaNAndDeadlocksAreFaults) {
   for (int t = 0; t < 64; ++t) EXPECT_EQ(sums[static_cast<std::size_t>(t)], t < 32 ? 496.0f : 1520.0f) << t;
 }
 
-TEST(CudaEmulator, WmmaMultipliesAndChecksAlignment) {
+TEST(CudaEmulator, WmmaMultipliesAndChecksItsRules) {
   std::vector<__nv_bfloat16> a(256), b(256);
   for (int i = 0; i < 256; ++i) {
     a[static_cast<std::size_t>(i)] = __float2bfloat16(static_cast<float>(i % 7) - 3.0f);
@@ -102,6 +103,16 @@ TEST(CudaEmulator, WmmaMultipliesAndChecksAlignment) {
       EXPECT_EQ(c[static_cast<std::size_t>(r * 16 + n)], expected) << r << "," << n;
     }
   EXPECT_EQ(cases::wmma_product(da.data, db.data, dc.data, 8), cudaErrorLaunchFailure);  // 16-byte aligned
+  // Calls that are not the whole warp's with the same arguments, reported as such.
+  for (auto misuse :
+       {cases::WmmaMisuse::other_pointer, cases::WmmaMisuse::skipped_call, cases::WmmaMisuse::exited_lanes}) {
+    testing::internal::CaptureStderr();
+    EXPECT_EQ(cases::wmma_product(da.data, db.data, dc.data, 16, misuse), cudaErrorLaunchFailure)
+        << static_cast<int>(misuse);
+    const std::string report = testing::internal::GetCapturedStderr();
+    std::fputs(report.c_str(), stderr);
+    EXPECT_NE(report.find("wmma takes every lane of the warp"), std::string::npos) << static_cast<int>(misuse);
+  }
 }
 
 TEST(CudaEmulator, UnwrittenSharedMemoryReadsAsNaN) {

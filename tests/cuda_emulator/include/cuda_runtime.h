@@ -11,7 +11,8 @@
 // - Launches are checked as the GPU checks them (block size, grid limits, dynamic shared memory
 //   against cudaFuncSetAttribute and the opt-in limit), and so is what the GPU leaves undefined:
 //   a kernel argument that is not device memory (a host or freed pointer), live lanes of a warp at
-//   different warp operations, a deadlock at a barrier, wmma's alignment rules. Such a fault ends
+//   different warp operations, a deadlock at a barrier, wmma's alignment rules, wmma calls that
+//   are not the whole warp's with the same arguments (divergent or exited lanes). Such a fault ends
 //   the launch; the next cudaGetLastError (and synchronization) returns it, with the details on
 //   standard error. (A shuffle from an exited lane gets NaN bits: the GPU's value is undefined.)
 // - Device memory is host memory mapped without access outside the emulator's own work (kernels,
@@ -175,6 +176,11 @@ inline int lane() { return linear_thread() % 32; }
 void sync_block();
 void sync_warp(unsigned mask, const char* what);
 std::uint64_t exchange(unsigned mask, std::uint64_t bits, int lane_mask);
+// A call every lane of the warp must make, in the same order and with the same `arguments` (a
+// wmma operation): checked without synchronizing the lanes (the first lane's call is the
+// reference); a lane that makes it differently faults, and the block's end checks that every
+// lane of the warp made as many.
+void uniform_warp_call(const char* op, std::uint64_t arguments);
 // The current block's dynamic shared memory (extern __shared__ arrays).
 unsigned char* dynamic_shared();
 // A static __shared__ array: filled with 0xff bytes by the first thread of each block to reach it.
