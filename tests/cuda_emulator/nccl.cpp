@@ -219,7 +219,7 @@ class Collective final : public tessera::cuda_emulator::StreamWork {
       return true;
     }
     if (writes_) {
-      if (type_ == ncclBfloat16) {
+      if (type_ == ncclBfloat16 && kind_ != Kind::broadcast) {  // reduced as float32
         if (op_ == ncclAvg)
           for (float& x : widened_out_) x /= static_cast<float>(size_);
         narrow_bf16(widened_out_, recv_);
