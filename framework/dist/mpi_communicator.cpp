@@ -291,6 +291,7 @@ void MpiCommunicator::barrier() {
 
 std::unique_ptr<Communicator> MpiCommunicator::split(int color, int key) {
   MPI_Comm sub;
+  CollectiveWatch mark("split");
   check_mpi(MPI_Comm_split(comm_, color, key, &sub), "split");
   return std::make_unique<MpiCommunicator>(sub);
 }

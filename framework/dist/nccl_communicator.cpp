@@ -215,7 +215,10 @@ void NcclCommunicator::barrier() {
 
 std::unique_ptr<Communicator> NcclCommunicator::split(int color, int key) {
   ncclComm_t sub = nullptr;
-  check_nccl(ncclCommSplit(comm_, color, key, &sub, nullptr), "ncclCommSplit");
+  {
+    CollectiveWatch mark("NCCL split (ncclCommSplit)");  // every rank takes part: a hung one would hang it
+    check_nccl(ncclCommSplit(comm_, color, key, &sub, nullptr), "ncclCommSplit");
+  }
   auto sizes = bootstrap_->split(color, key);
   std::unique_ptr<MpiCommunicator> mpi(static_cast<MpiCommunicator*>(sizes.release()));
   return std::unique_ptr<Communicator>(new NcclCommunicator(sub, std::move(mpi)));

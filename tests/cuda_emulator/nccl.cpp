@@ -16,6 +16,9 @@
 
 struct ncclComm {
   MPI_Comm mpi = MPI_COMM_NULL;
+  // The last collective queued on it: each starts after the one before, whatever their streams,
+  // so every rank starts them on `mpi` in the order it issued them (as MPI requires).
+  std::shared_ptr<tessera::cuda_emulator::Queued> last;
 };
 
 namespace {
@@ -128,8 +131,9 @@ bool usable(ncclComm_t comm, const void* buffer, std::size_t bytes) {
 }
 
 // One rank's part of a collective, queued on a stream. It starts (a non-blocking MPI collective
-// on copies) once the work before it on its stream is done, and completes, writing its result,
-// once every rank has reached it: on MPI_Test from cudaEventQuery (never the first one), MPI_Wait
+// on copies) once the work before it on its stream, and the collective before it on its
+// communicator, are done, and completes, writing its result,
+// once every rank has reached it: on MPI_Test from cudaEventQuery (never at the first check), MPI_Wait
 // from a synchronization. Meanwhile the bytes it writes hold NaN (0xff) and must stay so, and the
 // bytes it reads must not change: on a GPU, other work touching them unordered is a race.
 class Collective final : public tessera::cuda_emulator::StreamWork {
@@ -158,7 +162,7 @@ class Collective final : public tessera::cuda_emulator::StreamWork {
     const std::size_t bytes = count_ * size_of(type_);
     const int n = static_cast<int>(count_);
     DeviceAccess access;
-    if (reads_)
+    if (reads_ && bytes > 0)
       sent_.assign(static_cast<const unsigned char*>(send_), static_cast<const unsigned char*>(send_) + bytes);
     int rc = MPI_SUCCESS;
     if (kind_ == Kind::broadcast) {
@@ -180,7 +184,7 @@ class Collective final : public tessera::cuda_emulator::StreamWork {
       rc = to_all ? MPI_Iallreduce(in, out, n, mpi_type(type_), mpi_op(op_), comm_, &request_)
                   : MPI_Ireduce(in, out, n, mpi_type(type_), mpi_op(op_), root_, comm_, &request_);
     }
-    if (writes_) std::memset(recv_, 0xff, bytes);  // NaN until it completes
+    if (writes_ && bytes > 0) std::memset(recv_, 0xff, bytes);  // NaN until it completes
     started_ = rc == MPI_SUCCESS;
   }
 
@@ -209,7 +213,7 @@ class Collective final : public tessera::cuda_emulator::StreamWork {
       failure =
           "device memory it writes was written while it was in flight (by work not ordered after it on its "
           "stream: a race on a GPU)";
-    } else if (reads_ && (!writes_ || send_ != recv_) && std::memcmp(send_, sent_.data(), bytes) != 0) {
+    } else if (reads_ && (!writes_ || send_ != recv_) && bytes > 0 && std::memcmp(send_, sent_.data(), bytes) != 0) {
       failure =
           "device memory it reads was changed while it was in flight (by work not ordered after it on its "
           "stream: a race on a GPU)";
@@ -224,7 +228,7 @@ class Collective final : public tessera::cuda_emulator::StreamWork {
           for (float& x : widened_out_) x /= static_cast<float>(size_);
         narrow_bf16(widened_out_, recv_);
       } else {
-        std::memcpy(recv_, result_.data(), bytes);
+        if (bytes > 0) std::memcpy(recv_, result_.data(), bytes);
         if (op_ == ncclAvg) divide(recv_, count_, type_, size_);
       }
     }
@@ -267,9 +271,11 @@ ncclResult_t reduce(const char* name, const void* send, void* recv, std::size_t 
   if (mpi_type(type) == MPI_DATATYPE_NULL || mpi_op(op) == MPI_OP_NULL) return ncclInvalidArgument;
   if (!usable(comm, send, bytes) || (receives && !usable(comm, recv, bytes))) return ncclInvalidArgument;
   if (count > static_cast<std::size_t>(INT32_MAX)) return ncclInvalidArgument;
-  tessera::cuda_emulator::enqueue(
-      stream, std::make_unique<Collective>(name, to_all ? Collective::Kind::all_reduce : Collective::Kind::reduce, send,
-                                           recv, count, type, op, root, comm->mpi));
+  comm->last = tessera::cuda_emulator::enqueue(
+      stream,
+      std::make_unique<Collective>(name, to_all ? Collective::Kind::all_reduce : Collective::Kind::reduce, send, recv,
+                                   count, type, op, root, comm->mpi),
+      comm->last);
   return ncclSuccess;
 }
 
@@ -304,16 +310,19 @@ ncclResult_t ncclCommInitRank(ncclComm_t* comm, int nranks, ncclUniqueId id, int
     MPI_Comm_free(&group);
     return ncclInvalidUsage;
   }
-  *comm = new ncclComm{group};
+  *comm = new ncclComm{group, nullptr};
   return ncclSuccess;
 }
 
 ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, ncclComm_t* newcomm, ncclConfig_t*) {
   if (comm == nullptr) return ncclInvalidArgument;
+  // Its queued collectives first: every rank must have started them before this MPI collective
+  // on the same communicator (NCCL's would run on without the host).
+  tessera::cuda_emulator::wait_for(comm->last);
   MPI_Comm sub = MPI_COMM_NULL;
   if (MPI_Comm_split(comm->mpi, color == NCCL_SPLIT_NOCOLOR ? MPI_UNDEFINED : color, key, &sub) != MPI_SUCCESS)
     return ncclSystemError;
-  *newcomm = sub == MPI_COMM_NULL ? nullptr : new ncclComm{sub};
+  *newcomm = sub == MPI_COMM_NULL ? nullptr : new ncclComm{sub, nullptr};
   return ncclSuccess;
 }
 
@@ -321,7 +330,10 @@ ncclResult_t ncclCommDestroy(ncclComm_t comm) {
   if (comm == nullptr) return ncclInvalidArgument;
   int finalized = 0;
   MPI_Finalized(&finalized);
-  if (!finalized) MPI_Comm_free(&comm->mpi);
+  if (!finalized) {
+    tessera::cuda_emulator::wait_for(comm->last);  // as NCCL, which finishes them first
+    MPI_Comm_free(&comm->mpi);
+  }
   delete comm;
   return ncclSuccess;
 }
@@ -372,8 +384,10 @@ ncclResult_t ncclBroadcast(const void* sendbuff, void* recvbuff, std::size_t cou
   if (size_of(datatype) == 0 || !usable(comm, recvbuff, bytes) || (rank == root && !usable(comm, sendbuff, bytes)))
     return ncclInvalidArgument;
   if (bytes > static_cast<std::size_t>(INT32_MAX)) return ncclInvalidArgument;
-  tessera::cuda_emulator::enqueue(
-      stream, std::make_unique<Collective>("ncclBroadcast", Collective::Kind::broadcast, sendbuff, recvbuff, count,
-                                           datatype, ncclSum, root, comm->mpi));
+  comm->last = tessera::cuda_emulator::enqueue(
+      stream,
+      std::make_unique<Collective>("ncclBroadcast", Collective::Kind::broadcast, sendbuff, recvbuff, count, datatype,
+                                   ncclSum, root, comm->mpi),
+      comm->last);
   return ncclSuccess;
 }

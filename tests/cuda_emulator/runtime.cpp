@@ -79,9 +79,13 @@ void protect(Arena& a, bool accessible) {
 
 // ---- errors ----
 thread_local cudaError_t t_last_error = cudaSuccess;
+// The first error stays, but a failure replaces a "not ready" kept from cudaEventQuery.
 void set_error(cudaError_t err) {
-  if (t_last_error == cudaSuccess) t_last_error = err;
+  if (t_last_error == cudaSuccess || (t_last_error == cudaErrorNotReady && err != cudaErrorNotReady))
+    t_last_error = err;
 }
+// What a synchronization returns: a failure so far, not a stale "not ready".
+cudaError_t sync_result() { return t_last_error == cudaErrorNotReady ? cudaSuccess : t_last_error; }
 
 // ---- devices ----
 thread_local int t_device = 0;
@@ -626,17 +630,19 @@ cudaError_t cudaMemsetAsync(void* dst, int value, std::size_t bytes, cudaStream_
 // Kernels, copies and cuBLAS run when queued, so what a stream holds is StreamWork (NCCL): each
 // queued piece knows what it waits for, and the last one queued on a stream stands for them all.
 namespace tessera::cuda_emulator {
-namespace {
 
-struct Pending {
+struct Queued {
   std::unique_ptr<StreamWork> work;
-  std::vector<std::shared_ptr<Pending>> after;  // what it waits for
+  std::vector<std::shared_ptr<Queued>> after;  // what it waits for
   bool started = false, done = false;
 };
-using PendingList = std::vector<std::shared_ptr<Pending>>;
+
+namespace {
+
+using QueuedList = std::vector<std::shared_ptr<Queued>>;
 
 // Advances `p` (after what it waits for) as far as it goes without blocking, or to its end.
-bool progress(const std::shared_ptr<Pending>& p, bool block) {
+bool progress(const std::shared_ptr<Queued>& p, bool block) {
   if (p == nullptr || p->done) return true;
   for (const auto& a : p->after)
     if (!progress(a, block)) return false;
@@ -651,10 +657,10 @@ bool progress(const std::shared_ptr<Pending>& p, bool block) {
   return true;
 }
 // Whether all of `list` is done (with `block`, once it is); the finished ones are dropped.
-bool progress_all(PendingList& list, bool block) {
+bool progress_all(QueuedList& list, bool block) {
   bool all = true;
   for (const auto& p : list) all = progress(p, block) && all;
-  std::erase_if(list, [](const std::shared_ptr<Pending>& p) { return p == nullptr || p->done; });
+  std::erase_if(list, [](const std::shared_ptr<Queued>& p) { return p == nullptr || p->done; });
   return all;
 }
 
@@ -663,45 +669,49 @@ bool progress_all(PendingList& list, bool block) {
 
 struct CUstream_st {
   unsigned flags;
-  std::shared_ptr<tessera::cuda_emulator::Pending> last;  // done once all queued on it is
-  tessera::cuda_emulator::PendingList waits;              // cudaStreamWaitEvent's, for what is queued next
+  std::shared_ptr<tessera::cuda_emulator::Queued> last;  // done once all queued on it is
+  tessera::cuda_emulator::QueuedList waits;              // cudaStreamWaitEvent's, for what is queued next
 };
 struct CUevent_st {
   unsigned flags;
   bool recorded;
-  tessera::cuda_emulator::PendingList waits_for;  // done: the event has happened
+  tessera::cuda_emulator::QueuedList waits_for;  // done: the event has happened
 };
 
 namespace tessera::cuda_emulator {
 namespace {
 
-std::mutex g_stream_mutex;             // CUDA calls come from one thread; this only keeps a second one safe
+std::mutex g_stream_mutex;             // guards the lists; CUDA calls must come from one thread (see the header)
 CUstream_st g_legacy{0, nullptr, {}};  // the default stream (0)
 std::vector<CUstream_st*> g_streams;   // created ones
-PendingList g_orphans;                 // destroyed streams' work, still to complete
+QueuedList g_orphans;                  // destroyed streams' work, still to complete
 
 CUstream_st& resolve(cudaStream_t s) { return s != nullptr ? *s : g_legacy; }
 bool blocking(const CUstream_st& s) { return (s.flags & cudaStreamNonBlocking) == 0; }
 
 // What work queued on `s` now waits for: the stream's own, its cudaStreamWaitEvent's, and the
 // legacy default stream's ties (its work waits for blocking streams' and theirs for its).
-PendingList prerequisites(cudaStream_t s) {
+QueuedList prerequisites(cudaStream_t s) {
   CUstream_st& st = resolve(s);
-  PendingList out = st.waits;
+  QueuedList out = st.waits;
   out.push_back(st.last);
+  const auto tie = [&out](const CUstream_st& other) {
+    out.insert(out.end(), other.waits.begin(), other.waits.end());
+    out.push_back(other.last);
+  };
   if (s == nullptr) {
     for (CUstream_st* other : g_streams)
-      if (blocking(*other)) out.push_back(other->last);
+      if (blocking(*other)) tie(*other);
   } else if (blocking(st)) {
-    out.push_back(g_legacy.last);
+    tie(g_legacy);
   }
-  std::erase_if(out, [](const std::shared_ptr<Pending>& p) { return p == nullptr || p->done; });
+  std::erase_if(out, [](const std::shared_ptr<Queued>& p) { return p == nullptr || p->done; });
   return out;
 }
 
 // Everything queued anywhere, done (cudaDeviceSynchronize, cudaFree).
 void wait_for_device() {
-  PendingList all = g_orphans;
+  QueuedList all = g_orphans;
   for (CUstream_st* st : g_streams) {
     all.insert(all.end(), st->waits.begin(), st->waits.end());
     all.push_back(st->last);
@@ -714,24 +724,34 @@ void wait_for_device() {
 
 }  // namespace
 
-void enqueue(cudaStream_t stream, std::unique_ptr<StreamWork> work) {
+std::shared_ptr<Queued> enqueue(cudaStream_t stream, std::unique_ptr<StreamWork> work,
+                                const std::shared_ptr<Queued>& also_after) {
   std::lock_guard lock(g_stream_mutex);
-  auto p = std::make_shared<Pending>();
+  auto p = std::make_shared<Queued>();
   p->work = std::move(work);
   p->after = prerequisites(stream);
+  if (also_after != nullptr && !also_after->done) p->after.push_back(also_after);
   CUstream_st& st = resolve(stream);
   st.waits.clear();  // p waits for them: the next work waits for p
   st.last = p;
-  // Started at once when nothing holds it back (as a GPU would run it now).
+  // Started at once when nothing holds it back (as a GPU would run it now); otherwise by the
+  // query or synchronization that finds what it waits for done. Nothing is finished here: the
+  // first check of a piece of work is the caller's.
   for (const auto& a : p->after)
-    if (!progress(a, false)) return;
+    if (!a->done) return p;
   p->started = true;
   p->work->start();
+  return p;
+}
+
+void wait_for(const std::shared_ptr<Queued>& work) {
+  std::lock_guard lock(g_stream_mutex);
+  progress(work, true);
 }
 
 void wait_before_work(cudaStream_t stream) {
   std::lock_guard lock(g_stream_mutex);
-  PendingList before = prerequisites(stream);
+  QueuedList before = prerequisites(stream);
   progress_all(before, true);
   resolve(stream).waits.clear();
 }
@@ -763,16 +783,16 @@ cudaError_t cudaStreamSynchronize(cudaStream_t stream) {
   {
     std::lock_guard lock(g_stream_mutex);
     CUstream_st& st = resolve(stream);
-    PendingList mine = st.waits;
+    QueuedList mine = st.waits;
     mine.push_back(st.last);
     progress_all(mine, true);
   }
-  return cudaPeekAtLastError();
+  return sync_result();
 }
 cudaError_t cudaStreamWaitEvent(cudaStream_t stream, cudaEvent_t event, unsigned) {
   if (event == nullptr) return cudaErrorInvalidValue;
   std::lock_guard lock(g_stream_mutex);
-  PendingList& waits = resolve(stream).waits;
+  QueuedList& waits = resolve(stream).waits;
   waits.insert(waits.end(), event->waits_for.begin(), event->waits_for.end());
   return cudaSuccess;
 }
@@ -798,13 +818,12 @@ cudaError_t cudaEventSynchronize(cudaEvent_t event) {
     std::lock_guard lock(g_stream_mutex);
     progress_all(event->waits_for, true);
   }
-  return cudaPeekAtLastError();
+  return sync_result();
 }
 cudaError_t cudaEventQuery(cudaEvent_t event) {
   if (event == nullptr) return cudaErrorInvalidValue;
   std::lock_guard lock(g_stream_mutex);
-  if (progress_all(event->waits_for, false))  // done: a failure reported before, but not a stale "not ready"
-    return t_last_error == cudaErrorNotReady ? cudaSuccess : t_last_error;
+  if (progress_all(event->waits_for, false)) return sync_result();
   set_error(cudaErrorNotReady);  // kept as the last error too, as the runtime may
   return cudaErrorNotReady;
 }
@@ -813,7 +832,7 @@ cudaError_t cudaDeviceSynchronize() {
     std::lock_guard lock(g_stream_mutex);
     wait_for_device();
   }
-  return cudaPeekAtLastError();
+  return sync_result();
 }
 
 cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t start, cudaEvent_t end) {

@@ -6,9 +6,8 @@
 #include <mpi.h>
 #include <nccl.h>
 
-#include <chrono>
 #include <cmath>
-#include <thread>
+#include <functional>
 #include <vector>
 
 #include "device_array.h"
@@ -43,11 +42,19 @@ class EmulatedNccl : public ::testing::Test {
     cudaStreamDestroy(stream_);
     ncclCommDestroy(comm_);
   }
-  // Rank 1 comes late: rank 0's collective cannot complete before it has.
-  void all_reduce_x(cudaStream_t stream) {
-    if (world_rank() == 1) std::this_thread::sleep_for(std::chrono::milliseconds(200));
-    ASSERT_EQ(ncclAllReduce(x_.data, x_.data, 4, ncclFloat32, ncclSum, comm_, stream), ncclSuccess);
-    ASSERT_EQ(cudaEventRecord(done_, stream), cudaSuccess);
+  // x summed over the ranks on `stream`, done_ recorded after it. Rank 1 reaches it only once
+  // rank 0 has queued it and run `while_alone` (a message from rank 0 lets it go), so what rank 0
+  // sees meanwhile does not depend on timing.
+  void all_reduce_x(
+      cudaStream_t stream, const std::function<void()>& while_alone = [] {}) {
+    int go = 1;
+    if (world_rank() == 1) MPI_Recv(&go, 1, MPI_INT, 0, 0, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+    EXPECT_EQ(ncclAllReduce(x_.data, x_.data, 4, ncclFloat32, ncclSum, comm_, stream), ncclSuccess);
+    EXPECT_EQ(cudaEventRecord(done_, stream), cudaSuccess);
+    if (world_rank() == 0) {
+      while_alone();
+      MPI_Send(&go, 1, MPI_INT, 1, 0, MPI_COMM_WORLD);
+    }
   }
 
   ncclComm_t comm_ = nullptr;
@@ -57,15 +64,22 @@ class EmulatedNccl : public ::testing::Test {
 };
 
 TEST_F(EmulatedNccl, ACollectiveCompletesOnceEveryRankHasReachedIt) {
-  all_reduce_x(stream_);
-  // Not done at the first query (the not-ready path runs), "not ready" kept as the last error.
+  all_reduce_x(stream_, [this] {
+    // Rank 1 has not reached it: not done however often rank 0 asks ("not ready" is kept as the
+    // last error too).
+    for (int i = 0; i < 5; ++i) {
+      EXPECT_EQ(cudaEventQuery(done_), cudaErrorNotReady);
+      EXPECT_EQ(cudaGetLastError(), cudaErrorNotReady);
+    }
+    EXPECT_EQ(cudaGetLastError(), cudaSuccess);
+    // A kernel on the legacy default stream does not wait for a non-blocking stream: it reads the
+    // buffer in flight, as NaN.
+    EXPECT_EQ(cases::copy(x_.data, y_.data, 4), cudaSuccess);
+    for (float v : y_.read()) EXPECT_TRUE(std::isnan(v));
+  });
+  // Rank 0's first query, too, is "not ready" (a collective is never done at its first check).
   EXPECT_EQ(cudaEventQuery(done_), cudaErrorNotReady);
   EXPECT_EQ(cudaGetLastError(), cudaErrorNotReady);
-  EXPECT_EQ(cudaGetLastError(), cudaSuccess);
-  // A kernel on the legacy default stream does not wait for a non-blocking stream: it reads the
-  // buffer in flight, as NaN.
-  ASSERT_EQ(cases::copy(x_.data, y_.data, 4), cudaSuccess);
-  for (float v : y_.read()) EXPECT_TRUE(std::isnan(v));
   EXPECT_EQ(cudaEventSynchronize(done_), cudaSuccess);
   EXPECT_EQ(cudaEventQuery(done_), cudaSuccess);
   EXPECT_EQ(x_.read(), std::vector<float>(4, 3.0f));
@@ -79,12 +93,17 @@ TEST_F(EmulatedNccl, WorkOrderedAfterACollectiveSeesItsResult) {
   ASSERT_EQ(cudaStreamWaitEvent(nullptr, done_), cudaSuccess);  // the default stream made to wait
   ASSERT_EQ(cases::copy(x_.data, y_.data, 4), cudaSuccess);
   EXPECT_EQ(y_.read(), std::vector<float>(4, 6.0f));
-  // The legacy default stream waits for a blocking stream's work.
+  // The legacy default stream waits for a blocking stream's work, and its own waits come before
+  // a blocking stream's later work.
   cudaStream_t blocking = nullptr;
   ASSERT_EQ(cudaStreamCreate(&blocking), cudaSuccess);
   all_reduce_x(blocking);  // 6 + 6
   ASSERT_EQ(cases::copy(x_.data, y_.data, 4), cudaSuccess);
   EXPECT_EQ(y_.read(), std::vector<float>(4, 12.0f));
+  all_reduce_x(stream_);  // 12 + 12
+  ASSERT_EQ(cudaStreamWaitEvent(nullptr, done_), cudaSuccess);
+  ASSERT_EQ(cases::copy(x_.data, y_.data, 4, blocking), cudaSuccess);
+  EXPECT_EQ(y_.read(), std::vector<float>(4, 24.0f));
   EXPECT_EQ(cudaStreamDestroy(blocking), cudaSuccess);
 }
 

@@ -25,11 +25,13 @@
 // - Kernels, copies and cuBLAS run when they are queued, after the work their stream must wait
 //   for (CUDA's stream order: their own stream's, the events it was made to wait for, the legacy
 //   default stream's ties to blocking streams). NCCL collectives are queued work that completes
-//   only once every rank has reached it (nccl.cpp): cudaEventQuery says "not ready" until then,
-//   and the synchronizations wait for it. While one is in flight the bytes it will write read as
-//   NaN (0xff) and must stay so, and the bytes it reads must not change: work that is not ordered
-//   after it (a race on a GPU) reads NaN or is reported when the collective completes. Every
-//   CUDA call comes from one host thread (as in Tessera).
+//   only once every rank has reached it (nccl.cpp): cudaEventQuery says "not ready" until then
+//   (and at the first check of each collective), and the synchronizations wait for it. From its
+//   start (once the work before it is done) to its end, the bytes it will write read as NaN
+//   (0xff) and must stay so, and the bytes it reads must not change: work that is not ordered
+//   after it (a race on a GPU) reads NaN or is reported when the collective completes.
+//   Unlike a GPU, queued work moves on only inside CUDA calls (a host blocked elsewhere, in MPI
+//   say, stops it), and every CUDA call must come from one host thread (as in Tessera).
 //
 // Device code is compiled as C++ from a copy of each .cu file whose launches `k<<<g, b, s, st>>>(a)`
 // are rewritten to `launch(k, "k", Config(g, b, s, st))(a)` (translate_cu.cmake).
@@ -302,7 +304,12 @@ class StreamWork {
   virtual void start() = 0;
   virtual bool finish(bool wait) = 0;
 };
-void enqueue(cudaStream_t stream, std::unique_ptr<StreamWork> work);
+struct Queued;  // a piece of queued work
+// Queues `work` on `stream`, in stream order and, if given, after `also_after` too.
+std::shared_ptr<Queued> enqueue(cudaStream_t stream, std::unique_ptr<StreamWork> work,
+                                const std::shared_ptr<Queued>& also_after = nullptr);
+// Until `work` (and what it waits for) is done; nothing for null.
+void wait_for(const std::shared_ptr<Queued>& work);
 // Before work queued on `stream` runs (a kernel, a copy, cuBLAS): what it must wait for, done.
 void wait_before_work(cudaStream_t stream);
 // A failure of queued work: printed, and returned by the next synchronization or

@@ -5,8 +5,9 @@
 // lanes are done (a missing __syncwarp) then stores wrong values, as it would on the GPU. The
 // alignment rules the GPU leaves undefined when broken are checked: 32-byte aligned pointers and
 // leading dimensions that are multiples of 16 bytes; so is the rule that every lane of the warp
-// makes each call, with the same pointer, ldm, layout and fill value (uniform_warp_call: checked
-// without synchronizing the lanes, so a missing __syncwarp still shows).
+// makes each load, store and mma_sync, loads and stores with the same pointer, ldm and layout
+// (uniform_warp_call: checked without synchronizing the lanes, so a missing __syncwarp still
+// shows). fill_fragment is not a warp operation: not checked.
 #pragma once
 
 #include <cstdint>
@@ -82,9 +83,6 @@ void store_matrix_sync(T* p, const fragment<accumulator, 16, 16, 16, T>& f, unsi
 
 template <typename Use, typename T, typename Layout>
 void fill_fragment(fragment<Use, 16, 16, 16, T, Layout>& f, float v) {
-  std::uint32_t bits;
-  __builtin_memcpy(&bits, &v, sizeof bits);
-  tessera::cuda_emulator::uniform_warp_call("wmma::fill_fragment", bits);
   for (float& x : f.tile) x = v;
 }
 
