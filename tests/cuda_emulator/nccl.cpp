@@ -4,6 +4,7 @@
 #include <mpi.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <cstring>
@@ -132,10 +133,10 @@ bool usable(ncclComm_t comm, const void* buffer, std::size_t bytes) {
 
 // One rank's part of a collective, queued on a stream. It starts (a non-blocking MPI collective
 // on copies) once the work before it on its stream, and the collective before it on its
-// communicator, are done, and completes, writing its result,
-// once every rank has reached it: on MPI_Test from cudaEventQuery (never at the first check), MPI_Wait
-// from a synchronization. Meanwhile the bytes it writes hold NaN (0xff) and must stay so, and the
-// bytes it reads must not change: on a GPU, other work touching them unordered is a race.
+// communicator, are done. It completes, writing its result, once every rank has reached it: on
+// MPI_Test from cudaEventQuery (never at the first check) or MPI_Wait from a synchronization.
+// Meanwhile the bytes it writes hold NaN (0xff) and must stay so, and the bytes it reads must not
+// change: on a GPU, other work touching them unordered is a race.
 class Collective final : public tessera::cuda_emulator::StreamWork {
  public:
   enum class Kind { all_reduce, reduce, broadcast };
@@ -150,41 +151,40 @@ class Collective final : public tessera::cuda_emulator::StreamWork {
         type_(type),
         op_(op),
         root_(root),
-        comm_(comm) {
+        comm_(comm),
+        bytes_(count * size_of(type)) {
     MPI_Comm_rank(comm, &rank_);
     MPI_Comm_size(comm, &size_);
-    const bool receives = kind != Kind::reduce || rank_ == root;
+    receives_ = kind != Kind::reduce || rank_ == root;
     reads_ = kind != Kind::broadcast || rank_ == root;
-    writes_ = receives && !(kind == Kind::broadcast && rank_ == root && send == recv);  // a root in place only reads
+    writes_ = receives_ && !(kind == Kind::broadcast && rank_ == root && send == recv);  // a root in place only reads
   }
 
   void start() override {
-    const std::size_t bytes = count_ * size_of(type_);
     const int n = static_cast<int>(count_);
     DeviceAccess access;
-    if (reads_ && bytes > 0)
-      sent_.assign(static_cast<const unsigned char*>(send_), static_cast<const unsigned char*>(send_) + bytes);
+    if (reads_ && bytes_ > 0)
+      sent_.assign(static_cast<const unsigned char*>(send_), static_cast<const unsigned char*>(send_) + bytes_);
     int rc = MPI_SUCCESS;
     if (kind_ == Kind::broadcast) {
-      result_ = rank_ == root_ ? sent_ : std::vector<unsigned char>(bytes);
-      rc = MPI_Ibcast(result_.data(), static_cast<int>(bytes), MPI_BYTE, root_, comm_, &request_);
+      result_ = rank_ == root_ ? sent_ : std::vector<unsigned char>(bytes_);
+      rc = MPI_Ibcast(result_.data(), static_cast<int>(bytes_), MPI_BYTE, root_, comm_, &request_);
     } else {
-      const bool to_all = kind_ == Kind::all_reduce, receives = to_all || rank_ == root_;
       const void* in = sent_.data();
       void* out = nullptr;
       if (type_ == ncclBfloat16) {  // reduced as float32
         widened_in_ = widen_bf16(sent_.data(), count_);
-        widened_out_.resize(receives ? count_ : 0);
+        widened_out_.resize(receives_ ? count_ : 0);
         in = widened_in_.data();
         out = widened_out_.data();
       } else {
-        result_.resize(receives ? bytes : 0);
+        result_.resize(receives_ ? bytes_ : 0);
         out = result_.data();
       }
-      rc = to_all ? MPI_Iallreduce(in, out, n, mpi_type(type_), mpi_op(op_), comm_, &request_)
-                  : MPI_Ireduce(in, out, n, mpi_type(type_), mpi_op(op_), root_, comm_, &request_);
+      rc = kind_ == Kind::all_reduce ? MPI_Iallreduce(in, out, n, mpi_type(type_), mpi_op(op_), comm_, &request_)
+                                     : MPI_Ireduce(in, out, n, mpi_type(type_), mpi_op(op_), root_, comm_, &request_);
     }
-    if (writes_ && bytes > 0) std::memset(recv_, 0xff, bytes);  // NaN until it completes
+    if (writes_ && bytes_ > 0) std::memset(recv_, 0xff, bytes_);  // NaN until it completes
     started_ = rc == MPI_SUCCESS;
   }
 
@@ -204,16 +204,17 @@ class Collective final : public tessera::cuda_emulator::StreamWork {
       }
       if (!done) return false;
     }
-    const std::size_t bytes = count_ * size_of(type_);
     DeviceAccess access;
     std::string failure;
     if (!started_) {
       failure = "MPI failed to start it";
-    } else if (writes_ && !all_ff(recv_, bytes)) {
+    } else if (writes_ &&
+               !std::all_of(static_cast<const unsigned char*>(recv_), static_cast<const unsigned char*>(recv_) + bytes_,
+                            [](unsigned char b) { return b == 0xff; })) {
       failure =
           "device memory it writes was written while it was in flight (by work not ordered after it on its "
           "stream: a race on a GPU)";
-    } else if (reads_ && (!writes_ || send_ != recv_) && bytes > 0 && std::memcmp(send_, sent_.data(), bytes) != 0) {
+    } else if (reads_ && (!writes_ || send_ != recv_) && bytes_ > 0 && std::memcmp(send_, sent_.data(), bytes_) != 0) {
       failure =
           "device memory it reads was changed while it was in flight (by work not ordered after it on its "
           "stream: a race on a GPU)";
@@ -228,7 +229,7 @@ class Collective final : public tessera::cuda_emulator::StreamWork {
           for (float& x : widened_out_) x /= static_cast<float>(size_);
         narrow_bf16(widened_out_, recv_);
       } else {
-        if (bytes > 0) std::memcpy(recv_, result_.data(), bytes);
+        if (bytes_ > 0) std::memcpy(recv_, result_.data(), bytes_);
         if (op_ == ncclAvg) divide(recv_, count_, type_, size_);
       }
     }
@@ -236,13 +237,6 @@ class Collective final : public tessera::cuda_emulator::StreamWork {
   }
 
  private:
-  static bool all_ff(const void* p, std::size_t bytes) {
-    const auto* b = static_cast<const unsigned char*>(p);
-    for (std::size_t i = 0; i < bytes; ++i)
-      if (b[i] != 0xff) return false;
-    return true;
-  }
-
   const char* name_;
   Kind kind_;
   const void* send_;
@@ -252,8 +246,9 @@ class Collective final : public tessera::cuda_emulator::StreamWork {
   ncclRedOp_t op_;
   int root_;
   MPI_Comm comm_;
+  std::size_t bytes_;
   int rank_ = 0, size_ = 1;
-  bool reads_ = false, writes_ = false, started_ = false, queried_ = false;
+  bool receives_ = false, reads_ = false, writes_ = false, started_ = false, queried_ = false;
   std::vector<unsigned char> sent_;    // what it reads, as at its start
   std::vector<unsigned char> result_;  // what it will write (not bfloat16)
   std::vector<float> widened_in_, widened_out_;

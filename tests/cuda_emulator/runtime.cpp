@@ -329,8 +329,6 @@ void uniform_warp_call(const char* op, std::uint64_t arguments) {
   current_fiber(op);
   Block& b = *t_block;
   const auto t = static_cast<std::size_t>(b.current), w = t / 32;
-  if (b.warp_calls.size() <= w) b.warp_calls.resize(w + 1);
-  if (b.calls_made.size() < b.fibers.size()) b.calls_made.resize(b.fibers.size(), 0);
   std::vector<WarpCall>& calls = b.warp_calls[w];
   const std::size_t k = b.calls_made[t]++;
   if (k == calls.size()) {
@@ -429,6 +427,8 @@ void run_grid(const void* kernel, const char* name, const Config& c, const void*
   DeviceAccess access;
   Block b;
   b.fibers.resize(threads);
+  b.warp_calls.resize((threads + 31) / 32);
+  b.calls_made.resize(threads);
   b.body = &body;
   std::vector<unsigned char> shared_storage(c.shared_bytes + 128);
   const auto shared_at = round_up(reinterpret_cast<std::uintptr_t>(shared_storage.data()), 128);
