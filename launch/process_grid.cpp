@@ -1,7 +1,9 @@
 #include "launch/process_grid.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cstdlib>
+#include <thread>
 
 #include "common/hash.h"
 #include "dist/local_communicator.h"
@@ -50,6 +52,15 @@ void check_one_gpu_per_rank(dist::Communicator& world, const CudaDevice& device)
             a, b);
 }
 
+// For the failure tests: TESSERA_FAULT_SETUP_HANG=RANK:STAGE makes that rank stop responding (sleep)
+// at STAGE of the setup, as a process stuck there would: "mpi" before MPI starts, "nccl" before the
+// NCCL bootstrap (train.device = cuda), "split" before the tensor- and data-parallel groups are made.
+void hang_if_injected_at(std::string_view stage) {
+  const char* spec = std::getenv("TESSERA_FAULT_SETUP_HANG");
+  if (spec == nullptr || std::string_view(spec) != fmt::format("{}:{}", launcher_rank(), stage)) return;
+  for (;;) std::this_thread::sleep_for(std::chrono::seconds(1));
+}
+
 }  // namespace
 
 void root_first(dist::Communicator* world, const std::function<void()>& load) {
@@ -85,8 +96,10 @@ ProcessGrid make_process_grid(const io::Config& cfg, std::string_view command_li
     if (gpu) g.gpu = select_cuda_device(0).description;
     return g;
   }
+  // The watchdog first: starting MPI waits for every rank, as a collective does.
+  dist::set_collective_timeout(cfg.real("parallel.timeout_s"), launcher_rank());
+  hang_if_injected_at("mpi");
   std::unique_ptr<dist::Communicator> world = dist::MpiCommunicator::world();
-  dist::set_collective_timeout(cfg.real("parallel.timeout_s"));
   g.rank = world->rank();
   g.size = world->size();
   // Each rank reads its own config file and command line: node-local copies of "the same" file,
@@ -108,11 +121,13 @@ ProcessGrid make_process_grid(const io::Config& cfg, std::string_view command_li
     g.gpu = device.description;
     check_one_gpu_per_rank(*world, device);
 #ifdef TESSERA_WITH_CUDA
+    hang_if_injected_at("nccl");
     // Collective: every rank has selected its GPU above (or thrown there, as all would).
     world = std::make_unique<dist::DeviceCommunicator>(
         std::unique_ptr<dist::MpiCommunicator>(static_cast<dist::MpiCommunicator*>(world.release())));
 #endif
   }
+  hang_if_injected_at("split");
   g.tensor = world->split(/*color=*/g.rank / tp, /*key=*/g.rank);
   g.data = world->split(/*color=*/g.rank % tp, /*key=*/g.rank);
   g.world = std::move(world);

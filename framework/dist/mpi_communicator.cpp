@@ -55,8 +55,8 @@ std::atomic<double> g_timeout_s{0};
 std::atomic<std::int64_t> g_collective_start_ms{0};  // 0: not in a collective
 std::atomic<const char*> g_collective_name{""};
 std::atomic<int> g_untimed{0};  // live UntimedCollectives
-// This process's rank in MPI_COMM_WORLD, noted at MPI_Init: under MPI_THREAD_FUNNELED the watchdog
-// thread may not call MPI itself.
+// This process's rank in MPI_COMM_WORLD, noted at MPI_Init (the launcher's until then): under
+// MPI_THREAD_FUNNELED the watchdog thread may not call MPI itself.
 std::atomic<int> g_world_rank{-1};
 // agree_on_error's own communicator: duplicated at MPI_Init, when every rank is there.
 MPI_Comm g_arrival_comm = MPI_COMM_NULL;
@@ -132,9 +132,10 @@ CollectiveWatch::~CollectiveWatch() {
 UntimedCollectives::UntimedCollectives() { ++g_untimed; }
 UntimedCollectives::~UntimedCollectives() { --g_untimed; }
 
-void set_collective_timeout(double seconds) {
+void set_collective_timeout(double seconds, int world_rank) {
   static std::once_flag started;
   g_timeout_s = seconds;
+  if (!mpi_initialized()) g_world_rank = world_rank;
   if (seconds > 0) std::call_once(started, [] { std::thread(watchdog_loop).detach(); });
 }
 
@@ -192,6 +193,7 @@ ErrorAgreement agree_on_error(std::uint64_t message_hash, double window_s) {
 double collective_timeout() { return g_timeout_s; }
 
 std::unique_ptr<MpiCommunicator> MpiCommunicator::world() {
+  CollectiveWatch mark("MPI start (MPI_Init_thread, MPI_Comm_dup)");  // each waits for every rank
   ensure_mpi_initialized();
   MPI_Comm dup;
   check_mpi(MPI_Comm_dup(MPI_COMM_WORLD, &dup), "MPI_Comm_dup");
@@ -298,6 +300,7 @@ std::unique_ptr<Communicator> MpiCommunicator::split(int color, int key) {
 
 int MpiCommunicator::local_rank() const {
   MPI_Comm local;
+  CollectiveWatch mark("local_rank (MPI_Comm_split_type)");
   check_mpi(MPI_Comm_split_type(comm_, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &local), "local_rank");
   int r = 0;
   MPI_Comm_rank(local, &r);

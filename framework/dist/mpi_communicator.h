@@ -26,8 +26,9 @@ ErrorAgreement agree_on_error(std::uint64_t message_hash, double window_s);
 
 // A rank that waits longer than `seconds` inside one blocking collective (another rank died or
 // hangs) prints which collective, for how long, and exits with status 1, which makes the
-// launcher end the job. 0 turns the watchdog off (the default).
-void set_collective_timeout(double seconds);
+// launcher end the job. 0 turns the watchdog off (the default). `world_rank` (from the launcher's
+// environment) names this rank in that message until MPI has started and knows it.
+void set_collective_timeout(double seconds, int world_rank);
 double collective_timeout();  // the value set, 0 when none
 // Marks one blocking wait for a collective (MPI or NCCL) for that watchdog, while alive. Within
 // one already alive (a tensor-parallel checkpoint's parallel I/O, whose collectives include

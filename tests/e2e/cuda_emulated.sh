@@ -41,24 +41,26 @@ for layout in "2 1" "1 2" "2 2"; do
 done
 
 # A rank that stops responding (injected: rank 1 sleeps at step 3) while the other waits for an
-# NCCL collective (dp=2: the gradient all-reduce; tp=2: the forward's): the collective timeout ends
-# the job, non-zero, within 60 s, naming the NCCL wait (the emulated NCCL completes a collective
-# only once every rank has reached it, as NCCL does).
-hung() {  # hung TP DP WAIT: the job ends, naming WAIT
-  name="hung_tp$1_dp$2" start=$(date +%s) status=0
-  TESSERA_FAULT_HANG=1:3 timeout 120 mpirun -np 2 --oversubscribe "$tessera" train $common --set model.dropout=0 \
-    --set train.device=cuda --set parallel.tensor=$1 --set parallel.data=$2 --set parallel.timeout_s=5 \
+# NCCL collective (dp=2: the gradient all-reduce; tp=2: the forward's), or (injected: rank 1 sleeps
+# before it) in the NCCL bootstrap: the collective timeout ends the job, non-zero, within 60 s,
+# naming the NCCL wait (the emulated NCCL completes a collective only once every rank has reached
+# it, as NCCL does).
+hung() {  # hung FAULT=VALUE TP DP WAIT: the job ends, naming WAIT
+  name="hung_tp$2_dp$3_${1##*:}" start=$(date +%s) status=0
+  env "$1" timeout 120 mpirun -np 2 --oversubscribe "$tessera" train $common --set model.dropout=0 \
+    --set train.device=cuda --set parallel.tensor=$2 --set parallel.data=$3 --set parallel.timeout_s=5 \
     --set train.max_steps=1000 --set output.dir="$work/$name" > "$work/$name.log" 2>&1 || status=$?
   took=$(($(date +%s) - start))
   [ $status -ne 0 ] && [ $status -ne 124 ] || { tail -n 5 "$work/$name.log"; fail "$name: status $status (124: hung)"; }
   [ $took -le 60 ] || fail "$name: the job took $took s to end"
-  grep -qF "error on rank 0: $3 has waited" "$work/$name.log" &&
+  grep -qF "error on rank 0: $4 has waited" "$work/$name.log" &&
     grep -q "(parallel.timeout_s = 5): another rank has died or hangs" "$work/$name.log" ||
-    { cat "$work/$name.log"; fail "$name: no timeout message naming the wait for '$3'"; }
-  echo "$name: the job ended with status $status after $took s"
+    { cat "$work/$name.log"; fail "$name: no timeout message naming the wait for '$4'"; }
+  echo "$name ($1): the job ended with status $status after $took s"
 }
-hung 1 2 "NCCL all_reduce_async (wait)"
-hung 2 1 "NCCL all_reduce"
+hung TESSERA_FAULT_HANG=1:3 1 2 "NCCL all_reduce_async (wait)"
+hung TESSERA_FAULT_HANG=1:3 2 1 "NCCL all_reduce"
+hung TESSERA_FAULT_SETUP_HANG=1:nccl 1 2 "NCCL bootstrap (ncclCommInitRank)"
 
 # Written by two GPUs (each rank its slice), read by one CPU process.
 "$tessera" train $common --set model.dropout=0 --set output.dir="$work/resumed_on_cpu" \

@@ -427,4 +427,19 @@ took=$(( $(date +%s) - start ))
 grep -q "has waited [0-9]* s (parallel.timeout_s = 5): another rank has died or hangs" "$work/hung.log" \
   || { cat "$work/hung.log"; fail "no timeout message"; }
 echo "hung rank: the job ended with status $status after $took s"
+
+# ... and a rank stuck in the setup (injected: rank 1 sleeps before MPI starts, or before the
+# parallel groups are split off): the others' first wait times out too, naming it.
+for stage in "mpi:MPI start (MPI_Init_thread, MPI_Comm_dup)" "split:split"; do
+  start=$(date +%s) status=0
+  TESSERA_FAULT_SETUP_HANG="1:${stage%%:*}" timeout 120 mpirun -np 2 --oversubscribe "$tessera" train $common \
+    --set parallel.tensor=2 --set parallel.timeout_s=5 --set output.dir="$work/setup_hangs" \
+    > "$work/setup_hangs.log" 2>&1 || status=$?
+  took=$(( $(date +%s) - start ))
+  [ $status -ne 0 ] && [ $status -ne 124 ] || fail "a rank hung at setup stage '${stage%%:*}' gave status $status (124: hung)"
+  [ $took -le 60 ] || fail "the job took $took s to end with a rank hung at setup stage '${stage%%:*}'"
+  grep -qF "error on rank 0: ${stage#*:} has waited" "$work/setup_hangs.log" ||
+    { cat "$work/setup_hangs.log"; fail "no timeout message naming '${stage#*:}'"; }
+  echo "rank hung at setup stage '${stage%%:*}': the job ended with status $status after $took s"
+done
 echo PASS
