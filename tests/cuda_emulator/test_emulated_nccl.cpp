@@ -1,6 +1,7 @@
 // The CUDA emulator's NCCL on two ranks (mpirun -np 2): a collective is queued on its stream and
 // completes only once both ranks have reached it; what must wait for it does, what need not does
-// not, and work touching its buffers unordered (a race on a GPU) reads NaN or is reported.
+// not, work touching its buffers unordered (a race on a GPU) reads NaN or is reported, and a
+// communicator's split or destroy waits for its queued collectives.
 #include <cuda_bf16.h>
 #include <gtest/gtest.h>
 #include <mpi.h>
@@ -137,6 +138,29 @@ TEST_F(EmulatedNccl, WorkTouchingABufferInFlightIsReported) {
   } else {
     EXPECT_EQ(cudaStreamSynchronize(stream_), cudaSuccess);
   }
+}
+
+TEST_F(EmulatedNccl, SplitAndDestroyFinishQueuedCollectivesFirst) {
+  // As NCCL, a split or a destroy first finishes the communicator's queued collectives, so MPI
+  // meets them in one order on every rank. Each time the second all-reduce has not started on
+  // rank 0 (it waits for the first, whose first check is "not ready").
+  const auto all_reduce_twice = [this](ncclComm_t comm) {
+    for (int i = 0; i < 2; ++i)
+      ASSERT_EQ(ncclAllReduce(x_.data, x_.data, 4, ncclFloat32, ncclSum, comm, stream_), ncclSuccess);
+  };
+  all_reduce_twice(comm_);  // 1 + 2, 3 + 3
+  // Rank 1 waits for both (its second completes only once rank 0 has started it): rank 0 splitting
+  // first would wait for rank 1 in MPI_Comm_split while rank 1 waits for it, a deadlock.
+  if (world_rank() == 1) {
+    ASSERT_EQ(cudaStreamSynchronize(stream_), cudaSuccess);
+  }
+  ncclComm_t both = nullptr;
+  ASSERT_EQ(ncclCommSplit(comm_, 0, world_rank(), &both, nullptr), ncclSuccess);
+  all_reduce_twice(both);  // 6 + 6, 12 + 12
+  // Destroyed with the second still queued: it must not start on a freed communicator.
+  ASSERT_EQ(ncclCommDestroy(both), ncclSuccess);
+  ASSERT_EQ(cudaStreamSynchronize(stream_), cudaSuccess);
+  EXPECT_EQ(x_.read(), std::vector<float>(4, 24.0f));
 }
 
 }  // namespace
