@@ -11,7 +11,7 @@ tessera=$1 work=$2
 here=$(cd "$(dirname "$0")/../.." && pwd)
 data=$here/configs/data/multi30k
 rm -rf "$work" && mkdir -p "$work"
-export ASAN_OPTIONS=detect_leaks=1:exitcode=67 UBSAN_OPTIONS=print_stacktrace=1:exitcode=66 OMP_NUM_THREADS=2
+export ASAN_OPTIONS=detect_leaks=1:detect_stack_use_after_return=1:exitcode=67 UBSAN_OPTIONS=print_stacktrace=1:exitcode=66 OMP_NUM_THREADS=2
 step() { echo "== $*"; }
 zcat "$data/train.en.gz" | head -n 3000 > "$work/train.en"
 zcat "$data/train.de.gz" | head -n 3000 > "$work/train.de"
