@@ -7,6 +7,7 @@
 #  - a rank that hangs ends a dp=2 or tp=2 GPU job through the collective timeout;
 #  - a checkpoint written at tp=2 on GPUs resumes on the CPU in one process, with one GPU's losses;
 #  - bfloat16 mixed precision trains, its losses within 2% of float32's;
+#  - the GPU check's report script reads these runs' logs and metrics;
 #  - translate --device cuda writes the CPU's translations, greedy and beam, one process or two.
 # The model is tiny (heads of 32, the smallest the GPU attention takes): the emulator runs each
 # GPU thread as a fiber, thousands of times slower than a GPU.
@@ -74,6 +75,29 @@ losses "$work/gpu/metrics.jsonl" > "$work/f32.txt" && losses "$work/gpu_bf16/met
 join "$work/f32.txt" "$work/bf16.txt" | awk '
   { n++; d = $2 - $4; if (d < 0) d = -d; if (d > 0.02 * $2) { bad++; print "step " $1 ": loss " $2 " (float32) vs " $4 " (bfloat16)" } }
   END { if (n != 6 || bad > 0) { print "FAIL: bfloat16: " bad + 0 " of " n + 0 " steps beyond 2%"; exit 1 } print "bfloat16: 6 steps within 2% of float32" }'
+
+# The GPU check's report (tests/gpu/check_report.py) reads these runs as it reads the GPU
+# machine's: a change of the trainer's step line or metrics must fail here, not in that one check.
+report() { python3 "$(dirname "$0")/../gpu/check_report.py" "$@" > "$work/report.txt" 2>&1 || { cat "$work/report.txt"; fail "check_report.py $1"; }; }
+expect() { grep -qE "$1" "$work/report.txt" || { cat "$work/report.txt"; fail "check_report.py: no line matching '$1'"; }; }
+mkdir -p "$work/report" && ln -s "$work/cpu_dropout" "$work/report/small_cpu_fp32" &&
+  ln -s "$work/gpu_dropout" "$work/report/small_cuda_fp32"
+report losses "$work/report"  # 6 steps, not the check's 50: judged FAIL
+expect '^- small_cuda_fp32: 6 steps compared; worst relative loss difference [0-9.e+-]+ at step [1-6] .*tolerance 0.001: FAIL$'
+expect '^  - step 1 gradient norm: cpu [0-9.]+, gpu [0-9.]+, relative difference [0-9.e+-]+, tolerance 0.0001: PASS'
+expect '^- small_cuda_bf16: no losses to compare'
+report training "$work/gpu_bf16.log" big 0
+expect '^\| big \| [0-9]+ \| [0-9.]+ \| [0-9.]+% \| [0-9.]+ GiB \| 0 \|$'
+expect '^Target, big in bf16 >= 40% MFU: [0-9.]+%: NOT MET$'
+{ echo "# a note"; echo "d,causal,seqlen,batch,heads,fwd_ms,fwd_bwd_ms,fwd_tflops,fwd_bwd_tflops"
+  for c in 0 1; do for l in 512 1024 2048 4096; do echo "64,$c,$l,1,1,1,1,100.0,80.0"; done; done; } > "$work/bench.csv"
+{ echo "UserWarning: something torch says"; echo "d,causal,seqlen,batch,heads,fwd_ms,fwd_bwd_ms,fwd_tflops,fwd_bwd_tflops"
+  for c in 0 1; do for l in 512 1024 2048 4096; do echo "64,$c,$l,1,1,1,1,120.0,100.0"; done; done; } > "$work/sdpa.csv"
+report attention "$work/bench.csv" "$work/sdpa.csv"
+expect '^\| 64 \| 1 \| 4096 \| 100.0 \| 80.0 \| 120.0 \| 100.0 \| 0.80 \|$'
+expect '^    UserWarning: something torch says$'
+expect '^Target, fwd\+bwd >= 0.80 of SDPA at d 64: worst ratio 0.80 over 8 shapes: MET$'
+echo "check_report.py: the GPU check's report sections read these runs"
 
 # Translations of the GPU-trained model: the CPU's, on the GPU, greedy and beam, one process or two.
 i=0; while [ $i -lt 12 ]; do echo "$((i % 20)) $(((i * 7) % 20)) $(((i * 3 + 5) % 20)) $(((i + 11) % 20)) 4 9"; i=$((i + 1)); done > "$work/src.txt"

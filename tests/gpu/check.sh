@@ -112,32 +112,7 @@ mpi=(OMPI_MCA_ess_singleton_isolated=1 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_A
     grep -E "^device:|error|skipped:" "$dir.log" | head -3
   done
   echo '```'
-  python3 - "$work" <<'PY'
-import json, sys, os
-def metric(name, key):
-    path = os.path.join(sys.argv[1], name, "metrics.jsonl")
-    if not os.path.exists(path):
-        return {}
-    return {r["step"]: r[key] for r in map(json.loads, open(path)) if key in r and "step" in r}
-cpu, cpu_norm = metric("small_cpu_fp32", "loss"), metric("small_cpu_fp32", "grad_norm")
-for name, tol, norm_tol in (("small_cuda_fp32", 1e-3, 1e-4), ("small_cuda_bf16", 5e-2, 5e-2)):
-    gpu, gpu_norm = metric(name, "loss"), metric(name, "grad_norm")
-    steps = sorted(set(cpu) & set(gpu))
-    if not steps:
-        print(f"- {name}: no losses to compare (see the exit status above)")
-        continue
-    worst = max(steps, key=lambda s: abs(gpu[s] - cpu[s]) / abs(cpu[s]))
-    rel = abs(gpu[worst] - cpu[worst]) / abs(cpu[worst])
-    verdict = "PASS" if rel <= tol and len(steps) == 50 else "FAIL"
-    print(f"- {name}: {len(steps)} steps compared; worst relative loss difference {rel:.2e} at step {worst} "
-          f"(cpu {cpu[worst]:.5f}, gpu {gpu[worst]:.5f}); final loss cpu {cpu[steps[-1]]:.5f} gpu {gpu[steps[-1]]:.5f}; "
-          f"tolerance {tol:g}: {verdict}")
-    if 1 in cpu_norm and 1 in gpu_norm:
-        rel = abs(gpu_norm[1] - cpu_norm[1]) / abs(cpu_norm[1])
-        worst = max(abs(gpu_norm[s] - cpu_norm[s]) / abs(cpu_norm[s]) for s in steps if s in cpu_norm and s in gpu_norm)
-        print(f"  - step 1 gradient norm: cpu {cpu_norm[1]:.6f}, gpu {gpu_norm[1]:.6f}, relative difference {rel:.2e}, "
-              f"tolerance {norm_tol:g}: {'PASS' if rel <= norm_tol else 'FAIL'} (worst over the steps, not judged: {worst:.2e})")
-PY
+  python3 "$here/check_report.py" losses "$work"
   save_logs
   echo
   echo "## 3. Flash attention, bf16, FlashAttention's FLOP convention (fwd+bwd = 3.5 x fwd)"
@@ -145,39 +120,7 @@ PY
   limit 150 "${ours[@]}" "$(exe tessera_gpu_bench)" > "$work/bench.csv" 2>&1
   echo "exit status: $?"
   limit 120 python3 "$here/sdpa_reference.py" > "$work/sdpa.csv" 2>&1
-  python3 - "$work/bench.csv" "$work/sdpa.csv" <<'PY'
-import csv, sys
-def rows(path):  # the header and the rows only: a warning on stderr (torch's, say) must not become the header
-    lines = [l for l in open(path) if l.startswith("d,") or l[:1].isdigit()]
-    try:
-        return {(r["d"], r["causal"], r["seqlen"]): r for r in csv.DictReader(lines)}
-    except Exception:
-        return {}
-ours, torch = rows(sys.argv[1]), rows(sys.argv[2])
-for path in sys.argv[1:]:  # notes, and whatever is not a CSV row (an error message)
-    for l in open(path):
-        if l.strip() and (l.startswith("#") or not l[:1].isdigit() and not l.startswith("d,")):
-            print("    " + l.rstrip())
-print("| d | causal | seqlen | ours fwd TFLOP/s | ours fwd+bwd | SDPA fwd | SDPA fwd+bwd | fwd+bwd ratio |")
-print("|---|---|---|---|---|---|---|---|")
-for key, r in ours.items():
-    t = torch.get(key)
-    ratio = f"{float(r['fwd_bwd_tflops']) / float(t['fwd_bwd_tflops']):.2f}" if t else "-"
-    print(f"| {key[0]} | {key[1]} | {key[2]} | {r['fwd_tflops']} | {r['fwd_bwd_tflops']} | "
-          f"{t['fwd_tflops'] if t else '-'} | {t['fwd_bwd_tflops'] if t else '-'} | {ratio} |")
-# The issue's target: forward+backward at least 80% of SDPA's rate at d_k 64, on every shape
-# (all 8: causal or not, 4 lengths), both sides measured.
-ratios = [float(r["fwd_bwd_tflops"]) / float(torch[k]["fwd_bwd_tflops"]) for k, r in ours.items()
-          if k[0] == "64" and k in torch and float(torch[k]["fwd_bwd_tflops"]) > 0]
-if 0 < len(ratios) < 8:
-    print(f"\nTarget, fwd+bwd >= 0.80 of SDPA at d 64: not judged (only {len(ratios)} of the 8 shapes measured on both "
-          f"sides; worst ratio of those {min(ratios):.2f})")
-elif ratios:
-    print(f"\nTarget, fwd+bwd >= 0.80 of SDPA at d 64: worst ratio {min(ratios):.2f} over {len(ratios)} shapes: "
-          f"{'MET' if min(ratios) >= 0.8 else 'NOT MET'}")
-else:
-    print("\nTarget, fwd+bwd >= 0.80 of SDPA at d 64: not judged (no pair of rows to compare)")
-PY
+  python3 "$here/check_report.py" attention "$work/bench.csv" "$work/sdpa.csv"
   save_logs
   echo
   echo "## 4. Training throughput, bfloat16, one GPU"
@@ -196,24 +139,7 @@ PY
       --set checkpoint.every=0 --set checkpoint.keep_best=false --set decode.beam=1 --set output.dir="$dir" \
       > "$dir.log" 2>&1
     status=$?
-    python3 - "$dir.log" "$model" "$status" <<'PY'
-import re, sys
-log, model, status = sys.argv[1:]
-steps = [l for l in open(log) if l.startswith("step ")]
-if not steps:
-    err = [l.strip() for l in open(log) if "error" in l or l.startswith("skipped:")][:1]
-    print(f"| {model} | - | - | - | - | {status} {err[0] if err else ''} |")
-    if model == "big":
-        print("\nTarget, big in bf16 >= 40% MFU: not judged (no step logged)")
-else:
-    l = steps[-1]
-    tok = re.search(r"(\d+) tok/s", l).group(1)
-    tf = float(re.search(r"([\d.]+) model TFLOP/s", l).group(1))
-    mem = re.search(r"gpu peak ([\d.]+) GiB", l).group(1)
-    print(f"| {model} | {tok} | {tf:.1f} | {100 * tf / 989:.1f}% | {mem} GiB | {status} |")
-    if model == "big":
-        print(f"\nTarget, big in bf16 >= 40% MFU: {100 * tf / 989:.1f}%: {'MET' if tf / 989 >= 0.4 else 'NOT MET'}")
-PY
+    python3 "$here/check_report.py" training "$dir.log" "$model" "$status"
   done
 } 2>&1 | tee "$report"
 # The logs (not the checkpoints) travel beside the report.

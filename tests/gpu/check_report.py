@@ -1,0 +1,106 @@
+"""The GPU check's report sections that read what the runs wrote (tests/gpu/check.sh calls it).
+
+  check_report.py losses WORK            section 2: the GPU runs' losses against the CPU run's
+  check_report.py attention BENCH SDPA   section 3: our attention throughput beside SDPA's
+  check_report.py training LOG MODEL EXIT  section 4: one model's training throughput row
+
+tests/e2e/cuda_emulated.sh runs it on the emulated GPU's training logs, so that a change of the
+trainer's log line or metrics breaks CI rather than the one GPU check a session gets.
+"""
+import csv
+import json
+import os
+import re
+import sys
+
+
+def losses(work):
+    """Each step's loss of small_cuda_fp32 and small_cuda_bf16 (under WORK) against small_cpu_fp32's."""
+
+    def metric(name, key):
+        path = os.path.join(work, name, "metrics.jsonl")
+        if not os.path.exists(path):
+            return {}
+        return {r["step"]: r[key] for r in map(json.loads, open(path)) if key in r and "step" in r}
+
+    cpu, cpu_norm = metric("small_cpu_fp32", "loss"), metric("small_cpu_fp32", "grad_norm")
+    for name, tol, norm_tol in (("small_cuda_fp32", 1e-3, 1e-4), ("small_cuda_bf16", 5e-2, 5e-2)):
+        gpu, gpu_norm = metric(name, "loss"), metric(name, "grad_norm")
+        steps = sorted(set(cpu) & set(gpu))
+        if not steps:
+            print(f"- {name}: no losses to compare (see the exit status above)")
+            continue
+        worst = max(steps, key=lambda s: abs(gpu[s] - cpu[s]) / abs(cpu[s]))
+        rel = abs(gpu[worst] - cpu[worst]) / abs(cpu[worst])
+        verdict = "PASS" if rel <= tol and len(steps) == 50 else "FAIL"
+        print(f"- {name}: {len(steps)} steps compared; worst relative loss difference {rel:.2e} at step {worst} "
+              f"(cpu {cpu[worst]:.5f}, gpu {gpu[worst]:.5f}); final loss cpu {cpu[steps[-1]]:.5f} gpu {gpu[steps[-1]]:.5f}; "
+              f"tolerance {tol:g}: {verdict}")
+        if 1 in cpu_norm and 1 in gpu_norm:
+            rel = abs(gpu_norm[1] - cpu_norm[1]) / abs(cpu_norm[1])
+            worst = max(abs(gpu_norm[s] - cpu_norm[s]) / abs(cpu_norm[s]) for s in steps if s in cpu_norm and s in gpu_norm)
+            print(f"  - step 1 gradient norm: cpu {cpu_norm[1]:.6f}, gpu {gpu_norm[1]:.6f}, relative difference {rel:.2e}, "
+                  f"tolerance {norm_tol:g}: {'PASS' if rel <= norm_tol else 'FAIL'} (worst over the steps, not judged: {worst:.2e})")
+
+
+def attention(bench_path, sdpa_path):
+    """tessera_gpu_bench's CSV beside sdpa_reference.py's, and the issue's target at d 64."""
+
+    def rows(path):  # the header and the rows only: a warning on stderr (torch's, say) must not become the header
+        lines = [l for l in open(path) if l.startswith("d,") or l[:1].isdigit()]
+        try:
+            return {(r["d"], r["causal"], r["seqlen"]): r for r in csv.DictReader(lines)}
+        except Exception:
+            return {}
+
+    ours, torch = rows(bench_path), rows(sdpa_path)
+    for path in (bench_path, sdpa_path):  # notes, and whatever is not a CSV row (an error message)
+        for l in open(path):
+            if l.strip() and (l.startswith("#") or not l[:1].isdigit() and not l.startswith("d,")):
+                print("    " + l.rstrip())
+    print("| d | causal | seqlen | ours fwd TFLOP/s | ours fwd+bwd | SDPA fwd | SDPA fwd+bwd | fwd+bwd ratio |")
+    print("|---|---|---|---|---|---|---|---|")
+    for key, r in ours.items():
+        t = torch.get(key)
+        ratio = f"{float(r['fwd_bwd_tflops']) / float(t['fwd_bwd_tflops']):.2f}" if t else "-"
+        print(f"| {key[0]} | {key[1]} | {key[2]} | {r['fwd_tflops']} | {r['fwd_bwd_tflops']} | "
+              f"{t['fwd_tflops'] if t else '-'} | {t['fwd_bwd_tflops'] if t else '-'} | {ratio} |")
+    # The issue's target: forward+backward at least 80% of SDPA's rate at d_k 64, on every shape
+    # (all 8: causal or not, 4 lengths), both sides measured.
+    ratios = [float(r["fwd_bwd_tflops"]) / float(torch[k]["fwd_bwd_tflops"]) for k, r in ours.items()
+              if k[0] == "64" and k in torch and float(torch[k]["fwd_bwd_tflops"]) > 0]
+    if 0 < len(ratios) < 8:
+        print(f"\nTarget, fwd+bwd >= 0.80 of SDPA at d 64: not judged (only {len(ratios)} of the 8 shapes measured on both "
+              f"sides; worst ratio of those {min(ratios):.2f})")
+    elif ratios:
+        print(f"\nTarget, fwd+bwd >= 0.80 of SDPA at d 64: worst ratio {min(ratios):.2f} over {len(ratios)} shapes: "
+              f"{'MET' if min(ratios) >= 0.8 else 'NOT MET'}")
+    else:
+        print("\nTarget, fwd+bwd >= 0.80 of SDPA at d 64: not judged (no pair of rows to compare)")
+
+
+def training(log, model, status):
+    """The row of MODEL's training run (its last logged step), and for big the MFU target."""
+    steps = [l for l in open(log) if l.startswith("step ")]
+    if not steps:
+        err = [l.strip() for l in open(log) if "error" in l or l.startswith("skipped:")][:1]
+        print(f"| {model} | - | - | - | - | {status} {err[0] if err else ''} |")
+        if model == "big":
+            print("\nTarget, big in bf16 >= 40% MFU: not judged (no step logged)")
+        return
+    l = steps[-1]
+    found = [re.search(p, l) for p in (r"(\d+) tok/s", r"([\d.]+) model TFLOP/s", r"gpu peak ([\d.]+) GiB")]
+    if not all(found):  # a log line this script does not know: shown, not lost in a traceback
+        print(f"| {model} | - | - | - | - | {status}; step line not understood: {l.strip()} |")
+        return
+    tok, tf, mem = found[0].group(1), float(found[1].group(1)), found[2].group(1)
+    print(f"| {model} | {tok} | {tf:.1f} | {100 * tf / 989:.1f}% | {mem} GiB | {status} |")
+    if model == "big":
+        print(f"\nTarget, big in bf16 >= 40% MFU: {100 * tf / 989:.1f}%: {'MET' if tf / 989 >= 0.4 else 'NOT MET'}")
+
+
+if __name__ == "__main__":
+    sections = {"losses": losses, "attention": attention, "training": training}
+    if len(sys.argv) < 2 or sys.argv[1] not in sections:
+        sys.exit(__doc__)
+    sections[sys.argv[1]](*sys.argv[2:])
