@@ -1,6 +1,5 @@
 #include "launch/process_grid.h"
 
-#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <thread>
@@ -36,20 +35,15 @@ int launcher_size() {
 
 namespace {
 
-// NCCL needs one GPU per rank: every rank learns every rank's GPU UUID and all fail alike, naming
-// two ranks that share one.
+// NCCL needs one GPU per rank: every rank learns every rank's GPU UUID and all fail alike (the
+// error printed once), naming two ranks that share one.
 void check_one_gpu_per_rank(dist::Communicator& world, const CudaDevice& device) {
-  const Tensor mine = Tensor::from(std::vector<std::int32_t>(device.uuid.begin(), device.uuid.end()), {1, 4});
-  const Tensor all = world.all_gather(mine);
-  const auto* u = all.data<std::int32_t>();
-  for (int a = 0; a < world.size(); ++a)
-    for (int b = a + 1; b < world.size(); ++b)
-      if (std::equal(u + 4 * a, u + 4 * a + 4, u + 4 * b))
-        fail(
-            "train.device = cuda: ranks {} and {} would share one GPU (each rank needs its own: start at most as "
-            "many processes per machine as it has GPUs, or give each rank a GPU of its own with "
-            "CUDA_VISIBLE_DEVICES)",
-            a, b);
+  if (const auto shared = dist::ranks_sharing_a_gpu(world, device.uuid))
+    throw EveryRankError(fmt::format(
+        "train.device = cuda: ranks {} and {} would share one GPU (each rank needs its own: start at most as "
+        "many processes per machine as it has GPUs, or give each rank a GPU of its own with "
+        "CUDA_VISIBLE_DEVICES)",
+        shared->first, shared->second));
 }
 
 // For the failure tests: TESSERA_FAULT_SETUP_HANG=RANK:STAGE makes that rank stop responding (sleep)

@@ -3,7 +3,10 @@
 // the trainer see only this interface.
 #pragma once
 
+#include <array>
 #include <memory>
+#include <optional>
+#include <utility>
 #include <vector>
 
 #include "tensor/tensor.h"
@@ -51,6 +54,10 @@ class Communicator {
 int count_ranks(bool flag, Communicator* comm);
 // Rank 0's `value` on every rank of `comm` (comm null: `value`).
 std::uint64_t broadcast_u64(std::uint64_t value, Communicator* comm);
+
+// The first two ranks of `comm` (in rank order) whose GPU `uuid` (CudaDevice::uuid) is the same,
+// where any two are: NCCL needs a GPU of its own for each rank. Collective.
+std::optional<std::pair<int, int>> ranks_sharing_a_gpu(Communicator& comm, const std::array<std::int32_t, 4>& uuid);
 
 // dim-0 sizes of an even split of n rows over `parts` (the first n % parts get one more).
 std::vector<std::int64_t> even_split(std::int64_t n, int parts);

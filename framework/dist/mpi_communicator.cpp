@@ -1,5 +1,6 @@
 #include "dist/mpi_communicator.h"
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdio>
@@ -337,6 +338,15 @@ void check_row_shares(const std::vector<std::int64_t>& rows, int ranks, std::int
   for (const std::int64_t r : rows) TESSERA_CHECK(r >= 0, "reduce_scatter: a negative row count ({})", r);
   const std::int64_t sum = std::accumulate(rows.begin(), rows.end(), std::int64_t{0});
   TESSERA_CHECK(sum == total, "reduce_scatter: row counts add up to {}, the tensor has {} rows", sum, total);
+}
+
+std::optional<std::pair<int, int>> ranks_sharing_a_gpu(Communicator& comm, const std::array<std::int32_t, 4>& uuid) {
+  const Tensor all = comm.all_gather(Tensor::from(std::vector<std::int32_t>(uuid.begin(), uuid.end()), {1, 4}));
+  const auto* u = all.data<std::int32_t>();
+  for (int a = 0; a < comm.size(); ++a)
+    for (int b = a + 1; b < comm.size(); ++b)
+      if (std::equal(u + 4 * a, u + 4 * a + 4, u + 4 * b)) return std::pair{a, b};
+  return std::nullopt;
 }
 
 int count_ranks(bool flag, Communicator* comm) {

@@ -5,6 +5,7 @@
 #    the same Philox masks);
 #  - tp=2, dp=2 and tp=2 x dp=2 on GPUs (NCCL over MPI) give one GPU's;
 #  - a rank that hangs ends a dp=2 or tp=2 GPU job through the collective timeout;
+#  - two ranks sharing one GPU are refused, the error printed once;
 #  - a checkpoint written at tp=2 on GPUs resumes on the CPU in one process, with one GPU's losses;
 #  - bfloat16 mixed precision trains, its losses within 2% of float32's;
 #  - the GPU check's report script reads these runs' logs and metrics;
@@ -62,6 +63,17 @@ hung() {  # hung FAULT=VALUE TP DP WAIT: the job ends, naming WAIT
 hung TESSERA_FAULT_HANG=1:3 1 2 "NCCL all_reduce_async (wait)"
 hung TESSERA_FAULT_HANG=1:3 2 1 "NCCL all_reduce"
 hung TESSERA_FAULT_SETUP_HANG=1:nccl 1 2 "NCCL bootstrap (ncclCommInitRank)"
+
+# Two ranks on a machine with one GPU (the emulator made to have one): NCCL needs a GPU per rank,
+# so every rank stops before training, the error naming both ranks printed once.
+status=0
+TESSERA_CUDA_EMULATOR_DEVICES=1 timeout 120 mpirun -np 2 --oversubscribe "$tessera" train $common \
+  --set train.device=cuda --set parallel.data=2 --set output.dir="$work/one_gpu" > "$work/one_gpu.log" 2>&1 || status=$?
+[ $status -ne 0 ] && [ $status -ne 124 ] || fail "two ranks on one GPU: status $status"
+[ "$(grep -c 'ranks 0 and 1 would share one GPU' "$work/one_gpu.log")" -eq 1 ] ||
+  { cat "$work/one_gpu.log"; fail "two ranks on one GPU: not reported exactly once"; }
+grep -q '^step ' "$work/one_gpu.log" && fail "two ranks on one GPU trained"
+echo "two ranks on one GPU: refused, status $status"
 
 # Written by two GPUs (each rank its slice), read by one CPU process.
 "$tessera" train $common --set model.dropout=0 --set output.dir="$work/resumed_on_cpu" \

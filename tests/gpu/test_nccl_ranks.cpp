@@ -24,12 +24,8 @@ dist::MpiCommunicator& world() {
 // Why this machine cannot run the test (empty: it can): a GPU for each rank, none shared.
 std::string no_gpu_per_rank() {
   if (!cuda_available()) return "no GPU on this machine";
-  const CudaDevice mine = select_cuda_device(world().local_rank());
-  const Tensor all =
-      world().all_gather(Tensor::from(std::vector<std::int32_t>(mine.uuid.begin(), mine.uuid.end()), {1, 4}));
-  for (int r = 0; r < world().size(); ++r)
-    if (r != world().rank() && all.narrow_rows(r, 1).to_doubles() == all.narrow_rows(world().rank(), 1).to_doubles())
-      return "ranks share a GPU here (NCCL needs one per rank)";
+  if (dist::ranks_sharing_a_gpu(world(), select_cuda_device(world().local_rank()).uuid))
+    return "ranks share a GPU here (NCCL needs one per rank)";
   return "";
 }
 
