@@ -43,6 +43,7 @@ struct ScoreOptions {
   std::vector<std::string> metrics = {"bleu"};  // printed in the order given, one line each
   std::string device = "cpu";                   // where --checkpoint translates
   std::int64_t batch = 0;                       // sentences --checkpoint decodes together (0: the config's)
+  double timeout_s = 300;                       // --checkpoint under mpirun, as parallel.timeout_s
 };
 
 std::vector<std::string> read_file_lines(const std::string& path, const char* what) {
@@ -124,8 +125,7 @@ int run_score(const ScoreOptions& opt) {
   if (!opt.checkpoints.empty()) {
     // Translate the source with the checkpoint's own decoding settings, then score that. Under
     // mpirun the ranks share the sentences, and rank 0 reads the references and scores.
-    std::unique_ptr<dist::MpiCommunicator> world;
-    if (launched_by_mpi()) world = dist::MpiCommunicator::world();
+    const std::unique_ptr<dist::MpiCommunicator> world = mpi_world_for_decoding(opt.timeout_s);
     const bool root = world == nullptr || world->rank() == 0;
     const bool src_stdin = opt.src == "-";  // as --hyp - and translate -i -
     // Counted: under an MPMD launch some ranks may have --src FILE and others not.
@@ -197,6 +197,7 @@ Command add_score_command(CLI::App& parent) {
   add_whole_number_option(cmd, "--batch", opt->batch, 1, 100000,
                           "Sentences --checkpoint decodes together (default: from the config)")
       ->needs(checkpoint);
+  add_timeout_option(cmd, opt->timeout_s)->needs(checkpoint);
   checkpoint->needs(cmd->get_option("--src"));
   cmd->add_option("--metrics,-m", opt->metrics,
                   "Scores to print, one line each, in the order given: bleu, chrf (chrF2), chrf++ (chrF2++)")

@@ -74,12 +74,17 @@ int write_lines(std::FILE* f, const std::vector<std::string>& lines) {
   return std::fflush(f) == 0 ? 0 : errno;
 }
 
-// The temporary being written (empty: none), removed when SIGINT, SIGTERM or SIGHUP ends the run.
+// The temporary being written (empty: none), removed when SIGINT, SIGTERM or SIGHUP ends the run,
+// or the collectives' watchdog (under mpirun, another rank hangs).
 char g_temporary[4096];
 volatile std::sig_atomic_t g_has_temporary = 0;
 
-void remove_temporary_and_die(int signal) {
+void remove_temporary() {
   if (g_has_temporary != 0) ::unlink(g_temporary);
+}
+
+void remove_temporary_and_die(int signal) {
+  remove_temporary();
   std::signal(signal, SIG_DFL);
   std::raise(signal);
 }
@@ -90,7 +95,7 @@ void remove_temporary_and_die(int signal) {
 //   would be truncated), flushed after each buffer, for a pipeline or a person typing;
 // - a file, whole or not at all: into a temporary of its own beside it (mkstemp: a fresh name, never
 //   a file or link already there) with the old file's mode and owner, renamed over it once complete,
-//   removed by a failure, SIGINT, SIGTERM or SIGHUP;
+//   removed by a failure, SIGINT, SIGTERM, SIGHUP or the collectives' watchdog;
 // - in place where a rename would change more than the content: a pipe or a device as the lines
 //   come; a link or a file with other hard links, and a file whose folder this user may not create
 //   files in, at the end (the lines kept till then), so a failure leaves it as it was. Where the
@@ -166,6 +171,7 @@ class TranslationOutput {
     }
     std::memcpy(g_temporary, tmp_.c_str(), tmp_.size() + 1);
     g_has_temporary = 1;
+    dist::at_collective_timeout(remove_temporary);
     for (int signal : {SIGINT, SIGTERM, SIGHUP}) {  // not one ignored (nohup, a shell's background job)
       struct sigaction now {};
       if (::sigaction(signal, nullptr, &now) == 0 && now.sa_handler != SIG_IGN)
@@ -281,6 +287,7 @@ Command add_translate_command(CLI::App& parent) {
     bool sample = false;
     models::SamplingOptions sampling;
     std::int64_t seed = 1;
+    double timeout_s = 300;  // under mpirun, as parallel.timeout_s
   };
   auto opt = std::make_shared<Options>();
   CLI::App* cmd = parent.add_subcommand(
@@ -340,11 +347,11 @@ Command add_translate_command(CLI::App& parent) {
   cmd->add_option("--device", opt->device,
                   "Decode on the cpu or on a GPU (cuda: the first GPU; under mpirun, local rank % GPUs)")
       ->check(CLI::IsMember({"cpu", "cuda"}));
+  add_timeout_option(cmd, opt->timeout_s);
   return {cmd, [opt] {
             // Under mpirun the ranks share the sentences (each translates a share of the batches)
             // and rank 0 writes all the translations.
-            std::unique_ptr<dist::MpiCommunicator> world;
-            if (launched_by_mpi()) world = dist::MpiCommunicator::world();
+            const std::unique_ptr<dist::MpiCommunicator> world = mpi_world_for_decoding(opt->timeout_s);
             const bool root = world == nullptr || world->rank() == 0;
             if (opt->input == "-") opt->input.clear();  // standard input, as score's --hyp -
             // Counted: under an MPMD launch some ranks may have -i and others not.
@@ -399,9 +406,11 @@ Command add_translate_command(CLI::App& parent) {
             };
             std::vector<std::vector<std::int32_t>> sources = read_buffer(0);
             // Opened once the input has been read from: a missing input is named at once, not after
-            // waiting for an output FIFO's reader.
+            // waiting for an output FIFO's reader, which the other ranks wait for without the timeout.
             std::optional<TranslationOutput> output;
-            if (root) output.emplace(opt->output);
+            root_first(world.get(), [&] {
+              if (root) output.emplace(opt->output);
+            });
             for (std::int64_t first_line = 0; !sources.empty(); sources = read_buffer(first_line)) {
               const std::vector<std::string> lines =
                   opt->nbest > 0 ? nbest_lines(*translator, sources, dec, opt->nbest, batch, world.get(), first_line)

@@ -79,6 +79,18 @@ inline CLI::Validator finite_range(double lo, double hi) {
       fmt::format("FLOAT in [{}, {}]", lo, hi));
 }
 
+// --timeout of the commands that decode under mpirun (translate, score --checkpoint), as training's
+// parallel.timeout_s (the same default): a rank that hangs ends the job instead of holding it.
+inline CLI::Option* add_timeout_option(CLI::App* cmd, double& seconds) {
+  return cmd
+      ->add_option("--timeout", seconds,
+                   "Under mpirun: seconds a rank waits for the others in one exchange of the translations before it "
+                   "ends the job (another rank hangs: a stuck GPU, a stopped process), as parallel.timeout_s in "
+                   "training; 0: no limit")
+      ->check(finite_range(0.0, 1e7))
+      ->capture_default_str();
+}
+
 // The file that writing `path` writes: the end of its chain of symbolic links (a name that may not
 // exist yet); `path` itself when it is no link.
 inline std::filesystem::path link_destination(const std::filesystem::path& path) {

@@ -76,6 +76,12 @@ void root_first(dist::Communicator* world, const std::function<void()>& load) {
   world->barrier();  // rank 0 waits for the others' loading without the timeout, too
 }
 
+std::unique_ptr<dist::MpiCommunicator> mpi_world_for_decoding(double timeout_s) {
+  if (!launched_by_mpi()) return nullptr;
+  dist::set_collective_timeout(timeout_s, "--timeout", launcher_rank());  // before MPI's start, which waits too
+  return dist::MpiCommunicator::world();
+}
+
 ProcessGrid make_process_grid(const io::Config& cfg, std::string_view command_line) {
   const auto tp = static_cast<int>(cfg.integer("parallel.tensor"));  // at most 4096
   const auto dp = static_cast<int>(cfg.integer("parallel.data"));    // at most 1000000
@@ -91,7 +97,7 @@ ProcessGrid make_process_grid(const io::Config& cfg, std::string_view command_li
     return g;
   }
   // The watchdog first: starting MPI waits for every rank, as a collective does.
-  dist::set_collective_timeout(cfg.real("parallel.timeout_s"), launcher_rank());
+  dist::set_collective_timeout(cfg.real("parallel.timeout_s"), "parallel.timeout_s", launcher_rank());
   hang_if_injected_at("mpi");
   std::unique_ptr<dist::Communicator> world = dist::MpiCommunicator::world();
   g.rank = world->rank();

@@ -27,6 +27,11 @@ bool launched_by_mpi();
 int launcher_rank();
 int launcher_size();
 
+// For translate and score --checkpoint: MPI's world when launched by an MPI launcher (null when not),
+// the collectives' watchdog set first to `timeout_s` (their --timeout), as make_process_grid sets it to
+// parallel.timeout_s.
+std::unique_ptr<dist::MpiCommunicator> mpi_world_for_decoding(double timeout_s);
+
 // Runs `load` on rank 0 of `world` first, then on the other ranks, and returns when every rank has
 // (world null: just runs it): what rank 0 reads or makes (a checkpoint, a corpus, a trained
 // vocabulary) fails once, there, and is there for the others. The others wait without the

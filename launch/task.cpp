@@ -7,6 +7,7 @@
 #include <bit>
 #include <cctype>
 #include <chrono>
+#include <cstdlib>
 #include <exception>
 #include <filesystem>
 #include <fstream>
@@ -673,6 +674,14 @@ bool interrupted_anywhere(const DecodeInterrupt& interrupt) {
 }  // namespace
 
 namespace {
+// For the failure tests: TESSERA_FAULT_DECODE_HANG=RANK makes that rank of an mpirun job stop
+// responding (sleep) before it decodes, as a stuck process or GPU would.
+void hang_if_injected_before_decoding() {
+  const char* spec = std::getenv("TESSERA_FAULT_DECODE_HANG");
+  if (spec == nullptr || !launched_by_mpi() || std::atoi(spec) != launcher_rank()) return;
+  for (;;) std::this_thread::sleep_for(std::chrono::seconds(1));
+}
+
 // Deals the batches of `sources` out over the ranks of `replicas` and calls decode(batch, sentences)
 // for this rank's. Returns the sentences (indices) this rank decoded; std::nullopt: stopped by
 // `interrupt`.
@@ -681,6 +690,7 @@ std::optional<std::vector<std::int64_t>> decode_own_batches(const std::vector<st
                                                             std::int64_t batch_sentences, dist::Communicator* replicas,
                                                             const DecodeInterrupt* interrupt,
                                                             const DecodeBatch& decode) {
+  hang_if_injected_before_decoding();
   const int ranks = replicas != nullptr ? replicas->size() : 1, rank = replicas != nullptr ? replicas->rank() : 0;
   // Sorting by length keeps padding low; results go back to input order. An empty source (a blank
   // line) is not decoded: its translation is empty too, not what the model makes of a lone eos.

@@ -53,6 +53,8 @@ void scale_in_place(Tensor& t, double f) {
 
 // The watchdog: collectives note when they start; a thread checks once a second.
 std::atomic<double> g_timeout_s{0};
+std::atomic<const char*> g_timeout_setting{""};  // named in its message
+std::atomic<void (*)()> g_timeout_cleanup{nullptr};
 std::atomic<std::int64_t> g_collective_start_ms{0};  // 0: not in a collective
 std::atomic<const char*> g_collective_name{""};
 std::atomic<int> g_untimed{0};  // live UntimedCollectives
@@ -77,10 +79,11 @@ void watchdog_loop() {
     if (waited > timeout) {
       const int rank = g_world_rank;
       std::fprintf(stderr,
-                   "tessera: error on rank %d: %s has waited %.0f s (parallel.timeout_s = %.0f): another rank has "
-                   "died or hangs; exiting so the launcher ends the job\n",
-                   rank, g_collective_name.load(), waited, timeout);
+                   "tessera: error on rank %d: %s has waited %.0f s (%s = %.0f): another rank has died or hangs; "
+                   "exiting so the launcher ends the job\n",
+                   rank, g_collective_name.load(), waited, g_timeout_setting.load(), timeout);
       std::fflush(stderr);
+      if (void (*cleanup)() = g_timeout_cleanup) cleanup();
       std::_Exit(1);
     }
   }
@@ -133,8 +136,9 @@ CollectiveWatch::~CollectiveWatch() {
 UntimedCollectives::UntimedCollectives() { ++g_untimed; }
 UntimedCollectives::~UntimedCollectives() { --g_untimed; }
 
-void set_collective_timeout(double seconds, int world_rank) {
+void set_collective_timeout(double seconds, const char* setting, int world_rank) {
   static std::once_flag started;
+  g_timeout_setting = setting;
   g_timeout_s = seconds;
   if (!mpi_initialized()) g_world_rank = world_rank;
   if (seconds > 0) std::call_once(started, [] { std::thread(watchdog_loop).detach(); });
@@ -192,6 +196,8 @@ ErrorAgreement agree_on_error(std::uint64_t message_hash, double window_s) {
 }
 
 double collective_timeout() { return g_timeout_s; }
+
+void at_collective_timeout(void (*cleanup)()) { g_timeout_cleanup = cleanup; }
 
 std::unique_ptr<MpiCommunicator> MpiCommunicator::world() {
   CollectiveWatch mark("MPI start (MPI_Init_thread, MPI_Comm_dup)");  // each waits for every rank

@@ -26,10 +26,15 @@ ErrorAgreement agree_on_error(std::uint64_t message_hash, double window_s);
 
 // A rank that waits longer than `seconds` inside one blocking collective (another rank died or
 // hangs) prints which collective, for how long, and exits with status 1, which makes the
-// launcher end the job. 0 turns the watchdog off (the default). `world_rank` (from the launcher's
-// environment) names this rank in that message until MPI has started and knows it.
-void set_collective_timeout(double seconds, int world_rank);
+// launcher end the job. 0 turns the watchdog off (the default). That message names `setting` (a
+// string literal: what the user sets, "parallel.timeout_s") and this rank, `world_rank` (from the
+// launcher's environment) until MPI has started and knows it.
+void set_collective_timeout(double seconds, const char* setting, int world_rank);
 double collective_timeout();  // the value set, 0 when none
+// What that watchdog runs just before it ends the process (one function; null: none), on its own
+// thread while the main one waits in the collective: removes what an error's unwinding would have,
+// such as translate's unfinished output file.
+void at_collective_timeout(void (*cleanup)());
 // Marks one blocking wait for a collective (MPI or NCCL) for that watchdog, while alive. Within
 // one already alive (a tensor-parallel checkpoint's parallel I/O, whose collectives include
 // barriers of our own), the outer one times the whole wait.

@@ -2,8 +2,9 @@
 # `tessera translate` under mpirun: the ranks share the batches and rank 0 writes every
 # translation, the same file as one process writes; standard input (which mpirun gives rank 0
 # only), a missing checkpoint, and sentences or weights that differ between the ranks are refused
-# with one message; --nbest lists, ensembles and --sample draws, the same under mpirun. `tessera score` under mpirun: one
-# score, the same as one process's (with --checkpoint the ranks share the translation).
+# with one message; a rank that hangs ends the job after --timeout; --nbest lists, ensembles and --sample draws, the
+# same under mpirun. `tessera score` under mpirun: one score, the same as one process's (with --checkpoint the ranks
+# share the translation).
 # Usage: translate_mpi.sh TESSERA CHECKPOINT WORKDIR
 set -eu
 tessera=$1 checkpoint=$2 work=$3
@@ -82,6 +83,32 @@ once bad_output "cannot write '$work/no_such_dir/out.txt': folder" -i "$work/src
 printf '3 x 4\n' > "$work/bad.txt"
 once bad_line "'x' is not a symbol number" -i "$work/bad.txt"
 once gpu "none answers on this machine\|has no CUDA support\|head sizes 32, 64 or 128" -i "$work/src.txt" --device cuda
+# A rank that hangs while decoding (TESSERA_FAULT_DECODE_HANG=RANK: it sleeps) ends the job after
+# --timeout, the rank waiting for it naming the wait once; a file output is not written, and its
+# temporary is removed (the watchdog ends the process without unwinding).
+hung() {  # hung NAME RANK COMMAND ARGS...: exits non-zero within 60 s, rank RANK's wait named once
+  name=$1 rank=$2 && shift 2
+  status=0
+  TESSERA_FAULT_DECODE_HANG=$rank timeout 60 mpirun -np 2 --oversubscribe "$tessera" "$@" --timeout 3 \
+    > "$work/$name.log" 2>&1 || status=$?
+  [ $status -ne 0 ] && [ $status -ne 124 ] || { cat "$work/$name.log"; fail "$name: exit status $status"; }
+  [ "$(grep -c "error on rank $((1 - rank)): all_gather has waited [0-9]* s (--timeout = 3): another rank has died or hangs" \
+    "$work/$name.log")" -eq 1 ] || { cat "$work/$name.log"; fail "$name: the wait not named once"; }
+}
+mkdir "$work/hung"
+hung hung_translate 1 translate --checkpoint "$checkpoint" -i "$work/src.txt" -o "$work/hung/out.txt" --batch 4
+[ -z "$(ls -A "$work/hung")" ] || fail "a hung rank's translation left files: $(ls "$work/hung")"
+# An output FIFO read from later than --timeout: rank 0 waits for its reader, and the others for rank
+# 0, without the timeout (they are not hung).
+mkfifo "$work/out.fifo"
+(status=0 && timeout 60 mpirun -np 2 --oversubscribe "$tessera" translate --checkpoint "$checkpoint" \
+  -i "$work/src.txt" -o "$work/out.fifo" --batch 4 --timeout 2 > "$work/fifo.log" 2>&1 || status=$?
+  echo $status > "$work/fifo.status") &
+sleep 5
+timeout 60 cat "$work/out.fifo" > "$work/fifo.txt" || true
+wait
+[ "$(cat "$work/fifo.status")" -eq 0 ] || { cat "$work/fifo.log"; fail "an output FIFO read from 5 s late: status $(cat "$work/fifo.status")"; }
+cmp "$work/one.txt" "$work/fifo.txt" || fail "the FIFO's reader got another translation"
 
 # --sample: the draws follow the seed and the sentence, not the batch or the rank; top-k 1 is
 # greedy; another seed draws otherwise; --beam and --nbest do not go with it.
@@ -170,6 +197,8 @@ timeout 60 mpirun --oversubscribe -np 1 "$tessera" score --ref "$work/ref.txt" -
   > "$work/score_stdin.log" 2>&1 < /dev/null || status=$?
 [ $status -ne 0 ] && [ $status -ne 124 ] && [ "$(grep -c "score --checkpoint under mpirun: give the source with --src FILE" \
   "$work/score_stdin.log")" -eq 1 ] && grep -q "^tessera: error: score --checkpoint under mpirun" "$work/score_stdin.log" || { cat "$work/score_stdin.log"; fail "score with --src - on one rank: not refused once (status $status)"; }
+hung hung_score 0 score --ref "$work/ref.txt" --checkpoint "$checkpoint" --src "$work/src.txt" --batch 4
+! grep -q '^BLEU' "$work/hung_score.log" || fail "score printed a score with a hung rank"
 "$tessera" score --ref "$work/ref.txt" --checkpoint "$checkpoint" --src "$work/src.txt" --batch 4 > "$work/score_one.txt"
 grep -q '^BLEU = ' "$work/score_one.txt" || fail "score --checkpoint printed no score"
 mpirun -np 3 --oversubscribe "$tessera" score --ref "$work/ref.txt" --checkpoint "$checkpoint" --src "$work/src.txt" \
@@ -197,4 +226,4 @@ mpirun -np 3 --oversubscribe "$tessera" average "$checkpoint" "$work/copy.h5" -o
 [ "$(grep -c '^average: wrote' "$work/avg.log")" -eq 1 ] || { cat "$work/avg.log"; fail "average under mpirun: not one output"; }
 "$tessera" translate --checkpoint "$work/avg.h5" -i "$work/src.txt" -o "$work/avg.txt" --batch 4
 cmp "$work/one.txt" "$work/avg.txt" || fail "the average of a checkpoint with itself translated otherwise"
-echo "PASS: 3 ranks wrote one process's 41 translations (whole and in buffers) and n-best lists and scored them as one process; stdin, a missing checkpoint, a bad key, a bad line, a missing GPU and a short reference each refused once, no rank left waiting"
+echo "PASS: 3 ranks wrote one process's 41 translations (whole and in buffers) and n-best lists and scored them as one process; stdin, a missing checkpoint, a bad key, a bad line, a missing GPU and a short reference each refused once, a hung rank ending translate and score, no rank left waiting"
