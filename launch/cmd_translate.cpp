@@ -354,6 +354,10 @@ Command add_translate_command(CLI::App& parent) {
             const std::unique_ptr<dist::MpiCommunicator> world = mpi_world_for_decoding(opt->timeout_s);
             const bool root = world == nullptr || world->rank() == 0;
             if (opt->input == "-") opt->input.clear();  // standard input, as score's --hyp -
+            // A terminal named as a file (-i /dev/stdin, /dev/tty) is read as standard input is, so that
+            // each sentence typed is translated at once (a file's buffer would wait for --buffer lines).
+            if (!opt->input.empty() && ::isatty(STDIN_FILENO) != 0 && is_file_of(opt->input, STDIN_FILENO))
+              opt->input.clear();
             // Counted: under an MPMD launch some ranks may have -i and others not.
             if (world != nullptr && world->size() > 1 && dist::count_ranks(opt->input.empty(), world.get()) > 0)
               throw EveryRankError(

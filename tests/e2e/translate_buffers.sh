@@ -5,7 +5,7 @@
 # a note or error names the line of the whole input; a bad line in a later buffer leaves an -o file
 # as it was (and no temporary); SIGTERM removes the temporary (an ignored SIGHUP stays ignored);
 # a pipe gives the same buffers however its writer paces it, --buffer 1 translates each line as it
-# arrives, and from a terminal each sentence typed is translated at once; another user's file in a
+# arrives, and from a terminal (also -i /dev/stdin) each sentence typed is translated at once; another user's file in a
 # sticky folder, or in a folder the user may not create files in, is written in place.
 # Usage: translate_buffers.sh TESSERA CHECKPOINT WORKDIR
 set -eu
@@ -89,28 +89,31 @@ wait $pid || { cat streamed.log; fail "translating standard input failed"; }
 head -2 greedy_1.txt | cmp - streamed.txt || fail "standard input's translations differ"
 
 # From a terminal (a pseudo-terminal here), a sentence typed is translated before the next is typed,
-# with the default --buffer.
+# with the default --buffer; also when the terminal is named as the input file (-i /dev/stdin).
 command -v python3 > /dev/null || fail "python3 is needed to drive a pseudo-terminal (launch/setup.sh installs it)"
 python3 - "$tessera" "$checkpoint" "$(head -1 src.txt)" "$(sed -n 2p src.txt)" "$(head -2 greedy_1.txt | tr '\n' '|')" <<'PY' ||
 import os, pty, select, subprocess, sys, termios
 tessera, checkpoint, first, second, expected = sys.argv[1:]
-master, slave = pty.openpty()
-attrs = termios.tcgetattr(slave)
-attrs[3] &= ~termios.ECHO  # the terminal does not echo what is typed
-termios.tcsetattr(slave, termios.TCSANOW, attrs)
-run = subprocess.Popen([tessera, "translate", "--checkpoint", checkpoint], stdin=slave, stdout=subprocess.PIPE,
-                       stderr=subprocess.DEVNULL)
-os.close(slave)
-os.write(master, (first + "\n").encode())
-ready, _, _ = select.select([run.stdout], [], [], 60)
-if not ready:
-    run.kill()
-    sys.exit("FAIL: the sentence typed was not translated within 60 s")
-got = run.stdout.readline().decode()
-os.write(master, (second + "\n").encode() + b"\x04")  # the second sentence, then Ctrl-D: the end
-got += run.stdout.read().decode()
-run.wait(timeout=60)
-sys.exit(0 if got.replace("\n", "|") == expected and run.returncode == 0 else f"FAIL: typed: {got!r} (exit {run.returncode})")
+for extra in ([], ["-i", "/dev/stdin"]):
+    master, slave = pty.openpty()
+    attrs = termios.tcgetattr(slave)
+    attrs[3] &= ~termios.ECHO  # the terminal does not echo what is typed
+    termios.tcsetattr(slave, termios.TCSANOW, attrs)
+    run = subprocess.Popen([tessera, "translate", "--checkpoint", checkpoint] + extra, stdin=slave,
+                           stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+    os.close(slave)
+    os.write(master, (first + "\n").encode())
+    ready, _, _ = select.select([run.stdout], [], [], 60)
+    if not ready:
+        run.kill()
+        sys.exit(f"FAIL: {extra}: the sentence typed was not translated within 60 s")
+    got = run.stdout.readline().decode()
+    os.write(master, (second + "\n").encode() + b"\x04")  # the second sentence, then Ctrl-D: the end
+    got += run.stdout.read().decode()
+    run.wait(timeout=60)
+    os.close(master)
+    if got.replace("\n", "|") != expected or run.returncode != 0:
+        sys.exit(f"FAIL: {extra}: typed: {got!r} (exit {run.returncode})")
 PY
   fail "a terminal's sentences were not translated as typed"
 
