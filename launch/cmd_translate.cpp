@@ -97,8 +97,9 @@ void remove_temporary_and_die(int signal) {
 //   a file or link already there) with the old file's mode and owner, renamed over it once complete,
 //   removed by a failure, SIGINT, SIGTERM, SIGHUP or the collectives' watchdog;
 // - in place where a rename would change more than the content: a pipe or a device as the lines
-//   come; a link or a file with other hard links, and a file whose folder this user may not create
-//   files in, at the end (the lines kept till then), so a failure leaves it as it was. Where the
+//   come; a link or a file with other hard links from such a temporary, copied in place at the end
+//   (the rename would replace the link, or part the names); in a folder this user may not create
+//   files in, at the end (the lines kept till then). So a failure leaves a file as it was. Where the
 //   rename is refused (another user's file in a sticky folder), the temporary is copied in place.
 class TranslationOutput {
  public:
@@ -110,12 +111,15 @@ class TranslationOutput {
     }
     struct stat old {};
     existed_ = ::lstat(path.c_str(), &old) == 0;
-    if ((!existed_ || (S_ISREG(old.st_mode) && old.st_nlink == 1)) && open_temporary(existed_ ? &old : nullptr)) return;
+    const bool replaceable = !existed_ || (S_ISREG(old.st_mode) && old.st_nlink == 1);
+    if (replaceable && open_temporary(existed_ ? &old : nullptr)) return;
     struct stat target {};
     if (::stat(path.c_str(), &target) == 0 && !S_ISREG(target.st_mode)) {
       file_ = std::fopen(path.c_str(), "w");
       if (file_ == nullptr) fail("translate: cannot write {}: {}", name_, std::strerror(errno));
+      return;
     }
+    if (!replaceable) copy_in_place_ = open_temporary(nullptr);  // a link (a dangling one too), hard links
   }
   ~TranslationOutput() {
     if (file_ != nullptr && file_ != stdout) std::fclose(file_);
@@ -141,11 +145,13 @@ class TranslationOutput {
       if (error != 0) fail_write(error);
     }
     if (!tmp_.empty()) {
-      if (::rename(tmp_.c_str(), path_.c_str()) == 0) {
-        forget_temporary(/*remove=*/false);
-        return;
+      if (!copy_in_place_) {
+        if (::rename(tmp_.c_str(), path_.c_str()) == 0) {
+          forget_temporary(/*remove=*/false);
+          return;
+        }
+        if (errno != EPERM && errno != EACCES) fail_write(errno);
       }
-      if (errno != EPERM && errno != EACCES) fail_write(errno);
       copy_temporary_in_place();
     } else if (!written) {
       write_held_in_place();
@@ -236,7 +242,8 @@ class TranslationOutput {
   std::string tmp_;                // the temporary being written, renamed over path_ at the end
   std::FILE* file_ = nullptr;      // where write() goes: stdout, the temporary, a pipe or device; null: held_
   bool existed_ = false;           // path_ was there before
-  std::vector<std::string> held_;  // a file written in place at the end
+  bool copy_in_place_ = false;     // the temporary is copied over path_ at the end, not renamed
+  std::vector<std::string> held_;  // a file written in place at the end, no temporary possible
 };
 
 // The next lines of the source, at most `max_lines`; with `interactive` (a person typing), fewer

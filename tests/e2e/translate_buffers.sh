@@ -3,7 +3,8 @@
 # the translations are those of the whole input at once (greedy, --sample draws, n-best lists
 # numbered across buffers; n-best scores may differ in the last digits, as between --batch sizes);
 # a note or error names the line of the whole input; a bad line in a later buffer leaves an -o file
-# as it was (and no temporary); SIGTERM removes the temporary (an ignored SIGHUP stays ignored);
+# as it was (and no temporary), also through a symbolic link or into a file with other hard links
+# (written in place from a temporary); SIGTERM removes the temporary (an ignored SIGHUP stays ignored);
 # a pipe gives the same buffers however its writer paces it, --buffer 1 translates each line as it
 # arrives, and from a terminal (also -i /dev/stdin) each sentence typed is translated at once; another user's file in a
 # sticky folder, or in a folder the user may not create files in, is written in place.
@@ -51,19 +52,40 @@ status=0
 
 # SIGTERM while translating into a file: the temporary is removed, the old file stays.
 awk 'BEGIN { srand(5); for (i = 0; i < 20000; i++) { s = ""; for (j = 0; j < 20; j++) s = s (j ? " " : "") int(rand() * 20); print s } }' > long.txt
-"$tessera" translate --checkpoint "$checkpoint" -i long.txt --buffer 100 -o out.txt > term.log 2>&1 &
-pid=$!
-i=0
-until ls | grep -q '^out\.txt\.tmp' && [ -s "$(ls out.txt.tmp* | head -1)" ]; do
-  i=$((i + 1))
-  [ $i -lt 600 ] || { kill $pid; fail "no temporary with translations in it within 60 s"; }
-  sleep 0.1
-done
-kill -TERM $pid
+term_while_writing() {  # term_while_writing OUT: SIGTERM once OUT's temporary has translations: exit 143, none left
+  "$tessera" translate --checkpoint "$checkpoint" -i long.txt --buffer 100 -o "$1" > term.log 2>&1 &
+  pid=$!
+  i=0
+  until ls | grep -q "^$1\.tmp" && [ -s "$(ls "$1".tmp* | head -1)" ]; do
+    i=$((i + 1))
+    [ $i -lt 600 ] || { kill $pid 2> /dev/null || :; fail "-o $1: no temporary with translations in it within 60 s"; }
+    sleep 0.1
+  done
+  kill -TERM $pid
+  status=0
+  wait $pid || status=$?
+  [ $status -eq 143 ] || { cat term.log; fail "SIGTERM into $1: exit $status, not 143"; }
+  [ -z "$(ls | grep tmp)" ] || fail "SIGTERM into $1 left a temporary: $(ls | grep tmp)"
+}
+term_while_writing out.txt
+[ "$(cat out.txt)" = PREV ] || fail "SIGTERM changed the old file"
+
+# Through a symbolic link (the link stays; its file gets the translations) and into a file with
+# another hard link (both names get them), from a temporary copied in place at the end: memory stays
+# one buffer's, and a failure (SIGTERM, a bad line in a later buffer) leaves the file as it was.
+echo PREV > target.txt && ln -s target.txt link.txt && echo PREV > first.txt && ln first.txt second.txt
+"$tessera" translate --checkpoint "$checkpoint" -i src.txt --buffer 7 -o link.txt 2> /dev/null
+[ -L link.txt ] && cmp greedy_1.txt target.txt || fail "-o a symbolic link: the link replaced, or other translations"
+"$tessera" translate --checkpoint "$checkpoint" -i src.txt --buffer 7 -o first.txt 2> /dev/null
+cmp greedy_1.txt second.txt && [ "$(stat -c %i first.txt)" = "$(stat -c %i second.txt)" ] ||
+  fail "-o a file with another hard link: not written in place"
+echo PREV > target.txt && echo PREV > first.txt
+term_while_writing link.txt
+term_while_writing first.txt
 status=0
-wait $pid || status=$?
-[ $status -eq 143 ] || { cat term.log; fail "SIGTERM: exit $status, not 143"; }
-[ "$(cat out.txt)" = PREV ] && [ -z "$(ls | grep tmp)" ] || fail "SIGTERM left a temporary or changed the old file"
+"$tessera" translate --checkpoint "$checkpoint" -i bad.txt --buffer 7 -o link.txt 2> /dev/null || status=$?
+[ $status -eq 1 ] && [ -z "$(ls | grep tmp)" ] || fail "a bad line into a link: exit $status, or a temporary left"
+[ -L link.txt ] && [ "$(cat target.txt)" = PREV ] && [ "$(cat second.txt)" = PREV ] || fail "a failure changed a linked file"
 
 # A pipe's lines make the same buffers however the writer paces them (here, one line at a time):
 # the same n-best scores to the last digit as from the file.
