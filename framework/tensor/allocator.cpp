@@ -12,6 +12,9 @@
 
 #include "common/error.h"
 
+// ASAN_(UN)POISON_MEMORY_REGION: no-ops unless built with AddressSanitizer.
+#include <sanitizer/asan_interface.h>
+
 #ifdef TESSERA_WITH_CUDA
 #include <cuda_runtime.h>
 #endif
@@ -20,7 +23,8 @@ namespace tessera {
 namespace {
 
 // Caches freed blocks by size class for the next allocation of that class. `System` supplies the
-// real allocation (aligned host memory, or cudaMalloc) and its release.
+// real allocation (aligned host memory, or cudaMalloc) and its release, and marks what of a block
+// may be touched (see HostSystem).
 template <typename System>
 class BlockCache {
  public:
@@ -36,6 +40,7 @@ class BlockCache {
         it->second.pop_back();
         stats_.cached -= size;
         note_in_use(size);
+        System::expose(p, bytes, size);
         return p;
       }
     }
@@ -50,6 +55,7 @@ class BlockCache {
     sizes_[p] = size;
     ++stats_.system_allocations;
     note_in_use(size);
+    System::expose(p, bytes, size);
     return p;
   }
 
@@ -60,9 +66,10 @@ class BlockCache {
     if (stats_.cached + size <= limit_) {
       free_[size].push_back(p);
       stats_.cached += size;
+      System::expose(p, 0, size);
     } else {
       sizes_.erase(p);
-      System::release(p);
+      System::release(p, size);
     }
   }
 
@@ -71,7 +78,7 @@ class BlockCache {
     for (auto& [size, blocks] : free_) {
       for (void* p : blocks) {
         sizes_.erase(p);
-        System::release(p);
+        System::release(p, size);
       }
     }
     free_.clear();
@@ -138,8 +145,18 @@ std::size_t cache_limit(const char* env_name, std::size_t default_mb) {
 struct HostSystem {
   static constexpr const char* kName = "host";
   static void* allocate(std::size_t size) { return std::aligned_alloc(kTensorAlignment, size); }
-  static void release(void* p) { std::free(p); }
+  static void release(void* p, std::size_t size) {
+    ASAN_UNPOISON_MEMORY_REGION(p, size);
+    std::free(p);
+  }
   static std::string last_error() { return "out of memory"; }
+  // Under AddressSanitizer only the `bytes` a tensor asked for may be touched: a read or write past
+  // its end (within the block's rounding up) or of a freed tensor (its block cached) is reported,
+  // as malloc's blocks would be; without the cache's own marks both went unseen.
+  static void expose(void* p, std::size_t bytes, std::size_t size) {
+    ASAN_UNPOISON_MEMORY_REGION(p, bytes);
+    ASAN_POISON_MEMORY_REGION(static_cast<char*>(p) + bytes, size - bytes);
+  }
 };
 
 BlockCache<HostSystem>& host_cache() {
@@ -163,8 +180,9 @@ struct DeviceSystem {
     }
     return p;
   }
-  static void release(void* p) { cudaFree(p); }
+  static void release(void* p, std::size_t /*size*/) { cudaFree(p); }
   static std::string last_error() { return std::string("cudaMalloc: ") + cudaGetErrorString(last_); }
+  static void expose(void* /*p*/, std::size_t /*bytes*/, std::size_t /*size*/) {}  // not host memory
   static inline thread_local cudaError_t last_ = cudaSuccess;
 };
 

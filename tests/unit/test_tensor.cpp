@@ -149,5 +149,37 @@ TEST(HostAllocator, NearbySizesShareABlock) {
   EXPECT_EQ(again.raw_data(), first);
 }
 
+#if defined(__SANITIZE_ADDRESS__)
+#define TESSERA_TEST_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define TESSERA_TEST_ASAN 1
+#endif
+#endif
+
+// In the checking build (AddressSanitizer) the cache marks its blocks: a write past a tensor's end
+// that stays inside its block (3 floats of a 64-byte block), or a read of a freed tensor whose block
+// is cached, is reported as malloc's blocks are; a block handed out again may be used whole.
+TEST(HostAllocatorDeathTest, AddressSanitizerSeesOverrunsAndFreedTensors) {
+#ifndef TESSERA_TEST_ASAN
+  GTEST_SKIP() << "needs the AddressSanitizer build (cmake -DTESSERA_SANITIZE=ON)";
+#else
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  Tensor t = Tensor::zeros({3});
+  volatile float* past_the_end = t.data<float>() + 3;
+  EXPECT_DEATH(*past_the_end = 1.0f, "use-after-poison");
+  const volatile float* freed = nullptr;
+  {
+    Tensor u = Tensor::zeros({5});
+    freed = u.data<float>();
+  }
+  EXPECT_DEATH((void)*freed, "use-after-poison");
+  Tensor reused = Tensor::zeros({16});  // 64 bytes: the freed tensor's block, whole
+  EXPECT_EQ(static_cast<const void*>(reused.data<float>()), const_cast<const float*>(freed));
+  reused.data<float>()[15] = 1.0f;
+  EXPECT_EQ(reused.data<float>()[15], 1.0f);
+#endif
+}
+
 }  // namespace
 }  // namespace tessera
