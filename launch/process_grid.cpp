@@ -47,8 +47,9 @@ void check_one_gpu_per_rank(dist::Communicator& world, const CudaDevice& device)
 }
 
 // For the failure tests: TESSERA_FAULT_SETUP_HANG=RANK:STAGE makes that rank stop responding (sleep)
-// at STAGE of the setup, as a process stuck there would: "mpi" before MPI starts, "nccl" before the
-// NCCL bootstrap (train.device = cuda), "split" before the tensor- and data-parallel groups are made.
+// at STAGE of the setup, as a process stuck there would: "mpi" before MPI starts, "local" before the
+// ranks on each machine are counted (local_rank), "nccl" before the NCCL bootstrap (train.device =
+// cuda), "split" before the tensor- and data-parallel groups are made.
 void hang_if_injected_at(std::string_view stage) {
   const char* spec = std::getenv("TESSERA_FAULT_SETUP_HANG");
   if (spec == nullptr || std::string_view(spec) != fmt::format("{}:{}", launcher_rank(), stage)) return;
@@ -109,6 +110,7 @@ ProcessGrid make_process_grid(const io::Config& cfg, std::string_view command_li
                            "the effective config (the config file with its --set overrides, and --resume)",
                            "were given another one than rank 0 (config files that differ between machines?): give "
                            "every rank the same config file and command line");
+  hang_if_injected_at("local");
   g.local_rank = world->mpi()->local_rank();
   if (processes != g.size)
     throw io::ConfigError(

@@ -428,9 +428,10 @@ grep -q "has waited [0-9]* s (parallel.timeout_s = 5): another rank has died or 
   || { cat "$work/hung.log"; fail "no timeout message"; }
 echo "hung rank: the job ended with status $status after $took s"
 
-# ... and a rank stuck in the setup (injected: rank 1 sleeps before MPI starts, or before the
-# parallel groups are split off): the others' first wait times out too, naming it.
-for stage in "mpi:MPI start (MPI_Init_thread, MPI_Comm_dup)" "split:split"; do
+# ... and a rank stuck in the setup (injected: rank 1 sleeps before MPI starts, before the ranks per
+# machine are counted, or before the parallel groups are split off): the others' first wait times
+# out too, naming it.
+for stage in "mpi:MPI start (MPI_Init_thread, MPI_Comm_dup)" "local:local_rank (MPI_Comm_split_type)" "split:split"; do
   start=$(date +%s) status=0
   TESSERA_FAULT_SETUP_HANG="1:${stage%%:*}" timeout 120 mpirun -np 2 --oversubscribe "$tessera" train $common \
     --set parallel.tensor=2 --set parallel.timeout_s=5 --set output.dir="$work/setup_hangs" \

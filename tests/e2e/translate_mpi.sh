@@ -98,6 +98,8 @@ hung() {  # hung NAME RANK COMMAND ARGS...: exits non-zero within 60 s, rank RAN
 mkdir "$work/hung"
 hung hung_translate 1 translate --checkpoint "$checkpoint" -i "$work/src.txt" -o "$work/hung/out.txt" --batch 4
 [ -z "$(ls -A "$work/hung")" ] || fail "a hung rank's translation left files: $(ls "$work/hung")"
+hung hung_translate_rank_0 0 translate --checkpoint "$checkpoint" -i "$work/src.txt" -o "$work/hung/out.txt" --batch 4
+[ -z "$(ls -A "$work/hung")" ] || fail "a hung rank 0's translation left files: $(ls "$work/hung")"
 # An output FIFO read from later than --timeout: rank 0 waits for its reader, and the others for rank
 # 0, without the timeout (they are not hung).
 mkfifo "$work/out.fifo"
