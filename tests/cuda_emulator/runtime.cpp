@@ -96,6 +96,13 @@ int device_count() {
 }
 constexpr int kSharedOptin = 232448;  // H100: 227 KB of shared memory per block, opted in
 constexpr int kSharedDefault = 48 * 1024;
+// The largest pitch of a 2D copy: A100, H100 and H200 report 2 GiB - 1 bytes. A test may set a
+// smaller one (TESSERA_CUDA_EMULATOR_MAX_PITCH) to reach the limit without gigabytes of memory.
+int max_pitch() {
+  const char* v = std::getenv("TESSERA_CUDA_EMULATOR_MAX_PITCH");
+  const int n = v != nullptr ? std::atoi(v) : 0;
+  return n > 0 ? n : 2147483647;
+}
 
 std::mutex g_attr_mutex;
 std::map<const void*, int> g_max_dynamic_shared;
@@ -488,6 +495,7 @@ cudaError_t cudaGetDeviceProperties(cudaDeviceProp* prop, int device) {
   prop->totalGlobalMem = kDeviceBytes;
   prop->sharedMemPerBlock = kSharedDefault;
   prop->sharedMemPerBlockOptin = kSharedOptin;
+  prop->memPitch = static_cast<std::size_t>(max_pitch());
   prop->major = 9;
   prop->minor = 0;
   prop->multiProcessorCount = 132;
@@ -497,9 +505,15 @@ cudaError_t cudaGetDeviceProperties(cudaDeviceProp* prop, int device) {
 }
 cudaError_t cudaDeviceGetAttribute(int* value, cudaDeviceAttr attr, int device) {
   if (device < 0 || device >= device_count()) return cudaErrorInvalidDevice;
-  if (attr != cudaDevAttrMaxSharedMemoryPerBlockOptin) return cudaErrorInvalidValue;
-  *value = kSharedOptin;
-  return cudaSuccess;
+  switch (attr) {
+    case cudaDevAttrMaxPitch:
+      *value = max_pitch();
+      return cudaSuccess;
+    case cudaDevAttrMaxSharedMemoryPerBlockOptin:
+      *value = kSharedOptin;
+      return cudaSuccess;
+  }
+  return cudaErrorInvalidValue;
 }
 cudaError_t cudaDeviceSynchronize();  // below, with the streams
 cudaError_t cudaGetLastError() {
@@ -518,6 +532,8 @@ const char* cudaGetErrorString(cudaError_t err) {
       return "out of memory";
     case cudaErrorInvalidConfiguration:
       return "invalid configuration argument";
+    case cudaErrorInvalidPitchValue:
+      return "invalid pitch argument";
     case cudaErrorInvalidDevicePointer:
       return "invalid device pointer";
     case cudaErrorNoDevice:
@@ -607,6 +623,8 @@ cudaError_t cudaMemcpyAsync(void* dst, const void* src, std::size_t bytes, cudaM
 cudaError_t cudaMemcpy2DAsync(void* dst, std::size_t dpitch, const void* src, std::size_t spitch, std::size_t width,
                               std::size_t height, cudaMemcpyKind kind, cudaStream_t stream) {
   if (width > dpitch || width > spitch) return cudaErrorInvalidValue;
+  const auto limit = static_cast<std::size_t>(max_pitch());
+  if (dpitch > limit || spitch > limit) return cudaErrorInvalidPitchValue;
   if (width == 0 || height == 0) return cudaSuccess;
   const std::size_t dst_span = dpitch * (height - 1) + width, src_span = spitch * (height - 1) + width;
   if (const cudaError_t err = check_copy(dst, dst_span, src, src_span, kind); err != cudaSuccess) return err;

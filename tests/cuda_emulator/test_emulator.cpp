@@ -144,6 +144,29 @@ TEST(CudaEmulator, KernelsAndCopiesPastAnAllocationFault) {
   EXPECT_EQ(cudaMemcpy(host.data(), in.data, 16 * sizeof(float), cudaMemcpyDefault), cudaSuccess);
 }
 
+// A 2D copy's pitches are checked against the device's maximum: 2 GiB - 1 bytes as on A100/H100/H200,
+// or what TESSERA_CUDA_EMULATOR_MAX_PITCH says (read at each call).
+TEST(CudaEmulator, TwoDimensionalCopiesPastTheMaxPitchAreRefused) {
+  DeviceArray<float> from(64), to(64);
+  int limit = 0;
+  ASSERT_EQ(cudaDeviceGetAttribute(&limit, cudaDevAttrMaxPitch, 0), cudaSuccess);
+  EXPECT_EQ(limit, 2147483647);
+  const auto copy_one_row = [&](std::size_t dpitch, std::size_t spitch) {
+    return cudaMemcpy2DAsync(to.data, dpitch, from.data, spitch, 16, 1, cudaMemcpyDeviceToDevice);
+  };
+  EXPECT_EQ(copy_one_row(2147483647, 16), cudaSuccess);
+  EXPECT_EQ(copy_one_row(2147483648, 16), cudaErrorInvalidPitchValue);
+  EXPECT_EQ(copy_one_row(16, 2147483648), cudaErrorInvalidPitchValue);
+  ASSERT_EQ(setenv("TESSERA_CUDA_EMULATOR_MAX_PITCH", "32", 1), 0);
+  EXPECT_EQ(cudaDeviceGetAttribute(&limit, cudaDevAttrMaxPitch, 0), cudaSuccess);
+  EXPECT_EQ(limit, 32);
+  EXPECT_EQ(copy_one_row(32, 32), cudaSuccess);
+  EXPECT_EQ(copy_one_row(33, 16), cudaErrorInvalidPitchValue);
+  EXPECT_STREQ(cudaGetErrorString(cudaErrorInvalidPitchValue), "invalid pitch argument");
+  ASSERT_EQ(unsetenv("TESSERA_CUDA_EMULATOR_MAX_PITCH"), 0);
+  EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+}
+
 TEST(CudaEmulator, Bfloat16RoundsToNearestEvenWithACanonicalNaN) {
   EXPECT_EQ(__float2bfloat16(1.0f + 1.0f / 256.0f).x, 0x3f80);  // a tie: to even
   EXPECT_EQ(__float2bfloat16(1.0f + 3.0f / 256.0f).x, 0x3f82);  // a tie: to even, upwards

@@ -5,6 +5,7 @@
 //   rounds P to bfloat16 before P V, as FlashAttention does)
 //   Adam: bit-identical (no fused multiply-add on the GPU side).
 // The CPU twin of a bfloat16 case runs in float32 on the same bfloat16-rounded inputs.
+#include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -519,6 +520,36 @@ TEST(CudaKernels, EmbeddingAndLayoutAtRandomShapesMatchCpu) {
         for (std::int64_t n = draw(0, 12); n > 0; --n) picks.push_back(draw(0, parts.front().size(0) - 1));
       expect_close(cuda::index_rows(gpu_parts.front(), picks), cpu::index_rows(parts.front(), picks), 0.0,
                    l + " index_rows of " + shape_str(parts.front().shape()));
+    }
+  }
+}
+
+// cudaMemcpy2DAsync refuses a pitch above the device's maximum (2 GiB - 1 bytes on A100/H100/H200),
+// so concat copies output rows that wide one at a time. Reaching that on a GPU takes gigabytes,
+// so the test skips there; ctest's cuda_emulator.concat_past_max_pitch sets the CUDA emulator's
+// limit to 16 bytes, which every output row here passes. Parts of several widths (one empty),
+// along each dimension, in both dtypes: exact.
+TEST(CudaKernels, ConcatOfRowsPastTheMaxPitchMatchesCpu) {
+  SKIP_WITHOUT_GPU();
+  int device = 0, max_pitch = 0;
+  ASSERT_EQ(cudaGetDevice(&device), cudaSuccess);
+  ASSERT_EQ(cudaDeviceGetAttribute(&max_pitch, cudaDevAttrMaxPitch, device), cudaSuccess);
+  if (max_pitch > 16)
+    GTEST_SKIP() << "this GPU's max pitch (" << max_pitch << " bytes) is too large to pass at test sizes";
+  for (DType dt : {DType::f32, DType::bf16}) {
+    for (std::int64_t dim = 0; dim < 4; ++dim) {
+      std::vector<Tensor> parts, gpu_parts;
+      for (std::int64_t extent : {3, 0, 7, 1}) {
+        Shape shape{3, 5, 9, 4};
+        shape[static_cast<std::size_t>(dim)] = extent;
+        parts.push_back(as_input(random(shape, 300 + static_cast<std::uint32_t>(parts.size() + 10 * dim)), dt));
+        gpu_parts.push_back(to_gpu(parts.back(), dt));
+      }
+      const Tensor want = cpu::concat(parts, dim);
+      std::int64_t outer = 1;
+      for (std::int64_t i = 0; i < dim; ++i) outer *= want.size(i);
+      ASSERT_GT(static_cast<std::int64_t>(want.nbytes()) / outer, max_pitch) << "an output row must pass the limit";
+      expect_close(cuda::concat(gpu_parts, dim), want, 0.0, dtype_label(dt) + " concat dim " + std::to_string(dim));
     }
   }
 }

@@ -26,12 +26,26 @@ Tensor concat(const std::vector<Tensor>& parts, std::int64_t dim) {
   std::int64_t outer = 1;
   for (std::int64_t i = 0; i < d; ++i) outer *= first.size(i);
   const std::size_t out_row = outer == 0 ? 0 : out.nbytes() / static_cast<std::size_t>(outer);
+  // A 2D copy refuses a pitch above the device's maximum (2 GiB - 1 bytes on A100/H100/H200):
+  // rows that wide are copied one at a time (there are few of them).
+  int device = 0, max_pitch = 0;
+  check_launch(op, cudaGetDevice(&device));
+  check_launch(op, cudaDeviceGetAttribute(&max_pitch, cudaDevAttrMaxPitch, device));
+  const bool row_by_row = out_row > static_cast<std::size_t>(max_pitch);
+  char* const out_bytes = static_cast<char*>(out.raw_data());
   std::size_t column = 0;
   for (const Tensor& p : parts) {
     const std::size_t width = outer == 0 ? 0 : p.nbytes() / static_cast<std::size_t>(outer);
-    if (width > 0)
-      check_launch(op, cudaMemcpy2DAsync(static_cast<char*>(out.raw_data()) + column, out_row, p.raw_data(), width,
-                                         width, static_cast<std::size_t>(outer), cudaMemcpyDeviceToDevice, nullptr));
+    if (width == 0) continue;
+    const auto* part_bytes = static_cast<const char*>(p.raw_data());
+    if (row_by_row) {
+      for (std::size_t r = 0; r < static_cast<std::size_t>(outer); ++r)
+        check_launch(op, cudaMemcpyAsync(out_bytes + r * out_row + column, part_bytes + r * width, width,
+                                         cudaMemcpyDeviceToDevice, nullptr));
+    } else {
+      check_launch(op, cudaMemcpy2DAsync(out_bytes + column, out_row, part_bytes, width, width,
+                                         static_cast<std::size_t>(outer), cudaMemcpyDeviceToDevice, nullptr));
+    }
     column += width;
   }
   return out;

@@ -19,7 +19,9 @@
 //   copies, cuBLAS, NCCL): host code that reads a device pointer dies with SIGSEGV, as on a GPU.
 //   Each allocation ends at a page's end with a guard page after it: with
 //   TESSERA_CUDA_EMULATOR_PROTECT=0 a kernel reading past an allocation's end faults there.
-//   Copies are checked against the allocations they touch.
+//   Copies are checked against the allocations they touch, and 2D copies' pitches against the
+//   device's maximum (2 GiB - 1 as on A100/H100/H200; TESSERA_CUDA_EMULATOR_MAX_PITCH sets it
+//   lower, so that a test reaches the limit with small tensors).
 // - Shared memory, dynamic and static, starts each block as NaN bytes (0xff), so a read before a
 //   write shows.
 // - Kernels, copies and cuBLAS run when they are queued, after the work their stream must wait
@@ -60,6 +62,7 @@ enum cudaError_t : int {
   cudaErrorInvalidValue = 1,
   cudaErrorMemoryAllocation = 2,
   cudaErrorInvalidConfiguration = 9,
+  cudaErrorInvalidPitchValue = 12,
   cudaErrorInvalidDevicePointer = 17,
   cudaErrorNoDevice = 100,
   cudaErrorInvalidDevice = 101,
@@ -83,7 +86,7 @@ enum cudaMemcpyKind : int {
   cudaMemcpyDeviceToDevice = 3,
   cudaMemcpyDefault = 4,
 };
-enum cudaDeviceAttr : int { cudaDevAttrMaxSharedMemoryPerBlockOptin = 97 };
+enum cudaDeviceAttr : int { cudaDevAttrMaxPitch = 11, cudaDevAttrMaxSharedMemoryPerBlockOptin = 97 };
 enum cudaFuncAttribute : int { cudaFuncAttributeMaxDynamicSharedMemorySize = 8 };
 inline constexpr unsigned cudaStreamNonBlocking = 1;
 inline constexpr unsigned cudaEventDisableTiming = 2;
@@ -97,6 +100,7 @@ struct cudaDeviceProp {
   std::size_t totalGlobalMem;
   std::size_t sharedMemPerBlock;
   std::size_t sharedMemPerBlockOptin;
+  std::size_t memPitch;
   int major, minor, multiProcessorCount, warpSize, maxThreadsPerBlock;
 };
 
