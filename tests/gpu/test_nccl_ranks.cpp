@@ -4,9 +4,11 @@
 // per rank (the one-GPU check machine); on the CUDA emulator's 8 GPUs it runs in CI.
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <memory>
 #include <string>
 #include <string_view>
+#include <thread>
 #include <vector>
 
 #include "dist/mpi_communicator.h"
@@ -118,6 +120,20 @@ TEST_F(NcclRanks, BroadcastSplitAndBarrierMatchMpi) {
   nccl_half->all_reduce(gpu_part, dist::ReduceOp::sum);
   expect_same(gpu_part, part, "all_reduce in a split group");
   nccl_->barrier();
+}
+
+// Run alone by CTest (gpu.nccl_split_with_a_hung_rank), which expects the job to end: rank 3 never
+// joins the split, and the watchdog of a rank waiting in ncclCommSplit must exit, naming it, rather
+// than wait forever. Should the watchdog fail, the ranks waiting never return, and CTest's timeout
+// (below rank 3's sleep) fails the test.
+TEST_F(NcclRanks, DISABLED_SplitWithAHungRankEndsTheJob) {
+  dist::set_collective_timeout(2.0, "parallel.timeout_s", rank());
+  if (rank() == 3) {
+    std::this_thread::sleep_for(std::chrono::seconds(600));
+  } else {
+    (void)nccl_->split(0, rank());
+  }
+  ADD_FAILURE() << "rank " << rank() << " came back from the split or the sleep";
 }
 
 }  // namespace
