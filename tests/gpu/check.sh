@@ -127,7 +127,9 @@ mpi=(OMPI_MCA_ess_singleton_isolated=1 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_A
   echo
   # A copy task with a 32k vocabulary and 20-40 tokens a sentence stands in for WMT (no corpus
   # needed); batches of 25k tokens as in the paper. The last log window (steps 21-30) counts.
-  # MFU = model TFLOP/s (training_flops in launch/trainer.cpp) / 989 (H100/H200 dense bf16).
+  # MFU = model TFLOP/s (training_flops in launch/trainer.cpp) / the GPU's dense bf16 peak, by its
+  # name (989 TFLOP/s on an H200 or H100 SXM, 756 on an H100 PCIe: peak_tflops in check_report.py).
+  gpu_name=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1)
   echo "| model | target tok/s | model TFLOP/s | MFU | GPU peak memory | exit |"
   echo "|---|---|---|---|---|---|"
   for model in base big; do
@@ -139,7 +141,7 @@ mpi=(OMPI_MCA_ess_singleton_isolated=1 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_A
       --set checkpoint.every=0 --set checkpoint.keep_best=false --set decode.beam=1 --set output.dir="$dir" \
       > "$dir.log" 2>&1
     status=$?
-    python3 "$here/check_report.py" training "$dir.log" "$model" "$status"
+    python3 "$here/check_report.py" training "$dir.log" "$model" "$status" "$gpu_name"
   done
 } 2>&1 | tee "$report"
 # The logs (not the checkpoints) travel beside the report.
