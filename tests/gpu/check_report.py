@@ -80,8 +80,8 @@ def attention(bench_path, sdpa_path):
 
 
 # Dense bf16 tensor-core peaks (TFLOP/s, NVIDIA's data sheets: their sparse figures halved), by
-# nvidia-smi's name ("NVIDIA H100 PCIe", "NVIDIA H100 80GB HBM3", "NVIDIA H200", "NVIDIA GH200 480GB"); the first
-# pattern found in the name wins, so the variants come before their family.
+# nvidia-smi's name ("NVIDIA H100 PCIe", "NVIDIA H100 80GB HBM3", "NVIDIA H200", "NVIDIA GH200 480GB");
+# the first pattern found in the name wins, so the variants come before their family.
 PEAKS = (("H100 PCIe", 756), ("H100 NVL", 835), ("H200 NVL", 835), ("H100", 989), ("H200", 989), ("A100", 312))
 
 
