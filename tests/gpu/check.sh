@@ -11,6 +11,7 @@ set -uo pipefail
 bin=$1 report=$2
 here=$(cd "$(dirname "$0")" && pwd)
 repo=$(cd "$here/../.." && pwd)
+. "$here/check_runs.sh"  # the settings of its training runs
 work=$(mktemp -d /tmp/tessera_check.XXXXXX)
 # Beside the report: the logs of every step (training logs, metrics, test and benchmark output).
 logs_tarball="$(dirname "$report")/check_logs.tar.gz"
@@ -92,22 +93,18 @@ mpi=(OMPI_MCA_ess_singleton_isolated=1 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_A
   echo
   echo "## 2. 50 training steps on the GPU against the CPU run"
   echo
-  # The reverse task with two heads of 32 (a head size the GPU attention has), dropout on: the
-  # masks are the same on both devices. Tolerance on each step's loss, relative: float32 1e-3
-  # (kernels agree to ~1e-6; 50 Adam steps amplify it), bfloat16 5e-2 (8 mantissa bits). The loss
-  # alone cannot tell a wrong backward from a right one for long (the task's loss soon sits near
-  # ln 21 either way), so the first step's gradient norm, of the same weights and batch on both
-  # devices, is compared too: float32 1e-4, bfloat16 5e-2.
-  small=(--config "$repo/configs/reverse.yaml" --set model.heads=2 --set model.dropout=0.1 --set train.max_steps=50
-         --set train.log_every=1 --set train.valid_every=0 --set checkpoint.every=0 --set checkpoint.keep_best=false
-         --set data.synthetic_valid_size=16)
+  # The reverse task, dropout on (small_run_args in check_runs.sh). Tolerance on each step's loss,
+  # relative: float32 1e-3 (kernels agree to ~1e-6; 50 Adam steps amplify it), bfloat16 5e-2 (8
+  # mantissa bits). The loss alone cannot tell a wrong backward from a right one for long (the
+  # task's loss soon sits near ln 21 either way), so the first step's gradient norm, of the same
+  # weights and batch on both devices, is compared too: float32 1e-4, bfloat16 5e-2.
   echo '```'
   for run in "cpu" "cuda fp32" "cuda bf16"; do
     set -- $run
     dir="$work/small_$1_${2:-fp32}"
     start=$(date +%s.%N)
-    limit 150 "${ours[@]}" "$(exe tessera)" train "${small[@]}" --set train.device=$1 --set train.precision=${2:-fp32} \
-      --set output.dir="$dir" > "$dir.log" 2>&1
+    small_run_args "$repo" "$1" "${2:-fp32}" "$dir"
+    limit 150 "${ours[@]}" "$(exe tessera)" train "${run_args[@]}" > "$dir.log" 2>&1
     echo "$run: exit status $?, $(python3 -c "print(f'{$(date +%s.%N) - $start:.1f}')") s"
     grep -E "^device:|error|skipped:" "$dir.log" | head -3
   done
@@ -125,8 +122,7 @@ mpi=(OMPI_MCA_ess_singleton_isolated=1 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_A
   echo
   echo "## 4. Training throughput, bfloat16, one GPU"
   echo
-  # A copy task with a 32k vocabulary and 20-40 tokens a sentence stands in for WMT (no corpus
-  # needed); batches of 25k tokens as in the paper. The last log window (steps 21-30) counts.
+  # The runs' settings: throughput_run_args in check_runs.sh. The last log window (steps 21-30) counts.
   # MFU = model TFLOP/s (training_flops in launch/trainer.cpp) / the GPU's dense bf16 peak, by its
   # name (989 TFLOP/s on an H200 or H100 SXM, 756 on an H100 PCIe: peak_tflops in check_report.py).
   gpu_name=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1)
@@ -134,12 +130,8 @@ mpi=(OMPI_MCA_ess_singleton_isolated=1 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_A
   echo "|---|---|---|---|---|---|"
   for model in base big; do
     dir="$work/$model"
-    limit 200 "${ours[@]}" "$(exe tessera)" train --config "$repo/configs/$model.yaml" --set data.task=copy \
-      --set data.synthetic_vocab=32000 --set data.synthetic_min_len=20 --set data.synthetic_max_len=40 \
-      --set data.synthetic_train_size=100000 --set data.synthetic_valid_size=4 --set train.device=cuda \
-      --set train.precision=bf16 --set train.max_steps=30 --set train.log_every=10 --set train.valid_every=0 \
-      --set checkpoint.every=0 --set checkpoint.keep_best=false --set decode.beam=1 --set output.dir="$dir" \
-      > "$dir.log" 2>&1
+    throughput_run_args "$repo" "$model" "$dir"
+    limit 200 "${ours[@]}" "$(exe tessera)" train "${run_args[@]}" > "$dir.log" 2>&1
     status=$?
     python3 "$here/check_report.py" training "$dir.log" "$model" "$status" "$gpu_name"
   done
