@@ -17,7 +17,8 @@
 #include <vector>
 
 #include "io/checkpoint.h"
-#include "launch/schema.h"
+#include "io/run_config.h"
+#include "models/from_config.h"
 #include "models/transformer.h"
 
 namespace tessera::launch {
@@ -73,14 +74,14 @@ bool drop_page_cache() {
 
 int run_checkpoint_bench(const CheckpointBenchOptions& opt) {
   namespace fs = std::filesystem;
-  const io::Config cfg = io::Config::load(tessera_schema(), opt.config, {});
+  const io::RunConfig cfg = io::RunConfig::load(opt.config, {});
   // The model's own constraints (heads dividing d_model, ...) before anything is made; then the
   // folder: a model of the base size takes seconds to build.
-  models::validate(model_config(cfg, opt.vocab, opt.vocab), 1);
+  models::validate(models::model_config(cfg, opt.vocab, opt.vocab), 1);
   std::error_code ec;
   fs::create_directories(opt.dir, ec);
   if (ec) fail("bench checkpoint: cannot create --dir '{}': {}", opt.dir, ec.message());
-  const models::Transformer model(model_config(cfg, opt.vocab, opt.vocab), 1);
+  const models::Transformer model(models::model_config(cfg, opt.vocab, opt.vocab), 1);
   io::Checkpoint c;
   c.step = 1000;
   c.config_yaml = cfg.to_yaml(false);

@@ -8,8 +8,9 @@
 
 #include "common/error.h"
 #include "io/checkpoint.h"
+#include "io/run_config.h"
 #include "launch/commands.h"
-#include "launch/schema.h"
+#include "models/from_config.h"
 
 namespace tessera::launch {
 namespace {
@@ -60,22 +61,23 @@ std::string check_average_paths(const std::vector<std::string>& inputs, const st
 // model.heads (shapes cannot tell how the attention weights split into heads).
 void check_same_model(const std::vector<std::string>& inputs) {
   const auto config_of = [](const std::string& path) {
-    return io::Config::parse(tessera_schema(), io::read_checkpoint_header(path).config_yaml, path + ":/config");
+    return io::RunConfig::parse(io::read_checkpoint_header(path).config_yaml, path + ":/config");
   };
-  const io::Config first = config_of(inputs.front());
+  const io::RunConfig first = config_of(inputs.front());
   for (std::size_t i = 1; i < inputs.size(); ++i) {
-    const io::Config other = config_of(inputs[i]);
+    const io::RunConfig other = config_of(inputs[i]);
     std::vector<std::string> differ;
-    std::vector<KeyDifference> keys = model_shape_differences(other, first);
+    std::vector<io::KeyDifference> keys = io::model_shape_differences(other, first);
     // Synthetic tasks share a shape (a resume may change one into another): not a mean.
-    if (other.string("data.task") != first.string("data.task") &&
-        std::none_of(keys.begin(), keys.end(), [](const KeyDifference& d) { return d.key == "data.task"; }))
-      keys.push_back({"data.task", other.string("data.task"), first.string("data.task")});
-    for (const KeyDifference& d : keys)
+    if (std::none_of(keys.begin(), keys.end(), [](const io::KeyDifference& d) { return d.key == "data.task"; })) {
+      const std::vector<io::KeyDifference> task = io::key_differences(other, first, {"data.task"});
+      keys.insert(keys.end(), task.begin(), task.end());
+    }
+    for (const io::KeyDifference& d : keys)
       differ.push_back(fmt::format("{} = {} there, {} in the first", d.key, d.first, d.second));
-    if (other.integer("model.heads") != first.integer("model.heads"))
+    if (other.model.heads != first.model.heads)
       differ.push_back(fmt::format("model.heads = {} there, {} in the first: the same weights split into other heads",
-                                   other.integer("model.heads"), first.integer("model.heads")));
+                                   other.model.heads, first.model.heads));
     if (differ.empty()) continue;
     fail("average: '{}' is another model than '{}' ({}): the mean of their weights is a model of neither", inputs[i],
          inputs.front(), fmt::join(differ, "; "));

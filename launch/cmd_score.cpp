@@ -25,10 +25,11 @@
 #include "dist/mpi_communicator.h"
 #include "eval/bleu.h"
 #include "eval/chrf.h"
+#include "io/run_config.h"
 #include "launch/commands.h"
 #include "launch/process_grid.h"
-#include "launch/schema.h"
 #include "launch/task.h"
+#include "models/from_config.h"
 
 namespace tessera::launch {
 namespace {
@@ -144,10 +145,10 @@ int run_score(const ScoreOptions& opt) {
       }
       return src;
     });
-    const io::Config& cfg = translator->config();
-    const std::int64_t batch = opt.batch > 0 ? opt.batch : cfg.integer("decode.batch_sentences");
-    check_same_decoding(decode_options(cfg), batch, 0, world.get());
-    hyps = translator->translate(sources, decode_options(cfg), batch, world.get());
+    const io::RunConfig& cfg = translator->config();
+    const std::int64_t batch = opt.batch > 0 ? opt.batch : cfg.decode.batch_sentences;
+    check_same_decoding(models::decode_options(cfg.decode), batch, 0, world.get());
+    hyps = translator->translate(sources, models::decode_options(cfg.decode), batch, world.get());
     if (!root) return 0;
     hyp_source =
         src_stdin ? std::string("the translation of standard input") : fmt::format("the translation of '{}'", opt.src);

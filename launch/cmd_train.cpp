@@ -4,10 +4,11 @@
 #include <string>
 
 #include "io/checkpoint.h"
+#include "io/run_config.h"
 #include "launch/commands.h"
 #include "launch/process_grid.h"
-#include "launch/schema.h"
 #include "launch/trainer.h"
+#include "models/from_config.h"
 
 namespace tessera::launch {
 namespace {
@@ -18,20 +19,20 @@ namespace {
 // naming both, when RUN's latest step checkpoint (what --resume would continue) was written by a
 // run with that same output.dir, so the config is that run's own; --set output.dir says which
 // folder is meant (a fork: --resume RUN/checkpoint_<step>.h5 with another output.dir).
-void check_config_names_its_own_run(const io::Config& cfg, const std::string& config_path) {
+void check_config_names_its_own_run(const io::RunConfig& cfg, const std::string& config_path) {
   namespace fs = std::filesystem;
-  if (fs::path(config_path).filename() != "config.yaml" || cfg.origin("output.dir").starts_with("--set")) return;
+  if (fs::path(config_path).filename() != "config.yaml" || cfg.source().origin("output.dir").starts_with("--set"))
+    return;
   const fs::path config_dir =
       fs::path(config_path).has_parent_path() ? fs::path(config_path).parent_path() : fs::path(".");
   const auto saved = step_checkpoints(config_dir);
-  const std::string output_dir = cfg.string("output.dir");
+  const std::string output_dir = cfg.output.dir;
   std::error_code ec;
   if (saved.empty() || fs::equivalent(config_dir, output_dir, ec)) return;
   std::string run_output_dir;
   try {
     const io::CheckpointHeader header = io::read_checkpoint_header(saved.back().second.string());
-    run_output_dir =
-        io::Config::parse(tessera_schema(), header.config_yaml, saved.back().second.string(), {}).string("output.dir");
+    run_output_dir = io::RunConfig::parse(header.config_yaml, saved.back().second.string(), {}).output.dir;
   } catch (const Error&) {
     return;  // an unreadable checkpoint is the resume's to report
   }
@@ -67,7 +68,7 @@ Command add_train_command(CLI::App& parent) {
                                         "checkpoint_<step>.h5 in output.dir (none there: start from scratch)")
                             ->expected(0, 1);
   return {cmd, [opt, resume] {
-            const io::Config cfg = io::Config::load(tessera_schema(), opt->config, opt->overrides);
+            const io::RunConfig cfg = io::RunConfig::load(opt->config, opt->overrides);
             if (opt->print_config) {
               if (launcher_rank() == 0) fmt::print("{}", cfg.to_yaml(true));  // once under mpirun
               return 0;

@@ -14,10 +14,11 @@
 
 #include "data/corpus.h"
 #include "dist/mpi_communicator.h"
+#include "io/run_config.h"
 #include "launch/commands.h"
 #include "launch/process_grid.h"
-#include "launch/schema.h"
 #include "launch/task.h"
+#include "models/from_config.h"
 
 namespace tessera::launch {
 namespace {
@@ -385,15 +386,15 @@ Command add_translate_command(CLI::App& parent) {
             if (root && !opt->output.empty())
               for (const std::string& file : translator->vocabulary_files())
                 check_not_an_input(opt->output, {{"the vocabulary file", file}});
-            const io::Config& cfg = translator->config();
-            models::DecodeOptions dec = decode_options(cfg);
+            const io::RunConfig& cfg = translator->config();
+            models::DecodeOptions dec = models::decode_options(cfg.decode);
             if (opt->beam > 0) dec.beam = opt->beam;
             if (opt->length_penalty >= 0) dec.length_penalty = opt->length_penalty;
             if (opt->sample) {
               dec.sampling = opt->sampling;
               dec.sampling->seed = static_cast<std::uint64_t>(opt->seed);
             }
-            const std::int64_t batch = opt->batch > 0 ? opt->batch : cfg.integer("decode.batch_sentences");
+            const std::int64_t batch = opt->batch > 0 ? opt->batch : cfg.decode.batch_sentences;
             check_same_decoding(dec, batch, opt->nbest, world.get());
             check_same_on_every_rank(static_cast<std::uint64_t>(opt->buffer), world.get(),
                                      fmt::format("--buffer ({})", opt->buffer),

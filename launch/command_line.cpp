@@ -9,7 +9,8 @@
 #include <vector>
 
 #include "common/text.h"
-#include "launch/schema.h"
+#include "io/run_config.h"
+#include "models/from_config.h"
 
 namespace tessera::launch {
 namespace {
@@ -103,7 +104,7 @@ std::string unknown_option_hint(const std::vector<CLI::App*>& path, const Option
   std::string key = name;
   std::replace(key.begin(), key.end(), '-', '_');
   std::vector<std::string> keys, key_names;  // "train.max_steps", "max_steps"
-  for (const io::KeySpec& spec : tessera_schema().keys()) {
+  for (const io::KeySpec& spec : io::run_schema().keys()) {
     keys.push_back(spec.key);
     key_names.push_back(spec.key.substr(spec.key.rfind('.') + 1));
   }
@@ -129,7 +130,7 @@ std::string unknown_option_hint(const std::vector<CLI::App*>& path, const Option
     if (const auto found = keys_named([&](const std::string& n) { return key.size() >= 2 && n.starts_with(key); });
         !found.empty() && found.size() <= 3)
       return key_hint(found);
-    if (const std::string nearest = tessera_schema().nearest(key); !nearest.empty()) return key_hint({nearest});
+    if (const std::string nearest = io::run_schema().nearest(key); !nearest.empty()) return key_hint({nearest});
   }
   return fmt::format(" ({} --help lists the options)", command_name(path));
 }

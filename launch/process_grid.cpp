@@ -83,11 +83,11 @@ std::unique_ptr<dist::MpiCommunicator> mpi_world_for_decoding(double timeout_s) 
   return dist::MpiCommunicator::world();
 }
 
-ProcessGrid make_process_grid(const io::Config& cfg, std::string_view command_line) {
-  const auto tp = static_cast<int>(cfg.integer("parallel.tensor"));  // at most 4096
-  const auto dp = static_cast<int>(cfg.integer("parallel.data"));    // at most 1000000
-  const std::int64_t processes = std::int64_t{tp} * dp;              // beyond int's range
-  const bool gpu = cfg.string("train.device") == "cuda";
+ProcessGrid make_process_grid(const io::RunConfig& cfg, std::string_view command_line) {
+  const auto tp = static_cast<int>(cfg.parallel.tensor);  // at most 4096
+  const auto dp = static_cast<int>(cfg.parallel.data);    // at most 1000000
+  const std::int64_t processes = std::int64_t{tp} * dp;   // beyond int's range
+  const bool gpu = cfg.train.device == Device::cuda;
   ProcessGrid g;
   const bool by_mpirun = launched_by_mpi();  // asked first: MPI_Init sets those variables in a lone process too
   if (!by_mpirun && processes == 1) {
@@ -98,7 +98,7 @@ ProcessGrid make_process_grid(const io::Config& cfg, std::string_view command_li
     return g;
   }
   // The watchdog first: starting MPI waits for every rank, as a collective does.
-  dist::set_collective_timeout(cfg.real("parallel.timeout_s"), "parallel.timeout_s", launcher_rank());
+  dist::set_collective_timeout(cfg.parallel.timeout_s, "parallel.timeout_s", launcher_rank());
   hang_if_injected_at("mpi");
   std::unique_ptr<dist::Communicator> world = dist::MpiCommunicator::world();
   g.rank = world->rank();

@@ -9,7 +9,7 @@
 #include <string_view>
 
 #include "dist/communicator.h"
-#include "io/config.h"
+#include "io/run_config.h"
 
 namespace tessera::launch {
 
@@ -46,6 +46,6 @@ void root_first(dist::Communicator* world, const std::function<void()>& load);
 // carry CUDA tensors over NCCL (CPU tensors still over MPI). Under MPI, first of all, every rank
 // must have the same effective config and `command_line` (the rest of what it was started with,
 // e.g. train's --resume), else every rank throws one EveryRankError.
-ProcessGrid make_process_grid(const io::Config& cfg, std::string_view command_line = {});
+ProcessGrid make_process_grid(const io::RunConfig& cfg, std::string_view command_line = {});
 
 }  // namespace tessera::launch

@@ -25,8 +25,9 @@
 #include "data/synthetic.h"
 #include "dist/mpi_communicator.h"
 #include "io/checkpoint.h"
+#include "io/run_config.h"
 #include "launch/process_grid.h"
-#include "launch/schema.h"
+#include "models/from_config.h"
 #include "tensor/allocator.h"
 
 namespace tessera::launch {
@@ -85,23 +86,22 @@ std::int64_t TextCodec::size() const { return vocab_ ? vocab_->size() : symbols_
 
 std::string TextCodec::serialized() const { return vocab_ ? vocab_->serialized() : std::string(); }
 
-VocabPaths vocab_paths(const io::Config& cfg) {
-  const std::filesystem::path dir = cfg.string("output.dir");
-  const auto given_or = [&](const char* key, const char* file) {
-    const std::string& v = cfg.string(key);
-    return v.empty() ? (dir / file).string() : v;
+VocabPaths vocab_paths(const io::RunConfig& cfg) {
+  const std::filesystem::path dir = cfg.output.dir;
+  const auto given_or = [&](const std::string& given, const char* file) {
+    return given.empty() ? (dir / file).string() : given;
   };
-  if (cfg.boolean("data.joint_vocab")) {
-    const std::string joint = given_or("data.vocab", "vocab.model");
+  if (cfg.data.joint_vocab) {
+    const std::string joint = given_or(cfg.data.vocab, "vocab.model");
     return {joint, joint};
   }
-  return {given_or("data.vocab", "vocab.src.model"), given_or("data.vocab_tgt", "vocab.tgt.model")};
+  return {given_or(cfg.data.vocab, "vocab.src.model"), given_or(cfg.data.vocab_tgt, "vocab.tgt.model")};
 }
 
-std::map<std::string, std::string> checkpoint_vocabularies(const io::Config& cfg, const TextCodec& src,
+std::map<std::string, std::string> checkpoint_vocabularies(const io::RunConfig& cfg, const TextCodec& src,
                                                            const TextCodec& tgt) {
-  if (cfg.string("data.task") != "translation") return {};
-  if (cfg.boolean("data.joint_vocab")) return {{"joint", src.serialized()}};
+  if (cfg.data.synthetic()) return {};
+  if (cfg.data.joint_vocab) return {{"joint", src.serialized()}};
   return {{"src", src.serialized()}, {"tgt", tgt.serialized()}};
 }
 
@@ -307,16 +307,8 @@ void pause_for_text_change_fault() {
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
 }
 
-// A config error about `keys`, prefixed with where they were set (see Config::where): every rank
-// reads the same config and meets it alike, so one rank prints it.
-template <typename... Args>
-void check_config(const io::Config& cfg, std::initializer_list<std::string> keys, bool ok,
-                  fmt::format_string<Args...> f, Args&&... args) {
-  if (!ok) throw io::ConfigError(cfg.where(keys) + ": " + fmt::format(f, std::forward<Args>(args)...));
-}
-
 // Of the vocabularies' bytes as a checkpoint stores them (0 for synthetic tasks).
-std::uint64_t vocabularies_fingerprint(const io::Config& cfg, const TaskData& t) {
+std::uint64_t vocabularies_fingerprint(const io::RunConfig& cfg, const TaskData& t) {
   std::uint64_t h = 0;
   for (const auto& [name, bytes] : checkpoint_vocabularies(cfg, t.src_codec, t.tgt_codec))
     h = hash_combine(hash_combine(h, name), bytes);
@@ -332,38 +324,18 @@ std::uint64_t fingerprint_rows(const Rows& rows, std::uint64_t h = 0) {
   return h;
 }
 
-// Keys that are each valid alone but not together.
-void check_vocab_keys(const io::Config& cfg) {
-  const bool joint = cfg.boolean("data.joint_vocab");
-  check_config(cfg, {"data.vocab_tgt", "data.joint_vocab"}, !joint || cfg.string("data.vocab_tgt").empty(),
-               "data.vocab_tgt = '{}' is set but data.joint_vocab is true (set data.joint_vocab: false "
-               "for one vocabulary per language)",
-               cfg.string("data.vocab_tgt"));
-  check_config(cfg, {"data.joint_vocab", "model.share_embeddings"}, joint || !cfg.boolean("model.share_embeddings"),
-               "data.joint_vocab is false but model.share_embeddings is true: one embedding table needs one "
-               "vocabulary (set model.share_embeddings: false)");
-}
-
-// A training sequence of `length_key` tokens takes one position more (eos on the source side, bos
-// in the decoder's input): without this check the first such batch would fail mid-run.
-void check_fits_positions(const io::Config& cfg, const char* length_key) {
-  const std::int64_t longest = cfg.integer(length_key), positions = cfg.integer("model.max_positions");
-  check_config(cfg, {length_key, "model.max_positions"}, longest + 1 <= positions,
-               "{} = {} needs model.max_positions >= {} (a sequence plus eos or bos), but it is {}", length_key,
-               longest, longest + 1, positions);
-}
-
 // The vocabulary at `path`, or, when `key` left it to us and it does not exist yet, one trained
 // on `inputs` into `path`. `resumed_from`: the checkpoint a resume reads vocabularies from, if it
 // holds any (a file `key` names that is gone since is no loss then: the message says how to use it).
-TextCodec load_or_train_vocab(const io::Config& cfg, const std::string& path, const char* key,
-                              std::vector<std::string> inputs, const char* side, const std::string& resumed_from) {
+TextCodec load_or_train_vocab(const io::RunConfig& cfg, const std::string& path, const char* key,
+                              const std::string& given, std::vector<std::string> inputs, const char* side,
+                              const std::string& resumed_from) {
   if (std::filesystem::exists(path)) {
     const auto load = [&] {
       try {
         return data::Vocab::load(path);
       } catch (const Error& e) {
-        if (!cfg.string(key).empty()) throw;
+        if (!given.empty()) throw;
         // One a start trained here (an earlier build wrote it in place: a kill could cut it short).
         throw Error(fmt::format(
             "{} (the vocabulary trained on first use into output.dir; delete it, and the next start trains it again, "
@@ -374,14 +346,14 @@ TextCodec load_or_train_vocab(const io::Config& cfg, const std::string& path, co
     TextCodec codec = TextCodec::sentencepiece(load());
     fmt::print("data: {} vocabulary {} ({} entries)\n", side, path, codec.size());
     // One trained on first use is kept: a changed data.vocab_size (on resume, say) does not retrain it.
-    if (cfg.string(key).empty() && codec.size() != cfg.integer("data.vocab_size"))
+    if (given.empty() && codec.size() != cfg.data.vocab_size)
       fmt::print(
           "data: note: {} was trained with {} entries and is kept, although data.vocab_size is now {} (a new "
           "size needs a new output.dir)\n",
-          path, codec.size(), cfg.integer("data.vocab_size"));
+          path, codec.size(), cfg.data.vocab_size);
     return codec;
   }
-  if (!cfg.string(key).empty()) {
+  if (!given.empty()) {
     if (resumed_from.empty()) fail("{}: {} = '{}' does not exist", cfg.where({key}), key, path);
     fail(
         "{}: {} = '{}' does not exist; the checkpoint '{}' holds the run's vocabulary: --set {}= (empty) writes it "
@@ -392,9 +364,9 @@ TextCodec load_or_train_vocab(const io::Config& cfg, const std::string& path, co
   data::VocabTrainOptions vo;
   vo.inputs = std::move(inputs);
   vo.model_prefix = path.substr(0, path.size() - std::string(".model").size());
-  vo.vocab_size = cfg.integer("data.vocab_size");
-  vo.model_type = cfg.string("data.vocab_type");
-  vo.seed = static_cast<std::uint64_t>(cfg.integer("train.seed"));
+  vo.vocab_size = cfg.data.vocab_size;
+  vo.model_type = cfg.data.vocab_type;
+  vo.seed = static_cast<std::uint64_t>(cfg.train.seed);
   // SentencePiece's own message names its limit, not our key: a size the text cannot fill (a tiny
   // corpus), or one below the count of its characters, fails in its training (the hint is for that
   // failure alone; SentencePiece's message says which of the two).
@@ -439,9 +411,9 @@ std::string misfit(const data::ExampleSet& set, const TaskData& t, std::int64_t 
 // vocabularies and max_len, named by their hash, so that runs may share a folder. A file that is
 // missing, damaged or not readable on every rank means encoding the text as without a cache;
 // failing to write one is a note, not an error (the run has its pairs).
-data::ExampleSet encode_training_pairs(const io::Config& cfg, const TaskData& t, dist::Communicator* world) {
-  const std::string train_src = cfg.string("data.train_src"), train_tgt = cfg.string("data.train_tgt");
-  const std::int64_t max_len = cfg.integer("data.max_len");
+data::ExampleSet encode_training_pairs(const io::RunConfig& cfg, const TaskData& t, dist::Communicator* world) {
+  const std::string train_src = cfg.data.train_src, train_tgt = cfg.data.train_tgt;
+  const std::int64_t max_len = cfg.data.max_len;
   const bool root = world == nullptr || world->rank() == 0;
   const int ranks = world != nullptr ? world->size() : 1;
   // Rank 0 alone read the text through at the start: its fingerprint is everyone's. The encoding
@@ -462,13 +434,12 @@ data::ExampleSet encode_training_pairs(const io::Config& cfg, const TaskData& t,
                     : ""));
     return e;
   };
-  if (!cfg.boolean("data.cache")) return report(encode(), "training", max_len);
+  if (!cfg.data.cache) return report(encode(), "training", max_len);
 
   std::uint64_t key = hash_combine(hash_combine(kEncodedCacheVersion, TESSERA_SENTENCEPIECE_VERSION), fingerprint);
   key = hash_combine(key, static_cast<std::uint64_t>(max_len));
   key = hash_combine(key, vocabularies_fingerprint(cfg, t));
-  const std::string dir =
-      cfg.string("data.cache_dir").empty() ? cfg.string("output.dir") : cfg.string("data.cache_dir");
+  const std::string dir = cfg.data.cache_dir.empty() ? cfg.output.dir : cfg.data.cache_dir;
   const std::string path = (std::filesystem::path(dir) / fmt::format("encoded_train_{:016x}.bin", key)).string();
 
   const auto t0 = std::chrono::steady_clock::now();
@@ -516,12 +487,12 @@ data::ExampleSet encode_training_pairs(const io::Config& cfg, const TaskData& t,
 // A resumed run's vocabularies are those its checkpoint holds (`stored`, of the config's kind: joint
 // or not): one the run trained into output.dir that is gone since (a run folder copied without it)
 // is written back from there rather than trained anew.
-void restore_vocabularies(const io::Config& cfg, const VocabPaths& paths,
+void restore_vocabularies(const io::RunConfig& cfg, const VocabPaths& paths,
                           const std::map<std::string, std::string>& stored, const std::string& checkpoint) {
   for (const auto& [name, bytes] : stored) {
     const bool tgt = name == "tgt";
     const std::string& path = tgt ? paths.tgt : paths.src;
-    if (!cfg.string(tgt ? "data.vocab_tgt" : "data.vocab").empty() || std::filesystem::exists(path)) continue;
+    if (!(tgt ? cfg.data.vocab_tgt : cfg.data.vocab).empty() || std::filesystem::exists(path)) continue;
     data::Vocab::write_model_file(path, bytes);
     fmt::print("data: restored vocabulary {} from {}:/vocab/{}\n", path, checkpoint, name);
   }
@@ -529,58 +500,47 @@ void restore_vocabularies(const io::Config& cfg, const VocabPaths& paths,
 
 }  // namespace
 
-void check_data_keys(const io::Config& cfg) {
-  const std::string task = cfg.string("data.task");
-  if (task != "translation") {
-    const std::int64_t lo = cfg.integer("data.synthetic_min_len"), hi = cfg.integer("data.synthetic_max_len");
-    check_config(cfg, {"data.synthetic_min_len", "data.synthetic_max_len"}, lo <= hi,
-                 "data.synthetic_min_len = {} exceeds data.synthetic_max_len = {}", lo, hi);
-    check_config(cfg, {"train.best_metric", "data.task"}, cfg.string("train.best_metric") != "chrf",
-                 "train.best_metric = chrf needs a translation task: a synthetic task ('{}') is scored by exact "
-                 "match (train.best_metric = bleu) or perplexity (ppl)",
-                 task);
-    check_fits_positions(cfg, "data.synthetic_max_len");
-    return;
-  }
+void check_data_files(const io::RunConfig& cfg) {
+  if (cfg.data.synthetic()) return;
   // The training text is read several times (checked, a vocabulary trained on it, encoded), and
   // every rank reads the validation text: a pipe (<(...), a FIFO) would be empty the second time,
   // or block.
-  for (const char* key : {"data.train_src", "data.train_tgt", "data.valid_src", "data.valid_tgt"}) {
-    check_config(cfg, {"data.task", key}, !cfg.string(key).empty(), "data.task is 'translation' but {} is not set",
-                 key);
+  const std::pair<const char*, const std::string*> files[] = {{"data.train_src", &cfg.data.train_src},
+                                                              {"data.train_tgt", &cfg.data.train_tgt},
+                                                              {"data.valid_src", &cfg.data.valid_src},
+                                                              {"data.valid_tgt", &cfg.data.valid_tgt}};
+  for (const auto& [key, path] : files) {
     std::error_code ec;
-    const std::filesystem::file_status status = std::filesystem::status(cfg.string(key), ec);
-    check_config(cfg, {key}, !std::filesystem::is_directory(status), "{} = '{}' is a folder, not a file", key,
-                 cfg.string(key));
-    check_config(cfg, {key},
-                 !std::filesystem::is_fifo(status) && !std::filesystem::is_character_file(status) &&
-                     !std::filesystem::is_socket(status),
-                 "{} = '{}' is a pipe or a device, not a file: the text is read more than once, and by "
-                 "every rank (give a file; a .gz is read as it is)",
-                 key, cfg.string(key));
+    const std::filesystem::file_status status = std::filesystem::status(*path, ec);
+    if (std::filesystem::is_directory(status))
+      throw io::ConfigError(fmt::format("{}: {} = '{}' is a folder, not a file", cfg.where({key}), key, *path));
+    if (std::filesystem::is_fifo(status) || std::filesystem::is_character_file(status) ||
+        std::filesystem::is_socket(status))
+      throw io::ConfigError(fmt::format(
+          "{}: {} = '{}' is a pipe or a device, not a file: the text is read more than once, and by every rank (give "
+          "a file; a .gz is read as it is)",
+          cfg.where({key}), key, *path));
   }
-  check_vocab_keys(cfg);
-  check_fits_positions(cfg, "data.max_len");
 }
 
-TaskData load_task_data(const io::Config& cfg, dist::Communicator* world, const std::string& resume_checkpoint) {
+TaskData load_task_data(const io::RunConfig& cfg, dist::Communicator* world, const std::string& resume_checkpoint) {
   TaskData t;
-  const std::string task = cfg.string("data.task");
-  const auto seed = static_cast<std::uint64_t>(cfg.integer("train.seed"));
-  if (task != "translation") {
+  const std::string task = io::name_of(cfg.data.task);
+  const std::uint64_t seed = cfg.train.seed;
+  if (cfg.data.synthetic()) {
     t.synthetic = true;
-    const std::int64_t vocab = cfg.integer("data.synthetic_vocab"), lo = cfg.integer("data.synthetic_min_len"),
-                       hi = cfg.integer("data.synthetic_max_len");
+    const std::int64_t vocab = cfg.data.synthetic_vocab, lo = cfg.data.synthetic_min_len,
+                       hi = cfg.data.synthetic_max_len;
     const auto kind = data::parse_synthetic_task(task);
     t.src_codec = t.tgt_codec = TextCodec::symbols(vocab);
-    t.train = data::make_synthetic(kind, cfg.integer("data.synthetic_train_size"), lo, hi, vocab, seed);
-    t.valid = data::make_synthetic(kind, cfg.integer("data.synthetic_valid_size"), lo, hi, vocab, seed + 7919);
+    t.train = data::make_synthetic(kind, cfg.data.synthetic_train_size, lo, hi, vocab, seed);
+    t.valid = data::make_synthetic(kind, cfg.data.synthetic_valid_size, lo, hi, vocab, seed + 7919);
     fmt::print("data: synthetic '{}' task, {} symbols, lengths {}..{}, {} training and {} validation examples\n", task,
                vocab, lo, hi, t.train.size(), t.valid.size());
     return t;
   }
   const VocabPaths paths = vocab_paths(cfg);
-  const std::string train_src = cfg.string("data.train_src"), train_tgt = cfg.string("data.train_tgt");
+  const std::string train_src = cfg.data.train_src, train_tgt = cfg.data.train_tgt;
   // Rank 0 first: a bad file is reported once (by it), and a vocabulary it trains or restores is
   // there for the others to load. The training text is not held: every rank streams it below, in
   // rounds. Rank 0 reads it through first, so that a bad line or a line count that differs is
@@ -595,7 +555,7 @@ TaskData load_task_data(const io::Config& cfg, dist::Communicator* world, const 
       text_fingerprint = reader.fingerprint();
       pause_for_text_change_fault();
     }
-    valid = data::read_parallel(cfg.string("data.valid_src"), cfg.string("data.valid_tgt"));
+    valid = data::read_parallel(cfg.data.valid_src, cfg.data.valid_tgt);
     // Said before a vocabulary is trained and the corpus encoded (minutes), not after.
     const auto blank = [](const std::string& line) {
       return std::all_of(line.begin(), line.end(), [](unsigned char c) { return std::isspace(c) != 0; });
@@ -604,19 +564,21 @@ TaskData load_task_data(const io::Config& cfg, dist::Communicator* world, const 
     for (std::size_t i = 0; i < valid.src.size() && !any_pair; ++i)
       any_pair = !blank(valid.src[i]) && !blank(valid.tgt[i]);
     if (!any_pair)
-      fail("data: the validation text ('{}', '{}', {} lines) has no pair with text on both sides",
-           cfg.string("data.valid_src"), cfg.string("data.valid_tgt"), valid.src.size());
+      fail("data: the validation text ('{}', '{}', {} lines) has no pair with text on both sides", cfg.data.valid_src,
+           cfg.data.valid_tgt, valid.src.size());
     const std::map<std::string, std::string> stored =
         resume_checkpoint.empty() ? std::map<std::string, std::string>() : io::load_vocabularies(resume_checkpoint);
-    check_vocabulary_kind(stored, cfg.boolean("data.joint_vocab"), resume_checkpoint);  // before training any
+    check_vocabulary_kind(stored, cfg.data.joint_vocab, resume_checkpoint);  // before training any
     if (root) restore_vocabularies(cfg, paths, stored, resume_checkpoint);
     const std::string resumed_from = stored.empty() ? std::string() : resume_checkpoint;
     if (paths.joint()) {
-      t.src_codec = t.tgt_codec =
-          load_or_train_vocab(cfg, paths.src, "data.vocab", {train_src, train_tgt}, "joint", resumed_from);
+      t.src_codec = t.tgt_codec = load_or_train_vocab(cfg, paths.src, "data.vocab", cfg.data.vocab,
+                                                      {train_src, train_tgt}, "joint", resumed_from);
     } else {
-      t.src_codec = load_or_train_vocab(cfg, paths.src, "data.vocab", {train_src}, "source", resumed_from);
-      t.tgt_codec = load_or_train_vocab(cfg, paths.tgt, "data.vocab_tgt", {train_tgt}, "target", resumed_from);
+      t.src_codec =
+          load_or_train_vocab(cfg, paths.src, "data.vocab", cfg.data.vocab, {train_src}, "source", resumed_from);
+      t.tgt_codec = load_or_train_vocab(cfg, paths.tgt, "data.vocab_tgt", cfg.data.vocab_tgt, {train_tgt}, "target",
+                                        resumed_from);
     }
     check_checkpoint_vocabularies(stored, checkpoint_vocabularies(cfg, t.src_codec, t.tgt_codec), resume_checkpoint,
                                   paths);
@@ -624,10 +586,9 @@ TaskData load_task_data(const io::Config& cfg, dist::Communicator* world, const 
   check_same_on_every_rank(vocabularies_fingerprint(cfg, t), world,
                            paths.joint() ? fmt::format("the vocabulary '{}'", paths.src)
                                          : fmt::format("the vocabularies '{}', '{}'", paths.src, paths.tgt));
-  check_same_on_every_rank(
-      fingerprint_rows(valid.tgt, fingerprint_rows(valid.src)), world,
-      fmt::format("the validation text ('{}', '{}')", cfg.string("data.valid_src"), cfg.string("data.valid_tgt")));
-  const std::int64_t max_len = cfg.integer("data.max_len");
+  check_same_on_every_rank(fingerprint_rows(valid.tgt, fingerprint_rows(valid.src)), world,
+                           fmt::format("the validation text ('{}', '{}')", cfg.data.valid_src, cfg.data.valid_tgt));
+  const std::int64_t max_len = cfg.data.max_len;
   t.train_fingerprint = dist::broadcast_u64(text_fingerprint, world);
   // The validation pairs first: a set that filtering empties is said before the corpus is encoded.
   EncodedPairs v = encode_pairs(t.src_codec, t.tgt_codec, valid, max_len, world);
@@ -635,7 +596,7 @@ TaskData load_task_data(const io::Config& cfg, dist::Communicator* world, const 
     throw EveryRankError(fmt::format(
         "data: no validation pairs left after filtering: of the {} lines of '{}' and '{}', {} are empty (on either "
         "side) and {} longer than data.max_len = {}",
-        valid.src.size(), cfg.string("data.valid_src"), cfg.string("data.valid_tgt"), v.empty, v.too_long, max_len));
+        valid.src.size(), cfg.data.valid_src, cfg.data.valid_tgt, v.empty, v.too_long, max_len));
   for (std::int64_t line : v.kept_lines) t.valid_refs.push_back(valid.tgt[static_cast<std::size_t>(line)]);
   t.valid = report(std::move(v), "validation", max_len);
   t.train = encode_training_pairs(cfg, t, world);
@@ -810,18 +771,18 @@ Translator::Translator(const std::string& checkpoint, const std::string& vocab, 
   std::vector<std::string> overrides;
   if (!vocab.empty()) overrides.push_back("data.vocab=" + vocab);
   if (!vocab_tgt.empty()) overrides.push_back("data.vocab_tgt=" + vocab_tgt);
-  cfg_ = io::Config::parse(tessera_schema(), w.config_yaml, checkpoint, overrides);
-  if (cfg_.string("data.task") != "translation") {
+  cfg_ = io::RunConfig::parse(w.config_yaml, checkpoint, overrides);
+  if (cfg_.data.synthetic()) {
     if (!vocab.empty() || !vocab_tgt.empty())
       fail("checkpoint '{}' is a synthetic '{}' task's: it reads symbol numbers, no vocabulary (leave --vocab out)",
-           checkpoint, cfg_.string("data.task"));
-    src_codec_ = tgt_codec_ = TextCodec::symbols(cfg_.integer("data.synthetic_vocab"));
+           checkpoint, io::name_of(cfg_.data.task));
+    src_codec_ = tgt_codec_ = TextCodec::symbols(cfg_.data.synthetic_vocab);
   } else if (!w.vocabularies.empty()) {
     load_stored_vocabularies(checkpoint, w.vocabularies, vocab, vocab_tgt);
   } else {
     find_vocabulary_files(checkpoint, vocab, vocab_tgt);
   }
-  models::TransformerConfig mc = model_config(cfg_, src_codec_.size(), tgt_codec_.size());
+  models::TransformerConfig mc = models::model_config(cfg_, src_codec_.size(), tgt_codec_.size());
   mc.device = device;
   models_.push_back(std::make_unique<models::Transformer>(mc, 0));
   std::vector<ag::Var> params = models_.back()->parameters();
@@ -830,18 +791,18 @@ Translator::Translator(const std::string& checkpoint, const std::string& vocab, 
 
 void Translator::add_ensemble_member(const std::string& checkpoint) {
   const io::Checkpoint w = io::load_checkpoint(checkpoint, /*weights_only=*/true);
-  const io::Config cfg = io::Config::parse(tessera_schema(), w.config_yaml, checkpoint);
+  const io::RunConfig cfg = io::RunConfig::parse(w.config_yaml, checkpoint);
   // The same token ids on both sides: the vocabularies both store, or the same synthetic symbols.
-  const bool synthetic = cfg_.string("data.task") != "translation";
-  if (synthetic != (cfg.string("data.task") != "translation"))
+  const bool synthetic = cfg_.data.synthetic();
+  if (synthetic != (cfg.data.synthetic()))
     fail("ensemble: checkpoint '{}' is a '{}' task's, '{}' a '{}' task's: they must read the same input", checkpoint,
-         cfg.string("data.task"), checkpoint_, cfg_.string("data.task"));
-  if (synthetic && cfg.integer("data.synthetic_vocab") != cfg_.integer("data.synthetic_vocab"))
+         io::name_of(cfg.data.task), checkpoint_, io::name_of(cfg_.data.task));
+  if (synthetic && cfg.data.synthetic_vocab != cfg_.data.synthetic_vocab)
     fail(
         "ensemble: checkpoint '{}' is a '{}' task's with {} symbols, '{}' a '{}' task's with {}: they must read the "
         "same input",
-        checkpoint, cfg.string("data.task"), cfg.integer("data.synthetic_vocab"), checkpoint_, cfg_.string("data.task"),
-        cfg_.integer("data.synthetic_vocab"));
+        checkpoint, io::name_of(cfg.data.task), cfg.data.synthetic_vocab, checkpoint_, io::name_of(cfg_.data.task),
+        cfg_.data.synthetic_vocab);
   if (!synthetic && (vocabularies_.empty() || w.vocabularies.empty()))
     fail(
         "ensemble: checkpoint '{}' holds no vocabulary (written by an earlier build): an ensemble needs checkpoints "
@@ -852,7 +813,7 @@ void Translator::add_ensemble_member(const std::string& checkpoint) {
         "ensemble: checkpoint '{}' was trained with other vocabularies (/vocab) than '{}': the models of an ensemble "
         "must share them",
         checkpoint, checkpoint_);
-  models::TransformerConfig mc = model_config(cfg, src_codec_.size(), tgt_codec_.size());
+  models::TransformerConfig mc = models::model_config(cfg, src_codec_.size(), tgt_codec_.size());
   mc.device = device_;
   auto model = std::make_unique<models::Transformer>(mc, 0);
   std::vector<ag::Var> params = model->parameters();
@@ -918,21 +879,22 @@ void Translator::load_stored_vocabularies(const std::string& checkpoint,
 // guessed.
 void Translator::find_vocabulary_files(const std::string& checkpoint, const std::string& vocab,
                                        const std::string& vocab_tgt) {
-  const auto find = [&](const std::string& path, const char* key, const std::string& given) {
+  const auto find = [&](const std::string& path, const char* key, const std::string& configured,
+                        const std::string& given) {
     namespace fs = std::filesystem;
     const fs::path beside = fs::path(checkpoint).parent_path() / fs::path(path).filename();
     std::error_code ec;
     if (!given.empty() || !fs::exists(beside) || fs::equivalent(path, beside, ec)) return path;
     if (!fs::exists(path)) return beside.string();
-    if (!cfg_.string(key).empty() || same_bytes(path, beside.string())) return path;
+    if (!configured.empty() || same_bytes(path, beside.string())) return path;
     throw Error(
         fmt::format("checkpoint '{}': two different vocabularies could be the one its run trained: '{}' (where the run "
                     "wrote it) and '{}' (beside the checkpoint); name the right one with {}",
                     checkpoint, path, beside.string(), std::string(key) == "data.vocab" ? "--vocab" : "--vocab-tgt"));
   };
   const VocabPaths paths = vocab_paths(cfg_);
-  vocabulary_files_.push_back(find(paths.src, "data.vocab", vocab));
-  if (!paths.joint()) vocabulary_files_.push_back(find(paths.tgt, "data.vocab_tgt", vocab_tgt));
+  vocabulary_files_.push_back(find(paths.src, "data.vocab", cfg_.data.vocab, vocab));
+  if (!paths.joint()) vocabulary_files_.push_back(find(paths.tgt, "data.vocab_tgt", cfg_.data.vocab_tgt, vocab_tgt));
   src_codec_ = TextCodec::sentencepiece(data::Vocab::load(vocabulary_files_.front()));
   tgt_codec_ = paths.joint() ? src_codec_ : TextCodec::sentencepiece(data::Vocab::load(vocabulary_files_.back()));
 }

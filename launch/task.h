@@ -13,7 +13,7 @@
 #include "data/corpus.h"
 #include "data/vocab.h"
 #include "dist/communicator.h"
-#include "io/config.h"
+#include "io/run_config.h"
 #include "models/decoding.h"
 
 namespace tessera::launch {
@@ -50,11 +50,11 @@ struct VocabPaths {
   std::string src, tgt;
   bool joint() const { return src == tgt; }
 };
-VocabPaths vocab_paths(const io::Config& cfg);
+VocabPaths vocab_paths(const io::RunConfig& cfg);
 
 // What a checkpoint of a run with this config and these codecs stores as its vocabularies (see
 // io::Checkpoint::vocabularies): none for synthetic tasks.
-std::map<std::string, std::string> checkpoint_vocabularies(const io::Config& cfg, const TextCodec& src,
+std::map<std::string, std::string> checkpoint_vocabularies(const io::RunConfig& cfg, const TextCodec& src,
                                                            const TextCodec& tgt);
 // Throws when the checkpoint at `path` holds vocabularies (`stored`) of the other kind than
 // `joint` says (one joint vocabulary, or one per language). An EveryRankError.
@@ -85,10 +85,9 @@ EncodedPairs encode_files(const TextCodec& src_codec, const TextCodec& tgt_codec
                           const std::string& tgt_path, std::int64_t max_len, dist::Communicator* world = nullptr,
                           std::int64_t pairs_per_round = 0);
 
-// The data keys that are each valid alone but not together, and the text files' kinds (set, not a
-// folder, pipe or device): ConfigError. Before any work: run_training calls it before it makes the
-// run folder, and load_task_data relies on it.
-void check_data_keys(const io::Config& cfg);
+// The text files' kinds (set, not a folder, pipe or device): ConfigError. Before any work:
+// run_training calls it (after io::check_key_combinations) before it makes the run folder.
+void check_data_files(const io::RunConfig& cfg);
 
 // Loads (or, for a corpus without a vocabulary yet, trains) everything a run needs. Logs what it
 // skipped (empty and over-long pairs). The training text is streamed (encode_files), never held
@@ -98,7 +97,7 @@ void check_data_keys(const io::Config& cfg);
 // With `resume_checkpoint` (a run resumed from it), the vocabularies are those it holds: a file the
 // run trained into output.dir and that is gone is written back from it, and files that differ
 // from it are refused (check_checkpoint_vocabularies) before the corpus is encoded.
-TaskData load_task_data(const io::Config& cfg, dist::Communicator* world = nullptr,
+TaskData load_task_data(const io::RunConfig& cfg, dist::Communicator* world = nullptr,
                         const std::string& resume_checkpoint = "");
 
 // What every rank reads or is given for itself (node-local copies of "the same" file may differ,
@@ -180,7 +179,7 @@ class Translator {
   // their probabilities). It must hold the same vocabularies as the first checkpoint (a synthetic
   // task: the same symbols); its own config sizes its model. Decoding settings stay the first's.
   void add_ensemble_member(const std::string& checkpoint);
-  const io::Config& config() const { return cfg_; }  // the first checkpoint's
+  const io::RunConfig& config() const { return cfg_; }  // the first checkpoint's
   // The vocabulary files it read: none when the checkpoint holds its vocabularies.
   const std::vector<std::string>& vocabulary_files() const { return vocabulary_files_; }
   // Of each model's weights, in checkpoint order (the CRC-32 of each tensor, combined).
@@ -191,7 +190,7 @@ class Translator {
   void load_stored_vocabularies(const std::string& checkpoint, const std::map<std::string, std::string>& stored,
                                 const std::string& vocab, const std::string& vocab_tgt);
   void find_vocabulary_files(const std::string& checkpoint, const std::string& vocab, const std::string& vocab_tgt);
-  io::Config cfg_;
+  io::RunConfig cfg_;
   TextCodec src_codec_, tgt_codec_;
   std::string checkpoint_;                           // the first checkpoint
   std::map<std::string, std::string> vocabularies_;  // as stored in it

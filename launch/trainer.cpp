@@ -30,12 +30,13 @@
 #include "eval/bleu.h"
 #include "eval/chrf.h"
 #include "io/checkpoint.h"
+#include "io/run_config.h"
 #include "kernels/cpu/blas_core.h"
 #include "kernels/dispatch.h"
 #include "launch/process_grid.h"
 #include "launch/run_folder_lock.h"
-#include "launch/schema.h"
 #include "launch/task.h"
+#include "models/from_config.h"
 #include "optim/adam.h"
 
 namespace tessera::launch {
@@ -131,8 +132,8 @@ class StartLeftovers {
 
   void created_folder(const fs::path& dir) { folder_ = dir; }
   // The vocabulary files the config names that do not exist yet (before the data is loaded).
-  void note_new_vocabularies(const io::Config& cfg) {
-    if (cfg.string("data.task") != "translation") return;
+  void note_new_vocabularies(const io::RunConfig& cfg) {
+    if (cfg.data.synthetic()) return;
     const VocabPaths paths = vocab_paths(cfg);
     for (const std::string& model : {paths.src, paths.tgt}) {
       const std::string prefix = model.ends_with(".model") ? model.substr(0, model.size() - 6) : model;
@@ -244,19 +245,17 @@ LossSums run_batch(const models::Transformer& model, const data::Batch& b, doubl
 class Run {
  public:
   // resume_path: the checkpoint the run will resume from (its vocabularies are the run's), or empty.
-  Run(const io::Config& cfg, ProcessGrid& grid, const std::string& resume_path)
+  Run(const io::RunConfig& cfg, ProcessGrid& grid, const std::string& resume_path)
       : cfg_(cfg),
         grid_(grid),
-        seed_(static_cast<std::uint64_t>(cfg.integer("train.seed"))),
-        dir_(cfg.string("output.dir")),
+        seed_(cfg.train.seed),
+        dir_(cfg.output.dir),
         task_(load_task_data(cfg, grid.world.get(), resume_path)),
         vocabularies_(checkpoint_vocabularies(cfg, task_.src_codec, task_.tgt_codec)),
-        model_(training_model_config(cfg, task_.src_codec.size(), task_.tgt_codec.size()),
-               static_cast<std::uint64_t>(cfg.integer("train.seed")), grid.tensor.get()),
-        adam_(model_.parameters(), {.lr = 0.0,
-                                    .beta1 = cfg.real("train.adam_beta1"),
-                                    .beta2 = cfg.real("train.adam_beta2"),
-                                    .eps = cfg.real("train.adam_eps")}),
+        model_(models::training_model_config(cfg, task_.src_codec.size(), task_.tgt_codec.size()), cfg.train.seed,
+               grid.tensor.get()),
+        adam_(model_.parameters(),
+              {.lr = 0.0, .beta1 = cfg.train.adam_beta1, .beta2 = cfg.train.adam_beta2, .eps = cfg.train.adam_eps}),
         batcher_(make_batcher()) {
     // The same data on every rank: each says it, one prints it.
     if (task_.train.empty()) throw EveryRankError("data: no training pairs left after filtering");
@@ -276,15 +275,14 @@ class Run {
     if (fault_at("TESSERA_FAULT_SIGNAL", 0)) std::raise(SIGTERM);
     if (grid_.data->size() > 1)
       reducer_ = std::make_unique<dist::GradientReducer>(
-          model_.parameters(), *grid_.data, static_cast<std::size_t>(cfg.real("parallel.bucket_mb") * 1024 * 1024));
+          model_.parameters(), *grid_.data, static_cast<std::size_t>(cfg.parallel.bucket_mb * 1024 * 1024));
     fmt::print("model: {} parameters, {} layers, d_model {}, d_ff {}, {} heads, {}-norm; {} batches per epoch\n",
-               whole_model_parameters(), cfg.integer("model.layers"), cfg.integer("model.d_model"),
-               cfg.integer("model.d_ff"), cfg.integer("model.heads"), cfg.string("model.norm"),
-               batcher_.batches_per_epoch());
+               whole_model_parameters(), cfg.model.layers, cfg.model.d_model, cfg.model.d_ff, cfg.model.heads,
+               io::name_of(cfg.model.norm), batcher_.batches_per_epoch());
     if (!grid_.gpu.empty())
       fmt::print("device: {}; {} compute{}\n", grid_.gpu,
                  model_.config().bf16_compute ? "bfloat16 mixed-precision" : "float32",
-                 cfg.boolean("train.tf32") && !model_.config().bf16_compute ? " (TF32 GEMMs)" : "");
+                 cfg.train.tf32 && !model_.config().bf16_compute ? " (TF32 GEMMs)" : "");
     else
       fmt::print("device: cpu; {} OpenMP threads, {}\n", omp_get_max_threads(), cpu::blas_description());
     if (grid_.size > 1)
@@ -355,7 +353,7 @@ class Run {
       fmt::print(
           "resume: the training text ({}, {}) is not the text the checkpoint was trained on (fingerprint {:016x} "
           "there, {:016x} now): the batches from here on are not those the run would have drawn\n",
-          cfg_.string("data.train_src"), cfg_.string("data.train_tgt"), s.train_fingerprint, task_.train_fingerprint);
+          cfg_.data.train_src, cfg_.data.train_tgt, s.train_fingerprint, task_.train_fingerprint);
     // Rank 0 looks (the folders may not be shared): every rank validates alike.
     std::error_code ec;
     const fs::path folder = fs::path(path).parent_path().empty() ? fs::path(".") : fs::path(path).parent_path();
@@ -377,15 +375,15 @@ class Run {
   }
 
   TrainResult train() {
-    const std::int64_t max_steps = cfg_.integer("train.max_steps"), max_epochs = cfg_.integer("train.max_epochs");
-    const std::int64_t log_every = cfg_.integer("train.log_every"), valid_every = cfg_.integer("train.valid_every");
-    const std::int64_t patience = cfg_.integer("train.patience");
-    const std::int64_t accumulate = cfg_.integer("train.accumulate");
-    const double max_seconds = 60.0 * cfg_.real("train.max_minutes");
-    const double smoothing = cfg_.real("train.label_smoothing"), clip = cfg_.real("train.clip_norm");
-    const std::int64_t checkpoint_every = cfg_.integer("checkpoint.every");
-    const bool overlap = cfg_.boolean("parallel.overlap");
-    const bool measure_comm = cfg_.boolean("parallel.measure_comm");
+    const std::int64_t max_steps = cfg_.train.max_steps, max_epochs = cfg_.train.max_epochs;
+    const std::int64_t log_every = cfg_.train.log_every, valid_every = cfg_.train.valid_every;
+    const std::int64_t patience = cfg_.train.patience;
+    const std::int64_t accumulate = cfg_.train.accumulate;
+    const double max_seconds = 60.0 * cfg_.train.max_minutes;
+    const double smoothing = cfg_.train.label_smoothing, clip = cfg_.train.clip_norm;
+    const std::int64_t checkpoint_every = cfg_.checkpoint.every;
+    const bool overlap = cfg_.parallel.overlap;
+    const bool measure_comm = cfg_.parallel.measure_comm;
     start_ = Clock::now();
     auto window_start = start_;
     LossSums window;
@@ -437,7 +435,7 @@ class Run {
     const bool out_of_time_before = max_seconds > 0 && elapsed_before_ >= max_seconds;
     if (out_of_time_before)
       fmt::print("train: train.max_minutes = {} was reached before this resume ({}): no step more\n",
-                 cfg_.real("train.max_minutes"), format_duration(elapsed_before_));
+                 cfg_.train.max_minutes, format_duration(elapsed_before_));
     while (step < max_steps && !out_of_data && !stop_early && !out_of_time_before) {
       // Gather the update's batches first: the loss is normalized by all their target tokens.
       std::vector<data::Batch> batches;
@@ -502,10 +500,9 @@ class Run {
       if (!std::isfinite(gnorm))
         stop_on_non_finite_gradients(step, gnorm, sums.data<double>()[0] / static_cast<double>(tokens));
       lr_ =
-          cfg_.string("train.lr_schedule") == "linear"
-              ? linear_decay_learning_rate(lr_factor(cfg_), cfg_.integer("model.d_model"), cfg_.integer("train.warmup"),
-                                           max_steps, step)
-              : noam_learning_rate(lr_factor(cfg_), cfg_.integer("model.d_model"), cfg_.integer("train.warmup"), step);
+          cfg_.train.lr_schedule == io::LrSchedule::linear
+              ? linear_decay_learning_rate(io::lr_factor(cfg_), cfg_.model.d_model, cfg_.train.warmup, max_steps, step)
+              : noam_learning_rate(io::lr_factor(cfg_), cfg_.model.d_model, cfg_.train.warmup, step);
       adam_.step(lr_);
       const double lr = lr_;
 
@@ -593,8 +590,7 @@ class Run {
       if (!logged && (stop_signal != 0 || no_progress)) log_window();
       if (stop_signal != 0) return stopped_by_signal(stop_signal, std::move(result));
       if (out_of_time) {
-        fmt::print("train: stopping at step {}: train.max_minutes = {} reached\n", step,
-                   cfg_.real("train.max_minutes"));
+        fmt::print("train: stopping at step {}: train.max_minutes = {} reached\n", step, cfg_.train.max_minutes);
         break;
       }
       if (no_progress) {
@@ -655,9 +651,9 @@ class Run {
     bool lower_is_better;
   };
   BestMetric best_metric() const {
-    const std::string metric = cfg_.string("train.best_metric");
-    if (metric == "ppl") return {&TrainResult::valid_ppl, "perplexity", 1.0, true};
-    if (metric == "chrf") return {&TrainResult::valid_chrf, "chrF2", 1.0, false};
+    const io::BestMetric metric = cfg_.train.best_metric;
+    if (metric == io::BestMetric::ppl) return {&TrainResult::valid_ppl, "perplexity", 1.0, true};
+    if (metric == io::BestMetric::chrf) return {&TrainResult::valid_chrf, "chrF2", 1.0, false};
     if (task_.synthetic) return {&TrainResult::valid_accuracy, "exact match", 100.0, false};
     return {&TrainResult::valid_bleu, "BLEU", 1.0, false};
   }
@@ -676,7 +672,7 @@ class Run {
   // this run's, or for a fork whose best came before it, the one of the folder it continued from
   // (the fork has none of that step). Empty when neither does (checkpoint.keep_best off, or deleted).
   std::string where_best_model_is() const {
-    if (!cfg_.boolean("checkpoint.keep_best") || !grid_.root()) return "";
+    if (!cfg_.checkpoint.keep_best || !grid_.root()) return "";
     for (const fs::path& folder : {dir_, fork_source_}) {
       const fs::path best = folder / "checkpoint_best.h5";
       try {
@@ -719,7 +715,7 @@ class Run {
     throw EveryRankError(fmt::format(
         "step {}: the gradient norm is {} (loss {}): training stopped before this update, so no weights or "
         "checkpoint hold it. Resume from the last checkpoint (--resume) with a smaller {} or a longer train.warmup{}",
-        step, show(gnorm), show(loss), cfg_.real("train.lr_peak") > 0 ? "train.lr_peak" : "train.lr_factor",
+        step, show(gnorm), show(loss), cfg_.train.lr_peak > 0 ? "train.lr_peak" : "train.lr_factor",
         model_.config().bf16_compute ? ", or with train.precision: fp32" : ""));
   }
 
@@ -844,8 +840,7 @@ class Run {
 
   data::Batcher make_batcher() const {
     return data::Batcher(
-        &task_.train,
-        {.batch_tokens = cfg_.integer("train.batch_tokens"), .seed = batcher_seed_, .shuffle = true, .window = 100});
+        &task_.train, {.batch_tokens = cfg_.train.batch_tokens, .seed = batcher_seed_, .shuffle = true, .window = 100});
   }
 
   double elapsed_seconds() const {
@@ -919,7 +914,7 @@ class Run {
     last_saved_step_ = step_;
     saved_validated_step_ = last_validated_step_;
     if (!grid_.root()) return path;
-    const std::int64_t keep = cfg_.integer("checkpoint.keep_last");
+    const std::int64_t keep = cfg_.checkpoint.keep_last;
     std::vector<std::pair<std::int64_t, fs::path>> saved = step_checkpoints(dir_);
     std::string removed;
     for (std::size_t i = 0; keep > 0 && i + static_cast<std::size_t>(keep) < saved.size(); ++i) {
@@ -947,13 +942,10 @@ class Run {
 
   // Notes, once, each config key whose value differs from the one the checkpoint was written with.
   void warn_config_changes(const std::string& saved_yaml, const std::string& path) const {
-    const io::Config saved = io::Config::parse(tessera_schema(), saved_yaml, path);
+    const io::RunConfig saved = io::RunConfig::parse(saved_yaml, path);
     const auto shown = [](const std::string& v) { return v.empty() ? std::string("\"\"") : v; };
-    for (const auto& [key, value] : cfg_.values()) {
-      auto it = saved.values().find(key);
-      if (it != saved.values().end() && it->second != value)
-        fmt::print("resume: {} = {} (the checkpoint was written with {})\n", key, shown(value), shown(it->second));
-    }
+    for (const io::KeyDifference& d : io::key_differences(cfg_, saved))
+      fmt::print("resume: {} = {} (the checkpoint was written with {})\n", d.key, shown(d.first), shown(d.second));
   }
 
   // Global gradient norm; scales the gradients down to `clip` when it is exceeded (clip > 0).
@@ -975,7 +967,7 @@ class Run {
     const auto t0 = Clock::now();
     ag::NoGradGuard no_grad;
     data::Batcher valid(&task_.valid,
-                        {.batch_tokens = cfg_.integer("train.batch_tokens"), .seed = 0, .shuffle = false, .window = 1});
+                        {.batch_tokens = cfg_.train.batch_tokens, .seed = 0, .shuffle = false, .window = 1});
     // The data-parallel replicas share the work: every replica takes every replicas-th batch (and,
     // below, every replicas-th decoding batch). Each batch's sums go in a row of their own (the
     // others' rows stay 0, so the all-reduce moves them exactly) and are added up in batch order:
@@ -987,7 +979,7 @@ class Run {
     for (std::int64_t i = 0; valid.next(b); ++i) {
       rows.insert(rows.end(), {0.0, 0.0, 0.0});
       if (i % replicas.size() != replicas.rank()) continue;
-      const LossSums s = run_batch(model_, b, cfg_.real("train.label_smoothing"), no_dropout, 0.0);
+      const LossSums s = run_batch(model_, b, cfg_.train.label_smoothing, no_dropout, 0.0);
       double* row = rows.data() + rows.size() - 3;
       row[0] = s.smoothed;
       row[1] = s.nll;
@@ -1005,13 +997,13 @@ class Run {
     result.valid_ppl = std::exp(sums.nll / static_cast<double>(sums.tokens));
 
     std::int64_t n = static_cast<std::int64_t>(task_.valid.size());
-    if (cfg_.integer("train.valid_max_sentences") > 0) n = std::min(n, cfg_.integer("train.valid_max_sentences"));
+    if (cfg_.train.valid_max_sentences > 0) n = std::min(n, cfg_.train.valid_max_sentences);
     std::vector<std::vector<std::int32_t>> sources;
     for (std::int64_t i = 0; i < n; ++i) sources.push_back(task_.valid[static_cast<std::size_t>(i)].src);
     // A stop signal on any rank ends the decoding early (it can take minutes): no score then.
     const DecodeInterrupt interrupt{grid_.world.get(), [] { return g_stop_signal != 0; }};
-    const std::optional<models::TokenRows> decoded = translate_ids(
-        model_, sources, decode_options(cfg_), cfg_.integer("decode.batch_sentences"), &replicas, &interrupt);
+    const std::optional<models::TokenRows> decoded = translate_ids(model_, sources, models::decode_options(cfg_.decode),
+                                                                   cfg_.decode.batch_sentences, &replicas, &interrupt);
     if (!decoded) {
       fmt::print("valid {}: interrupted by a stop signal (no score)\n", step);
       std::fflush(stdout);
@@ -1046,14 +1038,14 @@ class Run {
     }
     last_validated_step_ = step;
     fmt::print("valid {} | loss {:.4f} | ppl {:.2f} | {} | beam {} | {:.1f}s\n", step, result.valid_loss,
-               result.valid_ppl, extra, cfg_.integer("decode.beam"), secs);
+               result.valid_ppl, extra, cfg_.decode.beam, secs);
     std::fflush(stdout);
     metric(
         fmt::format("{{\"step\": {}, \"valid_loss\": {}, \"valid_ppl\": {}, \"valid_bleu\": {}, \"valid_chrf\": {}, "
                     "\"valid_accuracy\": {}, \"valid_seconds\": {}}}\n",
                     step, json_number(result.valid_loss), json_number(result.valid_ppl), json_number(result.valid_bleu),
                     json_number(result.valid_chrf), json_number(result.valid_accuracy), json_number(secs)));
-    if (best && cfg_.boolean("checkpoint.keep_best")) {
+    if (best && cfg_.checkpoint.keep_best) {
       const std::string path = (dir_ / "checkpoint_best.h5").string();
       write_checkpoint(path, true);
       fmt::print("checkpoint: saved {} (best so far)\n", path);
@@ -1061,7 +1053,7 @@ class Run {
     return true;
   }
 
-  const io::Config& cfg_;
+  const io::RunConfig& cfg_;
   ProcessGrid& grid_;
   std::uint64_t seed_;                  // dropout (Philox key)
   std::uint64_t batcher_seed_ = seed_;  // data order
@@ -1107,13 +1099,6 @@ double noam_learning_rate(double factor, std::int64_t d_model, std::int64_t warm
   const double s = static_cast<double>(std::max<std::int64_t>(step, 1));
   return factor / std::sqrt(static_cast<double>(d_model)) *
          std::min(1.0 / std::sqrt(s), s * std::pow(static_cast<double>(warmup), -1.5));
-}
-
-double lr_factor(const io::Config& cfg) {
-  const double peak = cfg.real("train.lr_peak");
-  if (peak == 0) return cfg.real("train.lr_factor");
-  return peak * std::sqrt(static_cast<double>(cfg.integer("model.d_model")) *
-                          static_cast<double>(cfg.integer("train.warmup")));
 }
 
 double linear_decay_learning_rate(double factor, std::int64_t d_model, std::int64_t warmup, std::int64_t max_steps,
@@ -1170,14 +1155,14 @@ std::string resume_refusal(const fs::path& dir) {
 // A resume that cannot work is refused from the checkpoint's header, before minutes of data
 // preparation: a weights-only file, or a model whose parameters would not fit this config's. (The
 // vocabularies are checked with the data; Run::resume checks every tensor.)
-void check_resumable(const io::Config& cfg, const std::string& path) {
+void check_resumable(const io::RunConfig& cfg, const std::string& path) {
   const io::CheckpointHeader header = io::read_checkpoint_header(path);
   if (!header.full) fail("{}", weights_only_message(path));
   // The vocabularies' kind first: changing it changes model.share_embeddings too, and this says why.
-  check_vocabulary_kind(io::load_vocabularies(path), cfg.boolean("data.joint_vocab"), path);
-  const io::Config saved = io::Config::parse(tessera_schema(), header.config_yaml, path);
+  check_vocabulary_kind(io::load_vocabularies(path), cfg.data.joint_vocab, path);
+  const io::RunConfig saved = io::RunConfig::parse(header.config_yaml, path);
   std::vector<std::string> differ;
-  for (const KeyDifference& d : model_shape_differences(saved, cfg))
+  for (const io::KeyDifference& d : io::model_shape_differences(saved, cfg))
     differ.push_back(fmt::format("{} = {} there, {} in this config", d.key, d.first, d.second));
   if (!differ.empty())
     fail(
@@ -1191,10 +1176,8 @@ void check_resumable(const io::Config& cfg, const std::string& path) {
       {"model.heads", "its weights would be split into other heads"},
       {"train.best_metric", "the best score so far, its step and train.patience's count are of the run's metric"},
       {"train.seed", "it would not apply: the data order and dropout go on from the checkpoint's"}};
-  for (const auto& [key, why] : why_not)
-    if (saved.values().at(key) != cfg.values().at(key))
-      differ.push_back(
-          fmt::format("{} = {} there, {} in this config: {}", key, saved.values().at(key), cfg.values().at(key), why));
+  for (const io::KeyDifference& d : io::key_differences(saved, cfg, {"model.heads", "train.best_metric", "train.seed"}))
+    differ.push_back(fmt::format("{} = {} there, {} in this config: {}", d.key, d.first, d.second, why_not.at(d.key)));
   if (!differ.empty())
     fail(
         "cannot resume from '{}' with another {}. Resume with the run's own settings (its config.yaml) or train "
@@ -1220,7 +1203,7 @@ void check_resumable(const io::Config& cfg, const std::string& path) {
 
 // config.yaml: the effective config with each key's description, written through a temporary so
 // that a full disk cannot leave half of it.
-void write_effective_config(const io::Config& cfg, const fs::path& dir) {
+void write_effective_config(const io::RunConfig& cfg, const fs::path& dir) {
   const fs::path path = dir / "config.yaml", tmp = dir / "config.yaml.tmp";
   std::error_code ec;
   {
@@ -1240,40 +1223,27 @@ void write_effective_config(const io::Config& cfg, const fs::path& dir) {
 
 }  // namespace
 
-TrainResult run_training(const io::Config& cfg, const TrainOptions& options) {
+TrainResult run_training(const io::RunConfig& cfg, const TrainOptions& options) {
   ProcessGrid grid =
       make_process_grid(cfg, fmt::format("--resume {} {}", options.resume ? "on" : "off", options.resume_path));
   // The model's own constraints (heads divide d_model and the tensor-parallel size, ...) fail
   // now, on every rank alike, before data is read.
   try {
-    models::validate(training_model_config(cfg, 1000, 1000), static_cast<int>(cfg.integer("parallel.tensor")));
+    models::validate(models::training_model_config(cfg, 1000, 1000), static_cast<int>(cfg.parallel.tensor));
   } catch (const Error& e) {
     throw io::ConfigError(e.what());  // the same on every rank: printed once
   }
-  if (cfg.integer("train.patience") > 0 && cfg.integer("train.valid_every") == 0)
-    throw io::ConfigError(fmt::format(
-        "{}: train.patience = {} counts validations during training, but train.valid_every is 0 (only one at "
-        "the end): set train.valid_every",
-        cfg.where({"train.patience", "train.valid_every"}), cfg.integer("train.patience")));
-  kernels::set_allow_tf32(cfg.boolean("train.tf32"));
+  io::check_key_combinations(cfg);
+  kernels::set_allow_tf32(cfg.train.tf32);
   // Rank 0 alone logs; the others' standard output is dropped (their errors still reach stderr).
   if (!grid.root() && std::freopen("/dev/null", "w", stdout) == nullptr) fail("cannot silence rank {}", grid.rank);
-  const std::filesystem::path dir(cfg.string("output.dir"));
-  if (dir.empty())
-    throw io::ConfigError(cfg.where({"output.dir"}) + ": output.dir is empty: name the folder for the run's files");
+  const std::filesystem::path dir(cfg.output.dir);
   // A name that cannot be looked up (too long, a loop of links, a file where a folder should be on
   // the way) is named with its key, not as a bare filesystem error from the first use below.
   if (std::error_code ec; !fs::exists(fs::status(dir, ec)) && ec && ec != std::errc::no_such_file_or_directory)
     throw io::ConfigError(
         fmt::format("{}: output.dir = '{}': {}", cfg.where({"output.dir"}), dir.string(), ec.message()));
-  // Checked here, not by the key's range: the configs stored in older checkpoints (translated,
-  // averaged) may hold 0.
-  if (cfg.real("train.adam_eps") <= 0)
-    throw io::ConfigError(
-        cfg.where({"train.adam_eps"}) +
-        ": train.adam_eps = 0: Adam divides by sqrt(v) + eps, so a weight whose gradients have all been 0 so "
-        "far (a unit no example reached) would get 0 / 0 = NaN: give a positive value (1e-9, the paper's)");
-  check_data_keys(cfg);  // before the folder is made or the config printed
+  check_data_files(cfg);  // before the folder is made or the config printed
   // One train per folder, locked before the folder is looked at: a train that ended in between would
   // be taken for none (and trained over), or resumed from an older checkpoint. A new folder is
   // locked once created, below.

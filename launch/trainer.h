@@ -12,7 +12,7 @@
 
 #include "data/batching.h"
 #include "dist/communicator.h"
-#include "io/config.h"
+#include "io/run_config.h"
 #include "models/transformer.h"
 #include "tensor/tensor.h"
 
@@ -39,9 +39,6 @@ std::vector<std::pair<std::int64_t, std::filesystem::path>> step_checkpoints(con
 
 // lr = factor * d_model^-0.5 * min(step^-0.5, step * warmup^-1.5)
 double noam_learning_rate(double factor, std::int64_t d_model, std::int64_t warmup, std::int64_t step);
-// The factor of those schedules: train.lr_factor, or the one whose peak (at step train.warmup) is
-// train.lr_peak when that is set.
-double lr_factor(const io::Config& cfg);
 // The same warmup, then a straight line from the peak to 0 at max_steps (short runs converge
 // to a minimum instead of still moving at the end).
 double linear_decay_learning_rate(double factor, std::int64_t d_model, std::int64_t warmup, std::int64_t max_steps,
@@ -59,6 +56,6 @@ double clip_gradient_norm(const std::vector<Tensor>& replicated, const std::vect
 double training_flops(const models::TransformerConfig& m, const data::Batch& b);
 
 // Trains; on SIGTERM / SIGINT finishes the step, writes a checkpoint and returns with stop_signal set.
-TrainResult run_training(const io::Config& cfg, const TrainOptions& options = {});
+TrainResult run_training(const io::RunConfig& cfg, const TrainOptions& options = {});
 
 }  // namespace tessera::launch

@@ -5,8 +5,8 @@
 #include <gtest/gtest.h>
 
 #include "io/checkpoint.h"
+#include "io/run_config.h"
 #include "launch/process_grid.h"
-#include "launch/schema.h"
 #include "launch/trainer.h"
 
 namespace tessera {
@@ -14,13 +14,12 @@ namespace {
 
 TEST(TrainE2E, ReverseTaskReachesNinetyNinePercentExactMatch) {
   const std::string config = std::string(TESSERA_SOURCE_DIR) + "/configs/reverse.yaml";
-  const io::Config cfg =
-      io::Config::load(launch::tessera_schema(), config,
-                       {"output.dir=" + std::string(TESSERA_E2E_DIR) + "/reverse",
-                        "parallel.data=" + std::to_string(launch::launched_by_mpi() ? launch::launcher_size() : 1)});
+  const io::RunConfig cfg = io::RunConfig::load(
+      config, {"output.dir=" + std::string(TESSERA_E2E_DIR) + "/reverse",
+               "parallel.data=" + std::to_string(launch::launched_by_mpi() ? launch::launcher_size() : 1)});
   const launch::TrainResult r = launch::run_training(cfg);
-  EXPECT_EQ(r.steps, cfg.integer("train.max_steps"));
-  EXPECT_GE(r.valid_accuracy, 0.99) << "exact-match accuracy on " << cfg.integer("data.synthetic_valid_size")
+  EXPECT_EQ(r.steps, cfg.train.max_steps);
+  EXPECT_GE(r.valid_accuracy, 0.99) << "exact-match accuracy on " << cfg.data.synthetic_valid_size
                                     << " held-out sequences";
   EXPECT_LT(r.valid_ppl, 1.05);
   // The saved weights load back with the run's config.

@@ -19,8 +19,8 @@
 #include "dist/parallel_ops.h"
 #include "dist/sharding.h"
 #include "io/checkpoint.h"
+#include "io/run_config.h"
 #include "kernels/cpu/blas_core.h"
-#include "launch/schema.h"
 #include "launch/task.h"
 #include "models/transformer.h"
 
@@ -267,7 +267,7 @@ TEST(DistributedData, EncodingSharedOverRanksEqualsOneProcess) {
   const std::string yaml = "data:\n  train_src: " + corpus + ".en\n  train_tgt: " + corpus +
                            ".de\n  valid_src: " + corpus + ".en\n  valid_tgt: " + corpus +
                            ".de\n  vocab_size: 500\n  max_len: 24\n" + "output:\n  dir: " + dir.string() + "\n";
-  const io::Config cfg = io::Config::parse(launch::tessera_schema(), yaml, "test.yaml", {});
+  const io::RunConfig cfg = io::RunConfig::parse(yaml, "test.yaml", {});
   const launch::TaskData shared = launch::load_task_data(cfg, &world());  // rank 0 trains the vocabulary
   const launch::TaskData alone = launch::load_task_data(cfg);             // then loaded from output.dir
   expect_same_examples(shared.train, alone.train, "train");

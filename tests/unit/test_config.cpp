@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "io/config.h"
+#include "io/run_config.h"
 
 namespace tessera::io {
 namespace {
@@ -849,6 +850,65 @@ TEST(Config, OriginsNameTheLineOrTheOverrideThatSetEachKey) {
   EXPECT_EQ(c.where({"model.layers", "model.norm", "steps"}), "configs/x.yaml:2, --set steps=9");
   EXPECT_EQ(c.where({"model.layers", "model.layers"}), "configs/x.yaml:2");
   EXPECT_EQ(c.where({"model.norm", "train.seed"}), "config");
+}
+
+}  // namespace
+}  // namespace tessera::io
+
+namespace tessera::io {
+namespace {
+
+// ---- Tessera's own schema, read into typed structs (io/run_config.h)
+TEST(RunConfig, FieldsHoldTheValuesTheYamlGives) {
+  const RunConfig cfg = RunConfig::parse(
+      "model:\n  layers: 3\n  norm: pre\ndata:\n  task: reverse\ntrain:\n  seed: 4294967295\n  lr_schedule: linear\n"
+      "  best_metric: ppl\n  precision: bf16\n  device: cuda\ndecode:\n  length_penalty: 1.5\n",
+      "x.yaml", {"parallel.tensor=2", "output.dir=/tmp/run"});
+  EXPECT_EQ(cfg.model.layers, 3);
+  EXPECT_EQ(cfg.model.norm, Norm::pre);
+  EXPECT_EQ(cfg.model.d_model, 512);  // a default
+  EXPECT_EQ(cfg.data.task, Task::reverse);
+  EXPECT_TRUE(cfg.data.synthetic());
+  EXPECT_EQ(cfg.train.seed, 4294967295u);
+  EXPECT_EQ(cfg.train.lr_schedule, LrSchedule::linear);
+  EXPECT_EQ(cfg.train.best_metric, BestMetric::ppl);
+  EXPECT_EQ(cfg.train.precision, Precision::bf16);
+  EXPECT_EQ(cfg.train.device, Device::cuda);
+  EXPECT_EQ(cfg.decode.length_penalty, 1.5);
+  EXPECT_EQ(cfg.parallel.tensor, 2);
+  EXPECT_EQ(cfg.output.dir, "/tmp/run");
+  EXPECT_EQ(cfg.source().origin("parallel.tensor"), "--set parallel.tensor=2");
+}
+
+TEST(RunConfig, EveryChoiceOfTheSchemaMapsToAValue) {
+  // A choice the schema allows but the table's enum does not name fails to read (a logic_error).
+  for (const KeySpec& spec : run_schema().keys())
+    for (const std::string& choice : spec.choices)
+      EXPECT_NO_THROW(RunConfig::parse("", "x.yaml", {spec.key + "=" + choice})) << spec.key << " = " << choice;
+}
+
+TEST(RunConfig, KeyCombinationsAreCheckedInOnePlaceNamingWhereEachWasSet) {
+  const auto error_of = [](const std::string& yaml, std::vector<std::string> overrides) {
+    try {
+      check_key_combinations(RunConfig::parse(yaml, "configs/x.yaml", overrides));
+    } catch (const ConfigError& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  EXPECT_EQ(error_of("train:\n  patience: 3\n", {"train.valid_every=0"}),
+            "configs/x.yaml:2, --set train.valid_every=0: train.patience = 3 counts validations during training, but "
+            "train.valid_every is 0 (only one at the end): set train.valid_every");
+  EXPECT_NE(error_of("data:\n  task: reverse\n  synthetic_min_len: 9\n  synthetic_max_len: 8\n", {})
+                .find("configs/x.yaml:3, configs/x.yaml:4: data.synthetic_min_len = 9 exceeds"),
+            std::string::npos);
+  EXPECT_NE(error_of("", {"data.train_src=a", "data.train_tgt=b", "data.valid_src=c"})
+                .find("data.task is 'translation' but data.valid_tgt is not set"),
+            std::string::npos);
+  EXPECT_NE(error_of("", {"data.task=copy", "data.synthetic_max_len=1024"})
+                .find("data.synthetic_max_len = 1024 needs model.max_positions >= 1025"),
+            std::string::npos);
+  EXPECT_EQ(error_of("", {"data.task=copy"}), "");
 }
 
 }  // namespace

@@ -536,7 +536,7 @@ TEST(Transformer, BadConfigsAreNamed) {
 }  // namespace tessera
 
 #include "dist/local_communicator.h"
-#include "launch/schema.h"
+#include "io/run_config.h"
 #include "launch/trainer.h"
 
 namespace tessera {
@@ -561,13 +561,13 @@ TEST(LearningRate, LinearDecayAfterTheSameWarmup) {
   EXPECT_NEAR(launch::linear_decay_learning_rate(1.0, 64, 500, 1500, 1000), peak / 2, 1e-15);
   EXPECT_EQ(launch::linear_decay_learning_rate(1.0, 64, 500, 1500, 1500), 0.0);
   // train.lr_peak: the factor whose schedule peaks at it (step = warmup), for both schedules.
-  const io::Config peaked = io::Config::parse(launch::tessera_schema(), "", "test",
-                                              {"train.lr_peak=5e-4", "train.warmup=4000", "model.d_model=512"});
-  EXPECT_NEAR(launch::noam_learning_rate(launch::lr_factor(peaked), 512, 4000, 4000), 5e-4, 1e-15);
-  EXPECT_NEAR(launch::linear_decay_learning_rate(launch::lr_factor(peaked), 512, 4000, 9000, 4000), 5e-4, 1e-15);
-  EXPECT_NEAR(launch::noam_learning_rate(launch::lr_factor(peaked), 512, 4000, 16000), 2.5e-4, 1e-15);
-  const io::Config plain = io::Config::parse(launch::tessera_schema(), "", "test", {"train.lr_factor=2"});
-  EXPECT_EQ(launch::lr_factor(plain), 2.0);
+  const io::RunConfig peaked =
+      io::RunConfig::parse("", "test", {"train.lr_peak=5e-4", "train.warmup=4000", "model.d_model=512"});
+  EXPECT_NEAR(launch::noam_learning_rate(io::lr_factor(peaked), 512, 4000, 4000), 5e-4, 1e-15);
+  EXPECT_NEAR(launch::linear_decay_learning_rate(io::lr_factor(peaked), 512, 4000, 9000, 4000), 5e-4, 1e-15);
+  EXPECT_NEAR(launch::noam_learning_rate(io::lr_factor(peaked), 512, 4000, 16000), 2.5e-4, 1e-15);
+  const io::RunConfig plain = io::RunConfig::parse("", "test", {"train.lr_factor=2"});
+  EXPECT_EQ(io::lr_factor(plain), 2.0);
   EXPECT_EQ(launch::linear_decay_learning_rate(1.0, 64, 500, 1500, 1600), 0.0);  // resumed past max_steps
 }
 

@@ -9,8 +9,9 @@
 #include "data/synthetic.h"
 #include "data/vocab.h"
 #include "io/checkpoint.h"
-#include "launch/schema.h"
+#include "io/run_config.h"
 #include "launch/task.h"
+#include "models/from_config.h"
 #include "models/transformer.h"
 #include "unit/test_util.h"
 
@@ -50,10 +51,11 @@ class CheckpointVocabularies : public ::testing::Test {
   // vocabulary (trained on English) at run/vocab.model; with `store`, the checkpoint holds it.
   std::string write_model(bool store) const {
     const data::Vocab vocab = train_vocab("en", "run/vocab");
-    const io::Config cfg = io::Config::parse(launch::tessera_schema(), "", "test",
-                                             {"data.task=translation", "output.dir=" + path("run"), "model.layers=1",
-                                              "model.d_model=16", "model.d_ff=32", "model.heads=2"});
-    const models::Transformer model(launch::model_config(cfg, vocab.size(), vocab.size()), 3);
+    const io::RunConfig cfg =
+        io::RunConfig::parse("", "test",
+                             {"data.task=translation", "output.dir=" + path("run"), "model.layers=1",
+                              "model.d_model=16", "model.d_ff=32", "model.heads=2"});
+    const models::Transformer model(models::model_config(cfg, vocab.size(), vocab.size()), 3);
     io::Checkpoint c;
     c.config_yaml = cfg.to_yaml(false);
     c.model = io::named_values(model.parameters());
