@@ -22,16 +22,23 @@
 #include "common/error.h"
 #include "common/text.h"
 #include "data/corpus.h"
+#include "dist/launcher.h"
 #include "dist/mpi_communicator.h"
 #include "eval/bleu.h"
 #include "eval/chrf.h"
 #include "io/run_config.h"
 #include "launch/commands.h"
-#include "launch/process_grid.h"
-#include "launch/task.h"
 #include "models/from_config.h"
+#include "models/translator.h"
 
 namespace tessera::launch {
+
+using dist::launcher_rank;
+using dist::mpi_world_for_decoding;
+using models::check_same_decoding;
+using models::load_translator;
+using models::read_sources;
+using models::Translator;
 namespace {
 
 struct ScoreOptions {

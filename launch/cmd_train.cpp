@@ -3,14 +3,19 @@
 #include <filesystem>
 #include <string>
 
+#include "dist/launcher.h"
 #include "io/checkpoint.h"
 #include "io/run_config.h"
 #include "launch/commands.h"
-#include "launch/process_grid.h"
-#include "launch/trainer.h"
 #include "models/from_config.h"
+#include "train/trainer.h"
 
 namespace tessera::launch {
+
+using dist::launcher_rank;
+using train::run_training;
+using train::step_checkpoints;
+using train::TrainResult;
 namespace {
 
 // `train --config RUN/config.yaml --resume` after RUN was moved or copied, or with a relative

@@ -13,14 +13,22 @@
 #include <optional>
 
 #include "data/corpus.h"
+#include "dist/launcher.h"
 #include "dist/mpi_communicator.h"
 #include "io/run_config.h"
 #include "launch/commands.h"
-#include "launch/process_grid.h"
-#include "launch/task.h"
 #include "models/from_config.h"
+#include "models/translator.h"
 
 namespace tessera::launch {
+
+using dist::check_same_on_every_rank;
+using dist::mpi_world_for_decoding;
+using dist::root_first;
+using models::check_same_decoding;
+using models::load_translator;
+using models::read_sources;
+using models::Translator;
 namespace {
 
 // Whether `path` names the file open as descriptor `fd` (standard input or output named as a path,

@@ -17,12 +17,12 @@
 
 #include "common/error.h"
 #include "common/hash.h"
+#include "dist/launcher.h"
 #include "dist/mpi_communicator.h"
 #include "io/config.h"
 #include "kernels/cpu/blas_core.h"
 #include "launch/command_line.h"
 #include "launch/commands.h"
-#include "launch/process_grid.h"
 #include "tensor/allocator.h"
 
 #ifndef TESSERA_VERSION
@@ -49,6 +49,8 @@ std::string build_and_gpu() {
 // A rank whose message differs from rank 0's prints its own too.
 int exit_on_every_rank_error(const std::string& what, bool rank_0_alone) {
   using namespace tessera::launch;
+  using tessera::dist::launched_by_mpi;
+  using tessera::dist::launcher_rank;
   const int rank = launcher_rank();
   if (rank == 0) tessera::print_to_stderr("tessera: error: {}\n", what);
   std::fflush(stderr);
@@ -90,6 +92,8 @@ int exit_on_every_rank_error(const std::string& what, bool rank_0_alone) {
 
 int run_tessera(int argc, char** argv) {
   using namespace tessera::launch;
+  using tessera::dist::launched_by_mpi;
+  using tessera::dist::launcher_rank;
   // Before anything else: a rerun starts over.
   tessera::cpu::rerun_with_faster_blas_core(argv);
   // Line by line even into a file (a cluster job's log): what a run printed before it was killed,

@@ -31,4 +31,13 @@ constexpr std::uint64_t hash_combine(std::uint64_t seed, std::uint64_t value) {
   return mix64(seed ^ mix64(value + 0x9e3779b97f4a7c15ULL));
 }
 
+// Of rows of text or of token ids (their bytes, row by row): what each rank read, to compare.
+template <typename Rows>
+std::uint64_t fingerprint_rows(const Rows& rows, std::uint64_t h = 0) {
+  h = hash_combine(h, static_cast<std::uint64_t>(rows.size()));
+  for (const auto& r : rows)
+    h = hash_combine(h, std::string_view(reinterpret_cast<const char*>(r.data()), r.size() * sizeof(r[0])));
+  return h;
+}
+
 }  // namespace tessera

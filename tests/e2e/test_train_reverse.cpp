@@ -4,10 +4,10 @@
 // data-parallel replicas (about 2 minutes on 2 cores); alone it runs as one process.
 #include <gtest/gtest.h>
 
+#include "dist/launcher.h"
 #include "io/checkpoint.h"
 #include "io/run_config.h"
-#include "launch/process_grid.h"
-#include "launch/trainer.h"
+#include "train/trainer.h"
 
 namespace tessera {
 namespace {
@@ -16,8 +16,8 @@ TEST(TrainE2E, ReverseTaskReachesNinetyNinePercentExactMatch) {
   const std::string config = std::string(TESSERA_SOURCE_DIR) + "/configs/reverse.yaml";
   const io::RunConfig cfg = io::RunConfig::load(
       config, {"output.dir=" + std::string(TESSERA_E2E_DIR) + "/reverse",
-               "parallel.data=" + std::to_string(launch::launched_by_mpi() ? launch::launcher_size() : 1)});
-  const launch::TrainResult r = launch::run_training(cfg);
+               "parallel.data=" + std::to_string(dist::launched_by_mpi() ? dist::launcher_size() : 1)});
+  const train::TrainResult r = train::run_training(cfg);
   EXPECT_EQ(r.steps, cfg.train.max_steps);
   EXPECT_GE(r.valid_accuracy, 0.99) << "exact-match accuracy on " << cfg.data.synthetic_valid_size
                                     << " held-out sequences";

@@ -13,6 +13,7 @@
 #include "autograd/ops.h"
 #include "data/batching.h"
 #include "data/synthetic.h"
+#include "data/task_data.h"
 #include "data/vocab.h"
 #include "dist/gradient_reducer.h"
 #include "dist/mpi_communicator.h"
@@ -21,8 +22,8 @@
 #include "io/checkpoint.h"
 #include "io/run_config.h"
 #include "kernels/cpu/blas_core.h"
-#include "launch/task.h"
 #include "models/transformer.h"
+#include "models/translator.h"
 
 namespace tessera {
 namespace {
@@ -268,8 +269,8 @@ TEST(DistributedData, EncodingSharedOverRanksEqualsOneProcess) {
                            ".de\n  valid_src: " + corpus + ".en\n  valid_tgt: " + corpus +
                            ".de\n  vocab_size: 500\n  max_len: 24\n" + "output:\n  dir: " + dir.string() + "\n";
   const io::RunConfig cfg = io::RunConfig::parse(yaml, "test.yaml", {});
-  const launch::TaskData shared = launch::load_task_data(cfg, &world());  // rank 0 trains the vocabulary
-  const launch::TaskData alone = launch::load_task_data(cfg);             // then loaded from output.dir
+  const data::TaskData shared = data::load_task_data(cfg, &world());  // rank 0 trains the vocabulary
+  const data::TaskData alone = data::load_task_data(cfg);             // then loaded from output.dir
   expect_same_examples(shared.train, alone.train, "train");
   expect_same_examples(shared.valid, alone.valid, "valid");
   EXPECT_EQ(shared.valid_refs, alone.valid_refs);
@@ -277,14 +278,13 @@ TEST(DistributedData, EncodingSharedOverRanksEqualsOneProcess) {
   data::ParallelText text = data::read_parallel(corpus + ".en", corpus + ".de");
   text.tgt[5].clear();  // an empty pair
   text.src[7] = "   ";  // spaces alone: no tokens, so empty too
-  const launch::EncodedPairs one = launch::encode_pairs(alone.src_codec, alone.tgt_codec, text, 24);
+  const data::EncodedPairs one = data::encode_pairs(alone.src_codec, alone.tgt_codec, text, 24);
   EXPECT_EQ(one.empty, 2);
   EXPECT_GT(one.too_long, 10) << one.examples.size();
   EXPECT_GT(one.examples.size(), 100);
   EXPECT_EQ(static_cast<std::int64_t>(one.kept_lines.size()), one.examples.size());
   for (std::int64_t round : {1, 3, 37, 299, 300, 1000, 0}) {
-    const launch::EncodedPairs many =
-        launch::encode_pairs(shared.src_codec, shared.tgt_codec, text, 24, &world(), round);
+    const data::EncodedPairs many = data::encode_pairs(shared.src_codec, shared.tgt_codec, text, 24, &world(), round);
     const std::string what = "rounds of " + std::to_string(round);
     expect_same_examples(many.examples, one.examples, what);
     EXPECT_EQ(many.kept_lines, one.kept_lines) << what;
@@ -303,14 +303,14 @@ TEST(DistributedData, EncodingSharedOverRanksEqualsOneProcess) {
   world().barrier();
   for (std::int64_t round : {1, 37, 300, 0}) {
     const std::string what = "streamed in rounds of " + std::to_string(round);
-    const launch::EncodedPairs streamed =
-        launch::encode_files(shared.src_codec, shared.tgt_codec, src, tgt, 24, &world(), round);
+    const data::EncodedPairs streamed =
+        data::encode_files(shared.src_codec, shared.tgt_codec, src, tgt, 24, &world(), round);
     expect_same_examples(streamed.examples, one.examples, what);
     EXPECT_EQ(streamed.kept_lines, one.kept_lines) << what;
     EXPECT_EQ(streamed.empty, one.empty) << what;
     EXPECT_EQ(streamed.too_long, one.too_long) << what;
   }
-  const launch::EncodedPairs streamed_alone = launch::encode_files(alone.src_codec, alone.tgt_codec, src, tgt, 24);
+  const data::EncodedPairs streamed_alone = data::encode_files(alone.src_codec, alone.tgt_codec, src, tgt, 24);
   expect_same_examples(streamed_alone.examples, one.examples, "streamed by one process");
   world().barrier();
   if (world().rank() == 0) std::filesystem::remove_all(dir);
@@ -333,15 +333,15 @@ TEST(DistributedData, TranslationSharedOverReplicasEqualsOneReplicaAndStopsToget
     auto tensor_group = world().split(r / tp, r);
     auto data_group = world().split(r % tp, r);
     const models::Transformer model(c, 3, tp > 1 ? tensor_group.get() : nullptr);
-    const models::TokenRows alone = launch::translate_ids(model, sources, opt, 2).value();
-    const models::TokenRows shared = launch::translate_ids(model, sources, opt, 2, data_group.get()).value();
+    const models::TokenRows alone = models::translate_ids(model, sources, opt, 2).value();
+    const models::TokenRows shared = models::translate_ids(model, sources, opt, 2, data_group.get()).value();
     ASSERT_EQ(shared.size(), sources.size());
     // A stop asked for on the last rank only stops every rank (as a SIGTERM does a validation);
     // not asked for, the interrupt changes nothing.
-    const launch::DecodeInterrupt last_rank_stops{&world(), [&] { return r == world().size() - 1; }};
-    const launch::DecodeInterrupt nobody_stops{&world(), [] { return false; }};
-    EXPECT_FALSE(launch::translate_ids(model, sources, opt, 2, data_group.get(), &last_rank_stops).has_value());
-    EXPECT_EQ(launch::translate_ids(model, sources, opt, 2, data_group.get(), &nobody_stops).value(), shared);
+    const models::DecodeInterrupt last_rank_stops{&world(), [&] { return r == world().size() - 1; }};
+    const models::DecodeInterrupt nobody_stops{&world(), [] { return false; }};
+    EXPECT_FALSE(models::translate_ids(model, sources, opt, 2, data_group.get(), &last_rank_stops).has_value());
+    EXPECT_EQ(models::translate_ids(model, sources, opt, 2, data_group.get(), &nobody_stops).value(), shared);
     for (std::size_t i = 0; i < sources.size(); ++i) EXPECT_EQ(shared[i], alone[i]) << "tp " << tp << " sentence " << i;
     std::size_t tokens = 0;
     for (const auto& h : shared) tokens += h.size();

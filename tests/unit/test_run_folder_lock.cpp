@@ -9,7 +9,7 @@
 #include <optional>
 #include <sstream>
 
-#include "launch/run_folder_lock.h"
+#include "train/run_folder_lock.h"
 #include "unit/test_util.h"
 
 namespace tessera {
@@ -28,13 +28,13 @@ TEST(RunFolderLock, ASecondLockIsRefusedNamingTheHolderUntilTheFirstEnds) {
   TempDir dir;
   const std::filesystem::path folder = dir.path("run");
   std::filesystem::create_directories(folder);
-  std::optional<launch::RunFolderLock> first(std::in_place, folder);
+  std::optional<train::RunFolderLock> first(std::in_place, folder);
   ASSERT_TRUE(first->locked());
   const std::string holder = read(dir.path("run/train.lock"));
   EXPECT_EQ(holder.rfind(fmt::format("pid {} on host ", ::getpid()), 0), 0u) << holder;
   EXPECT_NE(holder.find(", started 20"), std::string::npos) << holder;
 
-  const std::string refusal = error_of([&] { launch::RunFolderLock second(folder); });
+  const std::string refusal = error_of([&] { train::RunFolderLock second(folder); });
   EXPECT_EQ(refusal, fmt::format("output.dir '{}' is in use by another train ({}, as its {} says): wait for it to "
                                  "end, or train into another output.dir",
                                  folder.string(), holder.substr(0, holder.size() - 1), dir.path("run/train.lock")));
@@ -42,13 +42,13 @@ TEST(RunFolderLock, ASecondLockIsRefusedNamingTheHolderUntilTheFirstEnds) {
   EXPECT_EQ(read(dir.path("run/train.lock")), holder);
 
   first.reset();
-  launch::RunFolderLock again(folder);
+  train::RunFolderLock again(folder);
   EXPECT_TRUE(again.locked());
 }
 
 TEST(RunFolderLock, AFolderThatCannotHoldTheLockFileIsNamed) {
   TempDir dir;
-  const std::string message = error_of([&] { launch::RunFolderLock lock(dir.path("no_such_folder")); });
+  const std::string message = error_of([&] { train::RunFolderLock lock(dir.path("no_such_folder")); });
   EXPECT_NE(message.find("cannot create the lock file '" + dir.path("no_such_folder/train.lock") + "'"),
             std::string::npos)
       << message;

@@ -537,7 +537,7 @@ TEST(Transformer, BadConfigsAreNamed) {
 
 #include "dist/local_communicator.h"
 #include "io/run_config.h"
-#include "launch/trainer.h"
+#include "train/trainer.h"
 
 namespace tessera {
 namespace {
@@ -545,30 +545,30 @@ namespace {
 TEST(NoamSchedule, WarmsUpLinearlyThenDecaysAsInverseSquareRoot) {
   const double d = 512, w = 4000;
   // Peak at step = warmup: d^-0.5 * warmup^-0.5.
-  EXPECT_NEAR(launch::noam_learning_rate(1.0, 512, 4000, 4000), 1.0 / std::sqrt(d) / std::sqrt(w), 1e-15);
+  EXPECT_NEAR(train::noam_learning_rate(1.0, 512, 4000, 4000), 1.0 / std::sqrt(d) / std::sqrt(w), 1e-15);
   // Linear warmup: step * warmup^-1.5 * d^-0.5.
-  EXPECT_NEAR(launch::noam_learning_rate(2.0, 512, 4000, 100), 2.0 / std::sqrt(d) * 100 * std::pow(w, -1.5), 1e-15);
+  EXPECT_NEAR(train::noam_learning_rate(2.0, 512, 4000, 100), 2.0 / std::sqrt(d) * 100 * std::pow(w, -1.5), 1e-15);
   // Then step^-0.5.
-  EXPECT_NEAR(launch::noam_learning_rate(1.0, 512, 4000, 16000), 1.0 / std::sqrt(d) / std::sqrt(16000.0), 1e-15);
-  EXPECT_LT(launch::noam_learning_rate(1.0, 512, 4000, 3999), launch::noam_learning_rate(1.0, 512, 4000, 4000));
-  EXPECT_LT(launch::noam_learning_rate(1.0, 512, 4000, 4001), launch::noam_learning_rate(1.0, 512, 4000, 4000));
+  EXPECT_NEAR(train::noam_learning_rate(1.0, 512, 4000, 16000), 1.0 / std::sqrt(d) / std::sqrt(16000.0), 1e-15);
+  EXPECT_LT(train::noam_learning_rate(1.0, 512, 4000, 3999), train::noam_learning_rate(1.0, 512, 4000, 4000));
+  EXPECT_LT(train::noam_learning_rate(1.0, 512, 4000, 4001), train::noam_learning_rate(1.0, 512, 4000, 4000));
 }
 
 TEST(LearningRate, LinearDecayAfterTheSameWarmup) {
-  const double peak = launch::noam_learning_rate(1.0, 64, 500, 500);
-  EXPECT_EQ(launch::linear_decay_learning_rate(1.0, 64, 500, 1500, 100), launch::noam_learning_rate(1.0, 64, 500, 100));
-  EXPECT_EQ(launch::linear_decay_learning_rate(1.0, 64, 500, 1500, 500), peak);
-  EXPECT_NEAR(launch::linear_decay_learning_rate(1.0, 64, 500, 1500, 1000), peak / 2, 1e-15);
-  EXPECT_EQ(launch::linear_decay_learning_rate(1.0, 64, 500, 1500, 1500), 0.0);
+  const double peak = train::noam_learning_rate(1.0, 64, 500, 500);
+  EXPECT_EQ(train::linear_decay_learning_rate(1.0, 64, 500, 1500, 100), train::noam_learning_rate(1.0, 64, 500, 100));
+  EXPECT_EQ(train::linear_decay_learning_rate(1.0, 64, 500, 1500, 500), peak);
+  EXPECT_NEAR(train::linear_decay_learning_rate(1.0, 64, 500, 1500, 1000), peak / 2, 1e-15);
+  EXPECT_EQ(train::linear_decay_learning_rate(1.0, 64, 500, 1500, 1500), 0.0);
   // train.lr_peak: the factor whose schedule peaks at it (step = warmup), for both schedules.
   const io::RunConfig peaked =
       io::RunConfig::parse("", "test", {"train.lr_peak=5e-4", "train.warmup=4000", "model.d_model=512"});
-  EXPECT_NEAR(launch::noam_learning_rate(io::lr_factor(peaked), 512, 4000, 4000), 5e-4, 1e-15);
-  EXPECT_NEAR(launch::linear_decay_learning_rate(io::lr_factor(peaked), 512, 4000, 9000, 4000), 5e-4, 1e-15);
-  EXPECT_NEAR(launch::noam_learning_rate(io::lr_factor(peaked), 512, 4000, 16000), 2.5e-4, 1e-15);
+  EXPECT_NEAR(train::noam_learning_rate(io::lr_factor(peaked), 512, 4000, 4000), 5e-4, 1e-15);
+  EXPECT_NEAR(train::linear_decay_learning_rate(io::lr_factor(peaked), 512, 4000, 9000, 4000), 5e-4, 1e-15);
+  EXPECT_NEAR(train::noam_learning_rate(io::lr_factor(peaked), 512, 4000, 16000), 2.5e-4, 1e-15);
   const io::RunConfig plain = io::RunConfig::parse("", "test", {"train.lr_factor=2"});
   EXPECT_EQ(io::lr_factor(plain), 2.0);
-  EXPECT_EQ(launch::linear_decay_learning_rate(1.0, 64, 500, 1500, 1600), 0.0);  // resumed past max_steps
+  EXPECT_EQ(train::linear_decay_learning_rate(1.0, 64, 500, 1500, 1600), 0.0);  // resumed past max_steps
 }
 
 // Model FLOPs of a step, counted by hand for one layer each side (d 4, d_ff 8, vocabulary 10; 2 rows
@@ -588,7 +588,7 @@ TEST(TrainingFlops, CountsEachGemmOnTheTokensItMultiplies) {
   const double enc = 5 * (4 * 16 + 2 * 4 * 8 + 2 * 3 * 4);                       // 760
   const double dec = 3 * (6 * 16 + 2 * 4 * 8 + 2 * 4 + 2 * 3 * 4) + 5 * 2 * 16;  // 736
   const double out = 3 * 4 * 10;                                                 // 120
-  EXPECT_DOUBLE_EQ(launch::training_flops(m, b), 6 * (enc + dec + out));
+  EXPECT_DOUBLE_EQ(train::training_flops(m, b), 6 * (enc + dec + out));
 }
 
 // train.clip_norm: the global norm over every gradient; above the clip all are scaled by clip / norm,
@@ -596,14 +596,14 @@ TEST(TrainingFlops, CountsEachGemmOnTheTokensItMultiplies) {
 TEST(GradientClipping, ScalesTheGlobalNormToTheClipKeepingTheDirection) {
   dist::LocalCommunicator one;
   Tensor a = Tensor::from(std::vector<float>{3, 0, -4}, {3}), b = Tensor::from(std::vector<float>{12}, {1});
-  EXPECT_DOUBLE_EQ(launch::clip_gradient_norm({a}, {b}, one, 0.0), 13.0);  // sqrt(9 + 16 + 144)
-  EXPECT_DOUBLE_EQ(launch::clip_gradient_norm({a}, {b}, one, 13.0), 13.0);
+  EXPECT_DOUBLE_EQ(train::clip_gradient_norm({a}, {b}, one, 0.0), 13.0);  // sqrt(9 + 16 + 144)
+  EXPECT_DOUBLE_EQ(train::clip_gradient_norm({a}, {b}, one, 13.0), 13.0);
   EXPECT_EQ(a.to_doubles(), (std::vector<double>{3, 0, -4}));
   EXPECT_EQ(b.to_doubles(), std::vector<double>{12});
-  EXPECT_DOUBLE_EQ(launch::clip_gradient_norm({a}, {b}, one, 6.5), 13.0);  // returns the norm before clipping
+  EXPECT_DOUBLE_EQ(train::clip_gradient_norm({a}, {b}, one, 6.5), 13.0);  // returns the norm before clipping
   EXPECT_EQ(a.to_doubles(), (std::vector<double>{1.5, 0, -2}));
   EXPECT_EQ(b.to_doubles(), std::vector<double>{6});
-  EXPECT_DOUBLE_EQ(launch::clip_gradient_norm({a}, {b}, one, 0.0), 6.5);
+  EXPECT_DOUBLE_EQ(train::clip_gradient_norm({a}, {b}, one, 0.0), 6.5);
 }
 
 }  // namespace

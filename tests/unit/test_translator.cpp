@@ -7,12 +7,13 @@
 #include <filesystem>
 
 #include "data/synthetic.h"
+#include "data/task_data.h"
 #include "data/vocab.h"
 #include "io/checkpoint.h"
 #include "io/run_config.h"
-#include "launch/task.h"
 #include "models/from_config.h"
 #include "models/transformer.h"
+#include "models/translator.h"
 #include "unit/test_util.h"
 
 namespace tessera {
@@ -26,7 +27,7 @@ const std::string kCorpus = std::string(TESSERA_TEST_DATA_DIR) + "/corpus/multi3
 // Synthetic tasks' symbol numbers: <unk> (which a weakly trained model can output) is shown, not
 // dropped in silence; pad, bos and eos are no output.
 TEST(SymbolCodec, UnknownIsShownOtherSpecialIdsAreNot) {
-  const launch::TextCodec codec = launch::TextCodec::symbols(20);
+  const data::TextCodec codec = data::TextCodec::symbols(20);
   EXPECT_EQ(codec.decode(codec.encode("7 0 19")), "7 0 19");
   EXPECT_EQ(codec.decode({data::kFirstSymbol + 7, data::kUnkId, data::kFirstSymbol, data::kPadId, data::kEosId}),
             "7 <unk> 0");
@@ -64,7 +65,7 @@ class CheckpointVocabularies : public ::testing::Test {
     return path("run/model.h5");
   }
 
-  static std::vector<std::string> translate(const launch::Translator& t) {
+  static std::vector<std::string> translate(const models::Translator& t) {
     models::DecodeOptions opt;
     opt.beam = 1;
     opt.max_extra_len = 3;
@@ -76,36 +77,36 @@ class CheckpointVocabularies : public ::testing::Test {
 
 TEST_F(CheckpointVocabularies, TheCheckpointTranslatesWithoutTheVocabularyFiles) {
   const std::string ckpt = write_model(/*store=*/true);
-  const std::vector<std::string> with_files = translate(launch::Translator(ckpt, "", ""));
+  const std::vector<std::string> with_files = translate(models::Translator(ckpt, "", ""));
   ASSERT_FALSE(with_files[0].empty() || with_files[1].empty()) << "nothing to compare: the checks below prove nothing";
   fs::copy_file(path("run/vocab.model"), path("copy.model"));
   fs::remove(path("run/vocab.model"));
-  EXPECT_EQ(translate(launch::Translator(ckpt, "", "")), with_files);
+  EXPECT_EQ(translate(models::Translator(ckpt, "", "")), with_files);
   // Another vocabulary where the run wrote its own changes nothing: the stored one is used.
   train_vocab("de", "run/vocab");
-  EXPECT_EQ(translate(launch::Translator(ckpt, "", "")), with_files);
+  EXPECT_EQ(translate(models::Translator(ckpt, "", "")), with_files);
   // Named explicitly, a vocabulary must be the stored one: a German one of the same size would
   // give other ids to the same text without a word.
-  EXPECT_EQ(error_of([&] { launch::Translator(ckpt, path("run/vocab.model"), ""); }),
+  EXPECT_EQ(error_of([&] { models::Translator(ckpt, path("run/vocab.model"), ""); }),
             fmt::format("--vocab '{}' is not the vocabulary checkpoint '{}' holds (the one it was trained with); "
                         "leave --vocab out",
                         path("run/vocab.model"), ckpt));
-  EXPECT_EQ(translate(launch::Translator(ckpt, path("copy.model"), "")), with_files);
+  EXPECT_EQ(translate(models::Translator(ckpt, path("copy.model"), "")), with_files);
   // A joint vocabulary is both sides': --vocab-tgt names it too.
-  EXPECT_EQ(error_of([&] { launch::Translator(ckpt, "", path("run/vocab.model")); }),
+  EXPECT_EQ(error_of([&] { models::Translator(ckpt, "", path("run/vocab.model")); }),
             fmt::format("--vocab-tgt '{}' is not the vocabulary checkpoint '{}' holds (the one it was trained with); "
                         "leave --vocab-tgt out",
                         path("run/vocab.model"), ckpt));
-  EXPECT_EQ(translate(launch::Translator(ckpt, path("copy.model"), path("copy.model"))), with_files);
+  EXPECT_EQ(translate(models::Translator(ckpt, path("copy.model"), path("copy.model"))), with_files);
 }
 
 // An ensemble's members must hold the vocabularies of the first checkpoint: another one (of the
 // same size: nothing else would tell) or none is refused; the same model twice translates as alone.
 TEST_F(CheckpointVocabularies, EnsembleMembersShareTheVocabularies) {
   const std::string ckpt = write_model(/*store=*/true);
-  const launch::Translator alone(ckpt, "", "");
+  const models::Translator alone(ckpt, "", "");
   EXPECT_TRUE(alone.vocabulary_files().empty());  // it read the stored ones
-  launch::Translator twice(ckpt, "", "");
+  models::Translator twice(ckpt, "", "");
   fs::copy_file(ckpt, path("copy.h5"));
   twice.add_ensemble_member(path("copy.h5"));
   EXPECT_EQ(translate(twice), translate(alone));
@@ -129,38 +130,38 @@ TEST_F(CheckpointVocabularies, EnsembleMembersShareTheVocabularies) {
 // Checkpoints written before they held vocabularies: the files, as before.
 TEST_F(CheckpointVocabularies, WithoutStoredOnesTheFilesAreUsed) {
   const std::string ckpt = write_model(/*store=*/false);
-  const launch::Translator first(ckpt, "", "");
+  const models::Translator first(ckpt, "", "");
   // translate -o refuses to write over these (it would overwrite the run's vocabulary).
   EXPECT_EQ(first.vocabulary_files(), std::vector<std::string>{path("run/vocab.model")});
   const std::vector<std::string> with_files = translate(first);
   fs::rename(path("run"), path("moved"));  // found beside the checkpoint
   const std::string moved = path("moved/model.h5");
-  EXPECT_EQ(translate(launch::Translator(moved, "", "")), with_files);
+  EXPECT_EQ(translate(models::Translator(moved, "", "")), with_files);
   fs::create_directories(path("run"));
   train_vocab("de", "run/vocab");  // another one where the run wrote its own: which is meant is unknowable
-  EXPECT_EQ(error_of([&] { launch::Translator(moved, "", ""); }),
+  EXPECT_EQ(error_of([&] { models::Translator(moved, "", ""); }),
             fmt::format("checkpoint '{}': two different vocabularies could be the one its run trained: '{}' (where "
                         "the run wrote it) and '{}' (beside the checkpoint); name the right one with --vocab",
                         moved, path("run/vocab.model"), path("moved/vocab.model")));
-  EXPECT_EQ(translate(launch::Translator(moved, path("moved/vocab.model"), "")), with_files);
+  EXPECT_EQ(translate(models::Translator(moved, path("moved/vocab.model"), "")), with_files);
 }
 
 TEST_F(CheckpointVocabularies, ResumeRefusesReplacedVocabularyFiles) {
   const data::Vocab en = train_vocab("en", "en"), de = train_vocab("de", "de");
-  const launch::VocabPaths files{path("run/vocab.src.model"), path("run/vocab.tgt.model")};
+  const data::VocabPaths files{path("run/vocab.src.model"), path("run/vocab.tgt.model")};
   const std::map<std::string, std::string> stored = {{"src", en.serialized()}, {"tgt", de.serialized()}};
-  EXPECT_EQ(error_of([&] { launch::check_checkpoint_vocabularies(stored, stored, "c.h5", files); }), "(no error)");
-  EXPECT_EQ(error_of([&] { launch::check_checkpoint_vocabularies({}, stored, "c.h5", files); }), "(no error)");
+  EXPECT_EQ(error_of([&] { data::check_checkpoint_vocabularies(stored, stored, "c.h5", files); }), "(no error)");
+  EXPECT_EQ(error_of([&] { data::check_checkpoint_vocabularies({}, stored, "c.h5", files); }), "(no error)");
   EXPECT_EQ(error_of([&] {
-              launch::check_checkpoint_vocabularies(stored, {{"src", en.serialized()}, {"tgt", en.serialized()}},
-                                                    "c.h5", files);
+              data::check_checkpoint_vocabularies(stored, {{"src", en.serialized()}, {"tgt", en.serialized()}}, "c.h5",
+                                                  files);
             }),
             fmt::format("cannot resume from 'c.h5': vocabulary '{}' is not the one it was trained with (stored in it "
                         "as /vocab/tgt); the run would go on with other token ids. Put the run's own back (tessera "
                         "vocab --from-checkpoint writes it) or train into a new output.dir",
                         files.tgt));
   EXPECT_EQ(error_of([&] {
-              launch::check_checkpoint_vocabularies(stored, {{"joint", en.serialized()}}, "c.h5", files);
+              data::check_checkpoint_vocabularies(stored, {{"joint", en.serialized()}}, "c.h5", files);
             }),
             "cannot resume from 'c.h5': it was trained with one vocabulary per language, the config now gives one "
             "joint vocabulary (data.joint_vocab)");

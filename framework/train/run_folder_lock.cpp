@@ -1,4 +1,4 @@
-#include "launch/run_folder_lock.h"
+#include "train/run_folder_lock.h"
 
 #include <fcntl.h>
 #include <fmt/format.h>
@@ -11,7 +11,7 @@
 
 #include "common/error.h"
 
-namespace tessera::launch {
+namespace tessera::train {
 namespace {
 
 // F_OFD_SETLK where the kernel and file system have it (Linux 3.15+), else a process-wide POSIX
@@ -82,4 +82,4 @@ RunFolderLock::~RunFolderLock() {
   if (fd_ >= 0) ::close(fd_);  // releases the lock; the file stays (removing it would race a new holder)
 }
 
-}  // namespace tessera::launch
+}  // namespace tessera::train

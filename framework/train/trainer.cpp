@@ -1,4 +1,4 @@
-#include "launch/trainer.h"
+#include "train/trainer.h"
 
 #include <fmt/core.h>
 #include <fmt/os.h>
@@ -24,8 +24,10 @@
 #include <thread>
 
 #include "common/hash.h"
+#include "data/task_data.h"
 #include "data/vocab.h"
 #include "dist/gradient_reducer.h"
+#include "dist/launcher.h"
 #include "dist/sharding.h"
 #include "eval/bleu.h"
 #include "eval/chrf.h"
@@ -33,13 +35,26 @@
 #include "io/run_config.h"
 #include "kernels/cpu/blas_core.h"
 #include "kernels/dispatch.h"
-#include "launch/process_grid.h"
-#include "launch/run_folder_lock.h"
-#include "launch/task.h"
 #include "models/from_config.h"
+#include "models/translator.h"
 #include "optim/adam.h"
+#include "train/process_grid.h"
+#include "train/run_folder_lock.h"
 
-namespace tessera::launch {
+namespace tessera::train {
+
+using data::check_data_files;
+using data::check_vocabulary_kind;
+using data::checkpoint_vocabularies;
+using data::load_task_data;
+using data::TaskData;
+using data::vocab_paths;
+using data::VocabPaths;
+using dist::check_same_on_every_rank;
+using dist::root_first;
+using models::DecodeInterrupt;
+using models::translate_ids;
+
 namespace {
 
 std::string weights_only_message(const std::string& path) {
@@ -1337,4 +1352,4 @@ TrainResult run_training(const io::RunConfig& cfg, const TrainOptions& options) 
   return result;
 }
 
-}  // namespace tessera::launch
+}  // namespace tessera::train

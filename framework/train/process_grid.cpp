@@ -1,37 +1,22 @@
-#include "launch/process_grid.h"
+#include "train/process_grid.h"
 
 #include <chrono>
 #include <cstdlib>
 #include <thread>
 
 #include "common/hash.h"
+#include "dist/launcher.h"
 #include "dist/local_communicator.h"
 #include "dist/mpi_communicator.h"
-#include "launch/task.h"
 #include "tensor/allocator.h"
 #ifdef TESSERA_WITH_CUDA
 #include "dist/device_communicator.h"
 #endif
 
-namespace tessera::launch {
+namespace tessera::train {
 
-bool launched_by_mpi() {
-  for (const char* v : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK", "MPI_LOCALNRANKS"})
-    if (std::getenv(v) != nullptr) return true;
-  return false;
-}
-
-int launcher_rank() {
-  for (const char* v : {"OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK"})
-    if (const char* s = std::getenv(v)) return std::atoi(s);
-  return 0;
-}
-
-int launcher_size() {
-  for (const char* v : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_SIZE"})
-    if (const char* s = std::getenv(v)) return std::atoi(s);
-  return 1;
-}
+using dist::launched_by_mpi;
+using dist::launcher_rank;
 
 namespace {
 
@@ -58,31 +43,6 @@ void hang_if_injected_at(std::string_view stage) {
 
 }  // namespace
 
-void root_first(dist::Communicator* world, const std::function<void()>& load) {
-  if (world == nullptr || world->size() == 1) {
-    load();
-    return;
-  }
-  const dist::UntimedCollectives waiting_for_rank_0;
-  const auto load_or_abort = [&] {
-    try {
-      load();
-    } catch (const EveryRankError& e) {
-      throw Error(e.what());  // others wait in a barrier below: only the job's abort ends them
-    }
-  };
-  if (world->rank() == 0) load_or_abort();
-  world->barrier();
-  if (world->rank() != 0) load_or_abort();
-  world->barrier();  // rank 0 waits for the others' loading without the timeout, too
-}
-
-std::unique_ptr<dist::MpiCommunicator> mpi_world_for_decoding(double timeout_s) {
-  if (!launched_by_mpi()) return nullptr;
-  dist::set_collective_timeout(timeout_s, "--timeout", launcher_rank());  // before MPI's start, which waits too
-  return dist::MpiCommunicator::world();
-}
-
 ProcessGrid make_process_grid(const io::RunConfig& cfg, std::string_view command_line) {
   const auto tp = static_cast<int>(cfg.parallel.tensor);  // at most 4096
   const auto dp = static_cast<int>(cfg.parallel.data);    // at most 1000000
@@ -106,10 +66,11 @@ ProcessGrid make_process_grid(const io::RunConfig& cfg, std::string_view command
   // Each rank reads its own config file and command line: node-local copies of "the same" file,
   // or an MPMD launch. Another parallel layout, seed, batch size or step count on one rank would
   // make other collectives (heap corruption, a hang) or train replicas apart in silence.
-  check_same_on_every_rank(hash_combine(hash_combine(0, cfg.to_yaml(false)), command_line), world.get(),
-                           "the effective config (the config file with its --set overrides, and --resume)",
-                           "were given another one than rank 0 (config files that differ between machines?): give "
-                           "every rank the same config file and command line");
+  dist::check_same_on_every_rank(
+      hash_combine(hash_combine(0, cfg.to_yaml(false)), command_line), world.get(),
+      "the effective config (the config file with its --set overrides, and --resume)",
+      "were given another one than rank 0 (config files that differ between machines?): give "
+      "every rank the same config file and command line");
   hang_if_injected_at("local");
   g.local_rank = world->mpi()->local_rank();
   if (processes != g.size)
@@ -136,4 +97,4 @@ ProcessGrid make_process_grid(const io::RunConfig& cfg, std::string_view command
   return g;
 }
 
-}  // namespace tessera::launch
+}  // namespace tessera::train

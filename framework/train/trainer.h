@@ -16,7 +16,7 @@
 #include "models/transformer.h"
 #include "tensor/tensor.h"
 
-namespace tessera::launch {
+namespace tessera::train {
 
 struct TrainResult {
   std::int64_t steps = 0;
@@ -58,4 +58,4 @@ double training_flops(const models::TransformerConfig& m, const data::Batch& b);
 // Trains; on SIGTERM / SIGINT finishes the step, writes a checkpoint and returns with stop_signal set.
 TrainResult run_training(const io::RunConfig& cfg, const TrainOptions& options = {});
 
-}  // namespace tessera::launch
+}  // namespace tessera::train

@@ -7,7 +7,7 @@
 #include <filesystem>
 #include <string>
 
-namespace tessera::launch {
+namespace tessera::train {
 
 // An exclusive lock on <dir>/train.lock for as long as the object lives. An open-file-description
 // lock: the kernel drops it when the process ends however it ends (kill -9 included), and it
@@ -35,4 +35,4 @@ class RunFolderLock {
   int fd_ = -1;
 };
 
-}  // namespace tessera::launch
+}  // namespace tessera::train
