@@ -19,6 +19,7 @@
 #include <string_view>
 #include <thread>
 
+#include "common/fault_injection.h"
 #include "common/hash.h"
 #include "data/corpus.h"
 #include "data/examples.h"
@@ -82,12 +83,9 @@ bool interrupted_anywhere(const DecodeInterrupt& interrupt) {
 }  // namespace
 
 namespace {
-// For the failure tests: TESSERA_FAULT_DECODE_HANG=RANK makes that rank of an mpirun job stop
-// responding (sleep) before it decodes, as a stuck process or GPU would.
+// For the failure tests (common/fault_injection.h): a rank of an mpirun job stuck before it decodes.
 void hang_if_injected_before_decoding() {
-  const char* spec = std::getenv("TESSERA_FAULT_DECODE_HANG");
-  if (spec == nullptr || !launched_by_mpi() || std::atoi(spec) != launcher_rank()) return;
-  for (;;) std::this_thread::sleep_for(std::chrono::seconds(1));
+  if (launched_by_mpi() && fault::injected("DECODE_HANG", launcher_rank())) fault::hang();
 }
 
 // Deals the batches of `sources` out over the ranks of `replicas` and calls decode(batch, sentences)

@@ -19,6 +19,7 @@
 #include <string_view>
 #include <thread>
 
+#include "common/fault_injection.h"
 #include "common/hash.h"
 #include "data/corpus.h"
 #include "data/examples.h"
@@ -279,11 +280,9 @@ data::ExampleSet report(EncodedPairs&& e, const std::string& what, std::int64_t 
   return std::move(e.examples);
 }
 
-// For the tests: with TESSERA_FAULT_TEXT_READ=FILE, rank 0 creates FILE once it has read the
-// training text through and waits (at most 60 s) until FILE is gone: the test changes the text in
-// between, as another process could while a start reads it.
+// For the failure tests (common/fault_injection.h): the text may change while a start reads it.
 void pause_for_text_change_fault() {
-  const char* marker = std::getenv("TESSERA_FAULT_TEXT_READ");
+  const char* marker = fault::setting("TEXT_READ");
   if (marker == nullptr) return;
   std::ofstream(marker) << "read\n";
   for (int i = 0; i < 600 && std::filesystem::exists(marker); ++i)

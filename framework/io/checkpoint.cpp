@@ -19,6 +19,7 @@
 #include <type_traits>
 #include <utility>
 
+#include "common/fault_injection.h"
 #include "common/hash.h"
 #include "tensor/allocator.h"
 
@@ -862,21 +863,17 @@ dist::ShardDim shard_of(const std::map<std::string, dist::ShardDim>& shards, con
   return it == shards.end() ? dist::ShardDim::replicated : it->second;
 }
 
-// For the failure tests, VARIABLE=RANK names the rank hit: TESSERA_FAULT_SAVE makes its dataset
-// writes in a tensor-parallel save fail, as on a full disk; TESSERA_FAULT_SAVE_HANG and
-// TESSERA_FAULT_LOAD_HANG make it stop responding in a tensor-parallel save or load, as a stuck
-// process would.
-bool injected_fault(const char* variable) {
-  const char* spec = std::getenv(variable);
+// The failure tests' faults in a tensor-parallel save or load (see common/fault_injection.h).
+bool injected_fault(const char* name) {
   int rank = -1;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  return spec != nullptr && std::atoi(spec) == rank;
+  return fault::injected(name, rank);
 }
 
-void hang_if_injected(const char* variable) {
-  if (!injected_fault(variable)) return;
+void hang_if_injected(const char* name) {
+  if (!injected_fault(name)) return;
   const dist::UntimedCollectives stuck;  // a stuck process does not time itself out
-  for (;;) std::this_thread::sleep_for(std::chrono::seconds(1));
+  fault::hang();
 }
 
 void write_sharded_tensors(Writer& w, hid_t parent, const char* name, const std::string& group_path,
@@ -901,7 +898,7 @@ void write_sharded_tensors(Writer& w, hid_t parent, const char* name, const std:
       H5Sselect_hyperslab(fspace.id(), H5S_SELECT_SET, slab.start.data(), nullptr, slab.count.data(), nullptr);
     }
     w.check(H5Dwrite(ds.id(), H5T_NATIVE_FLOAT, mspace.id(), fspace.id(), dxpl.id(), block.raw_data()) >= 0 &&
-                !injected_fault("TESSERA_FAULT_SAVE"),
+                !injected_fault("SAVE"),
             where);
     w.int_attr(ds.id(), "crc32", group_crc(block, dim, comm, parts));
     w.check(ds.close(), where);
@@ -935,7 +932,7 @@ void save_checkpoint_sharded(const std::string& path, const ShardedCheckpoint& c
     if (!file.valid())
       abort_sharded_save(tmp,
                          fmt::format("cannot create checkpoint '{}' (is the folder writable?){}", tmp, h5_error()));
-    hang_if_injected("TESSERA_FAULT_SAVE_HANG");
+    hang_if_injected("SAVE_HANG");
     write_header(w, file.id(), c.step, c.config_yaml);
     write_sharded_tensors(w, file.id(), "model", "/model", c.model, c, group.comm(), part, parts);
     if (!c.exp_avg.empty() || !c.exp_avg_sq.empty()) {
@@ -989,7 +986,7 @@ ShardedCheckpoint load_checkpoint_sharded(const std::string& path, const std::ma
   ShardedCheckpoint c;
   c.shards = shards;
   read_header(r, file.id(), c.step, c.config_yaml, c.state);
-  hang_if_injected("TESSERA_FAULT_LOAD_HANG");
+  hang_if_injected("LOAD_HANG");
   const int part = group.rank(), parts = group.size();
   // Every rank opens the path for itself: copies that differ (node-local ones, or a relative path
   // in ranks started in other working directories) would meet below as a checksum failure of

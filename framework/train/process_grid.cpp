@@ -4,6 +4,7 @@
 #include <cstdlib>
 #include <thread>
 
+#include "common/fault_injection.h"
 #include "common/hash.h"
 #include "dist/launcher.h"
 #include "dist/local_communicator.h"
@@ -31,14 +32,11 @@ void check_one_gpu_per_rank(dist::Communicator& world, const CudaDevice& device)
         shared->first, shared->second));
 }
 
-// For the failure tests: TESSERA_FAULT_SETUP_HANG=RANK:STAGE makes that rank stop responding (sleep)
-// at STAGE of the setup, as a process stuck there would: "mpi" before MPI starts, "local" before the
+// For the failure tests (common/fault_injection.h): "mpi" before MPI starts, "local" before the
 // ranks on each machine are counted (local_rank), "nccl" before the NCCL bootstrap (train.device =
 // cuda), "split" before the tensor- and data-parallel groups are made.
 void hang_if_injected_at(std::string_view stage) {
-  const char* spec = std::getenv("TESSERA_FAULT_SETUP_HANG");
-  if (spec == nullptr || std::string_view(spec) != fmt::format("{}:{}", launcher_rank(), stage)) return;
-  for (;;) std::this_thread::sleep_for(std::chrono::seconds(1));
+  if (fault::injected("SETUP_HANG", launcher_rank(), stage)) fault::hang();
 }
 
 }  // namespace

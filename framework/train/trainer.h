@@ -15,6 +15,10 @@
 #include "io/run_config.h"
 #include "models/transformer.h"
 #include "tensor/tensor.h"
+#include "train/parallel_step.h"
+#include "train/run_folder.h"
+#include "train/schedule.h"
+#include "train/step_log.h"
 
 namespace tessera::train {
 
@@ -33,27 +37,6 @@ struct TrainOptions {
   bool resume = false;      // continue from resume_path, or else the latest checkpoint_<step>.h5 in output.dir
   std::string resume_path;  // a full checkpoint
 };
-
-// The step checkpoints (checkpoint_<step>.h5) in a run's folder, by step, oldest first.
-std::vector<std::pair<std::int64_t, std::filesystem::path>> step_checkpoints(const std::filesystem::path& dir);
-
-// lr = factor * d_model^-0.5 * min(step^-0.5, step * warmup^-1.5)
-double noam_learning_rate(double factor, std::int64_t d_model, std::int64_t warmup, std::int64_t step);
-// The same warmup, then a straight line from the peak to 0 at max_steps (short runs converge
-// to a minimum instead of still moving at the end).
-double linear_decay_learning_rate(double factor, std::int64_t d_model, std::int64_t warmup, std::int64_t max_steps,
-                                  std::int64_t step);
-
-// The global norm of the gradients, sqrt(sum of squares), and when `clip` > 0 and the norm exceeds
-// it every gradient scaled by clip / norm (in place). Under tensor parallelism the sharded ones'
-// squares are summed over `tensor_group`, the replicated ones (the same on every rank) count once.
-double clip_gradient_norm(const std::vector<Tensor>& replicated, const std::vector<Tensor>& sharded,
-                          dist::Communicator& tensor_group, double clip);
-
-// Model FLOPs of one training step on a batch (model_tflops in the log and metrics.jsonl, and the
-// GPU check's MFU), the convention of model-FLOPs utilization: weight GEMMs count real tokens,
-// attention counts each real query against its batch's padded key length (causal: half).
-double training_flops(const models::TransformerConfig& m, const data::Batch& b);
 
 // Trains; on SIGTERM / SIGINT finishes the step, writes a checkpoint and returns with stop_signal set.
 TrainResult run_training(const io::RunConfig& cfg, const TrainOptions& options = {});
