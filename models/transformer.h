@@ -10,6 +10,11 @@
 #include "autograd/ops.h"
 #include "dist/communicator.h"
 #include "dist/sharding.h"
+#include "nn/attention.h"
+#include "nn/embedding.h"
+#include "nn/feed_forward.h"
+#include "nn/layer_norm.h"
+#include "nn/positional.h"
 
 namespace tessera::models {
 
@@ -51,9 +56,9 @@ struct DropoutStream {
 
 // Keys and values cached for incremental decoding, per decoder layer.
 struct DecoderCache {
-  std::vector<Tensor> self_k, self_v;    // [B, H, t, dk] for the t tokens decoded so far
-  std::vector<Tensor> cross_k, cross_v;  // [B, H, Ls, dk] from the encoder output, computed once
-  Tensor src_padding;                    // [B, Ls] int32
+  std::vector<nn::KeyValueCache> self_attn;   // [B, H, t, dk] for the t tokens decoded so far
+  std::vector<nn::KeyValueCache> cross_attn;  // [B, H, Ls, dk] from the encoder output, computed once
+  Tensor src_padding;                         // [B, Ls] int32
   std::int64_t steps = 0;
   // Keeps only the given rows (beam search reorders hypotheses), in the given order.
   void select_rows(const std::vector<std::int64_t>& rows);
@@ -94,69 +99,45 @@ class Transformer {
   std::int64_t num_parameters() const;
 
  private:
-  struct Linear {
-    ag::Var w, b;                // w: [out, in] (PyTorch convention), b: [out]
-    DType compute = DType::f32;  // weights are cast to it for the product (mixed precision)
-    // Row-parallel (set): w holds this rank's input columns; the partial outputs are summed over
-    // the group, then the (replicated) bias is added once.
-    dist::Communicator* row_parallel = nullptr;
-    ag::Var operator()(const ag::Var& x) const;
-  };
-  struct Norm {
-    ag::Var gamma, beta;
-  };
-  struct Attention {
-    Linear q, k, v, out;
-  };
-  struct FeedForward {
-    Linear fc1, fc2;
-  };
   struct EncoderLayer {
-    Attention self_attn;
-    Norm self_attn_norm;
-    FeedForward ffn;
-    Norm ffn_norm;
+    nn::MultiHeadAttention self_attn;
+    nn::LayerNorm self_attn_norm;
+    nn::FeedForward ffn;
+    nn::LayerNorm ffn_norm;
   };
   struct DecoderLayer {
-    Attention self_attn;
-    Norm self_attn_norm;
-    Attention cross_attn;
-    Norm cross_attn_norm;
-    FeedForward ffn;
-    Norm ffn_norm;
+    nn::MultiHeadAttention self_attn;
+    nn::LayerNorm self_attn_norm;
+    nn::MultiHeadAttention cross_attn;
+    nn::LayerNorm cross_attn_norm;
+    nn::FeedForward ffn;
+    nn::LayerNorm ffn_norm;
   };
 
-  ag::Var param(const std::string& name, Tensor init, ShardDim shard = ShardDim::replicated);
-  enum class Split { none, column_parallel, row_parallel };
-  Linear make_linear(const std::string& name, std::int64_t in, std::int64_t out, std::uint64_t& seed,
-                     Split split = Split::none);
-  ag::Var enter_parallel(const ag::Var& x) const;  // Megatron's f before column-parallel layers
-  Norm make_norm(const std::string& name);
-  Attention make_attention(const std::string& name, std::uint64_t& seed);
+  // Appends a layer's parameters to parameters() (names must be unique).
+  void add(const std::vector<nn::Parameter>& params);
+  EncoderLayer make_encoder_layer(const std::string& prefix, std::uint64_t& next_seed);
+  DecoderLayer make_decoder_layer(const std::string& prefix, std::uint64_t& next_seed);
+  nn::LayerNorm final_norm(const std::string& name) const;  // pre-norm's, after the last layer
 
-  ag::Var embed(const ag::Var& table, const Tensor& ids, std::int64_t first_position, DropoutStream& drop) const;
-  ag::Var norm(const Norm& n, const ag::Var& x) const;
+  ag::Var embed(const nn::Embedding& table, const Tensor& ids, std::int64_t first_position, DropoutStream& drop) const;
   // One residual sub-layer, post-norm (LN(x + drop(f(x)))) or pre-norm (x + drop(f(LN(x)))).
   template <typename F>
-  ag::Var residual(const Norm& n, const ag::Var& x, DropoutStream& drop, F&& sublayer) const;
-  ag::Var split_heads(const ag::Var& x) const;  // [B, L, d] -> [B, H, L, dk]
-  ag::Var merge_heads(const ag::Var& x) const;  // [B, H, L, dk] -> [B, L, d]
-  ag::Var attend(const Attention& a, const ag::Var& x_q, const ag::Var& x_kv, const Tensor& key_padding,
-                 bool causal) const;
-  ag::Var feed_forward(const FeedForward& f, const ag::Var& x) const;
+  ag::Var residual(const nn::LayerNorm& norm, const ag::Var& x, DropoutStream& drop, F&& sublayer) const;
   ag::Var output_logits(const ag::Var& h) const;
 
   TransformerConfig cfg_;
   dist::Communicator* tp_ = nullptr;
-  std::int64_t local_heads_ = 0;  // heads of this rank
+  nn::Placement placement_;
   std::vector<ag::Var> params_;
   std::vector<ShardDim> shard_dims_;
   std::map<std::string, std::size_t> index_;
-  ag::Var src_embed_, tgt_embed_, out_proj_;
+  nn::Embedding src_embed_, tgt_embed_;  // one table when shared
+  ag::Var out_proj_;                     // the target table when tied
   std::vector<EncoderLayer> encoder_;
   std::vector<DecoderLayer> decoder_;
-  Norm encoder_final_norm_, decoder_final_norm_;  // pre-norm only
-  Tensor positions_;                              // [max_positions, d_model]
+  nn::LayerNorm encoder_final_norm_, decoder_final_norm_;  // pre-norm only
+  nn::PositionalEncoding positions_;
 };
 
 // Checks a config before any work (heads divide d_model, sizes positive, heads and d_ff divide
