@@ -10,49 +10,15 @@
 #include "autograd/ops.h"
 #include "dist/communicator.h"
 #include "dist/sharding.h"
-#include "nn/attention.h"
+#include "models/dropout_stream.h"
+#include "models/transformer_config.h"
+#include "models/transformer_layers.h"
 #include "nn/embedding.h"
-#include "nn/feed_forward.h"
-#include "nn/layer_norm.h"
 #include "nn/positional.h"
 
 namespace tessera::models {
 
-struct TransformerConfig {
-  std::int64_t src_vocab = 0, tgt_vocab = 0;
-  std::int64_t encoder_layers = 6, decoder_layers = 6;
-  std::int64_t d_model = 512, d_ff = 2048, heads = 8;
-  double dropout = 0.1;          // on each sub-layer output and on embedding + position sums
-  bool pre_norm = false;         // false: the paper's post-norm; true: norm inside each residual branch
-  bool share_embeddings = true;  // one embedding for source and target (needs one shared vocabulary)
-  bool tie_output = true;        // pre-softmax weights = target embedding
-  double layer_norm_eps = 1e-5;
-  std::int64_t max_positions = 1024;  // sinusoidal table size
-  DType dtype = DType::f32;           // of parameters and activations (float64 for exact comparisons)
-  Device device = Device::cpu;        // where parameters live and every op runs
-  // Mixed precision (GPU only): bfloat16 copies of the float32 weights feed bfloat16 GEMMs and
-  // activations; layer-norm parameters, the loss and the optimizer stay float32.
-  bool bf16_compute = false;
-  DType compute_dtype() const { return bf16_compute ? DType::bf16 : dtype; }
-};
-
 using dist::ShardDim;
-
-// Dropout randomness for one forward pass: every dropout site draws a disjoint range of the
-// Philox stream (seed, offset), so masks are reproducible from (seed, step) alone.
-struct DropoutStream {
-  std::uint64_t seed = 0;
-  std::uint64_t offset = 0;
-  bool training = false;
-  std::uint64_t end = ~std::uint64_t{0};  // offsets from here on belong to another stream
-  ag::Var apply(const ag::Var& x, double p);
-
-  // The training stream of one update: Philox keyed by the seed (low 32 bits) and the
-  // data-parallel replica (high 32 bits: each replica's sentences get masks of their own, as in
-  // one process; replica 0 is the single-process stream), counters from step << kStepBits.
-  static constexpr int kStepBits = 34;  // 2^34 blocks of 4 per update (6.9e10 elements), 2^30 updates
-  static DropoutStream for_step(std::uint64_t seed, std::int64_t replica, std::int64_t step);
-};
 
 // Keys and values cached for incremental decoding, per decoder layer.
 struct DecoderCache {
@@ -99,31 +65,11 @@ class Transformer {
   std::int64_t num_parameters() const;
 
  private:
-  struct EncoderLayer {
-    nn::MultiHeadAttention self_attn;
-    nn::LayerNorm self_attn_norm;
-    nn::FeedForward ffn;
-    nn::LayerNorm ffn_norm;
-  };
-  struct DecoderLayer {
-    nn::MultiHeadAttention self_attn;
-    nn::LayerNorm self_attn_norm;
-    nn::MultiHeadAttention cross_attn;
-    nn::LayerNorm cross_attn_norm;
-    nn::FeedForward ffn;
-    nn::LayerNorm ffn_norm;
-  };
-
   // Appends a layer's parameters to parameters() (names must be unique).
   void add(const std::vector<nn::Parameter>& params);
-  EncoderLayer make_encoder_layer(const std::string& prefix, std::uint64_t& next_seed);
-  DecoderLayer make_decoder_layer(const std::string& prefix, std::uint64_t& next_seed);
   nn::LayerNorm final_norm(const std::string& name) const;  // pre-norm's, after the last layer
 
   ag::Var embed(const nn::Embedding& table, const Tensor& ids, std::int64_t first_position, DropoutStream& drop) const;
-  // One residual sub-layer, post-norm (LN(x + drop(f(x)))) or pre-norm (x + drop(f(LN(x)))).
-  template <typename F>
-  ag::Var residual(const nn::LayerNorm& norm, const ag::Var& x, DropoutStream& drop, F&& sublayer) const;
   ag::Var output_logits(const ag::Var& h) const;
 
   TransformerConfig cfg_;
@@ -139,9 +85,5 @@ class Transformer {
   nn::LayerNorm encoder_final_norm_, decoder_final_norm_;  // pre-norm only
   nn::PositionalEncoding positions_;
 };
-
-// Checks a config before any work (heads divide d_model, sizes positive, heads and d_ff divide
-// by the tensor-parallel size, ...); throws naming the field.
-void validate(const TransformerConfig& config, int tensor_parallel = 1);
 
 }  // namespace tessera::models
