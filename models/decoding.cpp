@@ -254,6 +254,49 @@ TokenRows greedy_decode_uncached(const Transformer& model, const Tensor& src, co
   return out;
 }
 
+namespace {
+// A live beam-search hypothesis.
+struct BeamHyp {
+  std::vector<std::int32_t> tokens;
+  double log_prob;  // sum of its tokens' log-probabilities
+};
+
+// One token appended to beam `beam`.
+struct Candidate {
+  double log_prob;
+  std::int64_t beam;
+  std::int32_t token;
+};
+
+// The 2k best continuations over the k beams of one sentence (rows: their log-probabilities
+// [k, vocab], one row a beam; dead beams have log_prob -inf), best first; only eos where there is
+// no room for a token.
+std::vector<Candidate> best_continuations(const std::vector<BeamHyp>& beams, const float* rows, std::int64_t vocab,
+                                          bool no_room) {
+  const auto k = static_cast<std::int64_t>(beams.size());
+  std::vector<Candidate> cands;
+  cands.reserve(static_cast<std::size_t>(k * vocab));
+  for (std::int64_t j = 0; j < k; ++j) {
+    const BeamHyp& h = beams[static_cast<std::size_t>(j)];
+    if (h.log_prob == -std::numeric_limits<double>::infinity()) continue;
+    const float* row = rows + j * vocab;
+    for (std::int64_t v = 0; v < vocab; ++v)
+      if (is_output_token(v) && (!no_room || v == kEosId))
+        cands.push_back({h.log_prob + row[v], j, static_cast<std::int32_t>(v)});
+  }
+  const std::size_t top = std::min(cands.size(), static_cast<std::size_t>(2 * k));
+  // Equal log-probabilities: the earlier beam, then the lower id (as greedy decoding), so that
+  // beam 1 is greedy decoding and the order does not depend on the sort's implementation.
+  std::partial_sort(cands.begin(), cands.begin() + static_cast<std::ptrdiff_t>(top), cands.end(),
+                    [](const Candidate& x, const Candidate& y) {
+                      if (x.log_prob != y.log_prob) return x.log_prob > y.log_prob;
+                      return x.beam != y.beam ? x.beam < y.beam : x.token < y.token;
+                    });
+  cands.resize(top);
+  return cands;
+}
+}  // namespace
+
 NBestRows beam_search_nbest(const Ensemble& models, const Tensor& src, const Tensor& src_padding,
                             const DecodeOptions& opt, std::int64_t n) {
   const std::int64_t batch = src.size(0), vocab = models.tgt_vocab(), k = opt.beam;
@@ -268,25 +311,16 @@ NBestRows beam_search_nbest(const Ensemble& models, const Tensor& src, const Ten
     for (std::int64_t j = 0; j < k; ++j) expand.push_back(b);
   EnsembleDecoder decoder(models, src, src_padding, expand);
 
-  struct Hyp {
-    std::vector<std::int32_t> tokens;
-    double log_prob;  // sum of its tokens' log-probabilities
-  };
-  std::vector<std::vector<Hyp>> beams(static_cast<std::size_t>(batch));
+  std::vector<std::vector<BeamHyp>> beams(static_cast<std::size_t>(batch));
   std::vector<std::vector<Hypothesis>> finished(static_cast<std::size_t>(batch));
   for (auto& bm : beams) {
-    bm.assign(static_cast<std::size_t>(k), Hyp{{}, neg_inf});
+    bm.assign(static_cast<std::size_t>(k), BeamHyp{{}, neg_inf});
     bm[0].log_prob = 0.0;
   }
   std::vector<std::int64_t> active(static_cast<std::size_t>(batch));
   std::iota(active.begin(), active.end(), 0);
   std::vector<std::int32_t> last(static_cast<std::size_t>(batch * k), kBosId);
 
-  struct Cand {
-    double log_prob;
-    std::int64_t beam;
-    std::int32_t token;
-  };
   for (std::int64_t step = 0; !active.empty(); ++step) {
     const Tensor logp = decoder.step(last);
     std::vector<std::int64_t> keep_rows, keep_active;
@@ -295,28 +329,11 @@ NBestRows beam_search_nbest(const Ensemble& models, const Tensor& src, const Ten
       const auto s = static_cast<std::size_t>(active[a]);
       const bool at_limit = step + 1 >= limit[s];
       const bool no_room = step >= limit[s];  // a limit of 0: only eos, for an empty hypothesis
-      // The 2k best continuations over all beams of this sentence.
-      std::vector<Cand> cands;
-      cands.reserve(static_cast<std::size_t>(k * vocab));
-      for (std::int64_t j = 0; j < k; ++j) {
-        const Hyp& h = beams[s][static_cast<std::size_t>(j)];
-        if (h.log_prob == neg_inf) continue;
-        const float* row = logp.data<float>() + (static_cast<std::int64_t>(a) * k + j) * vocab;
-        for (std::int64_t v = 0; v < vocab; ++v)
-          if (is_output_token(v) && (!no_room || v == kEosId))
-            cands.push_back({h.log_prob + row[v], j, static_cast<std::int32_t>(v)});
-      }
-      const std::size_t top = std::min(cands.size(), static_cast<std::size_t>(2 * k));
-      // Equal log-probabilities: the earlier beam, then the lower id (as greedy decoding), so that
-      // beam 1 is greedy decoding and the order does not depend on the sort's implementation.
-      std::partial_sort(cands.begin(), cands.begin() + static_cast<std::ptrdiff_t>(top), cands.end(),
-                        [](const Cand& x, const Cand& y) {
-                          if (x.log_prob != y.log_prob) return x.log_prob > y.log_prob;
-                          return x.beam != y.beam ? x.beam < y.beam : x.token < y.token;
-                        });
-      std::vector<Hyp> next;
-      for (std::size_t c = 0; c < top && static_cast<std::int64_t>(next.size()) < k; ++c) {
-        const Cand& cd = cands[c];
+      const std::vector<Candidate> cands =
+          best_continuations(beams[s], logp.data<float>() + static_cast<std::int64_t>(a) * k * vocab, vocab, no_room);
+      std::vector<BeamHyp> next;
+      for (std::size_t c = 0; c < cands.size() && static_cast<std::int64_t>(next.size()) < k; ++c) {
+        const Candidate& cd = cands[c];
         std::vector<std::int32_t> toks = beams[s][static_cast<std::size_t>(cd.beam)].tokens;
         // eos among the k best ends a hypothesis; at the length limit every candidate ends.
         if (cd.token == kEosId || at_limit) {

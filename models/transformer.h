@@ -10,50 +10,21 @@
 #include "autograd/ops.h"
 #include "dist/communicator.h"
 #include "dist/sharding.h"
+#include "models/dropout_stream.h"
+#include "models/transformer_config.h"
+#include "models/transformer_layers.h"
+#include "nn/embedding.h"
+#include "nn/positional.h"
 
 namespace tessera::models {
 
-struct TransformerConfig {
-  std::int64_t src_vocab = 0, tgt_vocab = 0;
-  std::int64_t encoder_layers = 6, decoder_layers = 6;
-  std::int64_t d_model = 512, d_ff = 2048, heads = 8;
-  double dropout = 0.1;          // on each sub-layer output and on embedding + position sums
-  bool pre_norm = false;         // false: the paper's post-norm; true: norm inside each residual branch
-  bool share_embeddings = true;  // one embedding for source and target (needs one shared vocabulary)
-  bool tie_output = true;        // pre-softmax weights = target embedding
-  double layer_norm_eps = 1e-5;
-  std::int64_t max_positions = 1024;  // sinusoidal table size
-  DType dtype = DType::f32;           // of parameters and activations (float64 for exact comparisons)
-  Device device = Device::cpu;        // where parameters live and every op runs
-  // Mixed precision (GPU only): bfloat16 copies of the float32 weights feed bfloat16 GEMMs and
-  // activations; layer-norm parameters, the loss and the optimizer stay float32.
-  bool bf16_compute = false;
-  DType compute_dtype() const { return bf16_compute ? DType::bf16 : dtype; }
-};
-
 using dist::ShardDim;
-
-// Dropout randomness for one forward pass: every dropout site draws a disjoint range of the
-// Philox stream (seed, offset), so masks are reproducible from (seed, step) alone.
-struct DropoutStream {
-  std::uint64_t seed = 0;
-  std::uint64_t offset = 0;
-  bool training = false;
-  std::uint64_t end = ~std::uint64_t{0};  // offsets from here on belong to another stream
-  ag::Var apply(const ag::Var& x, double p);
-
-  // The training stream of one update: Philox keyed by the seed (low 32 bits) and the
-  // data-parallel replica (high 32 bits: each replica's sentences get masks of their own, as in
-  // one process; replica 0 is the single-process stream), counters from step << kStepBits.
-  static constexpr int kStepBits = 34;  // 2^34 blocks of 4 per update (6.9e10 elements), 2^30 updates
-  static DropoutStream for_step(std::uint64_t seed, std::int64_t replica, std::int64_t step);
-};
 
 // Keys and values cached for incremental decoding, per decoder layer.
 struct DecoderCache {
-  std::vector<Tensor> self_k, self_v;    // [B, H, t, dk] for the t tokens decoded so far
-  std::vector<Tensor> cross_k, cross_v;  // [B, H, Ls, dk] from the encoder output, computed once
-  Tensor src_padding;                    // [B, Ls] int32
+  std::vector<nn::KeyValueCache> self_attn;   // [B, H, t, dk] for the t tokens decoded so far
+  std::vector<nn::KeyValueCache> cross_attn;  // [B, H, Ls, dk] from the encoder output, computed once
+  Tensor src_padding;                         // [B, Ls] int32
   std::int64_t steps = 0;
   // Keeps only the given rows (beam search reorders hypotheses), in the given order.
   void select_rows(const std::vector<std::int64_t>& rows);
@@ -94,73 +65,25 @@ class Transformer {
   std::int64_t num_parameters() const;
 
  private:
-  struct Linear {
-    ag::Var w, b;                // w: [out, in] (PyTorch convention), b: [out]
-    DType compute = DType::f32;  // weights are cast to it for the product (mixed precision)
-    // Row-parallel (set): w holds this rank's input columns; the partial outputs are summed over
-    // the group, then the (replicated) bias is added once.
-    dist::Communicator* row_parallel = nullptr;
-    ag::Var operator()(const ag::Var& x) const;
-  };
-  struct Norm {
-    ag::Var gamma, beta;
-  };
-  struct Attention {
-    Linear q, k, v, out;
-  };
-  struct FeedForward {
-    Linear fc1, fc2;
-  };
-  struct EncoderLayer {
-    Attention self_attn;
-    Norm self_attn_norm;
-    FeedForward ffn;
-    Norm ffn_norm;
-  };
-  struct DecoderLayer {
-    Attention self_attn;
-    Norm self_attn_norm;
-    Attention cross_attn;
-    Norm cross_attn_norm;
-    FeedForward ffn;
-    Norm ffn_norm;
-  };
+  // Appends a layer's parameters to parameters() (names must be unique).
+  void add(const std::vector<nn::Parameter>& params);
+  nn::LayerNorm final_norm(const std::string& name) const;  // pre-norm's, after the last layer
 
-  ag::Var param(const std::string& name, Tensor init, ShardDim shard = ShardDim::replicated);
-  enum class Split { none, column_parallel, row_parallel };
-  Linear make_linear(const std::string& name, std::int64_t in, std::int64_t out, std::uint64_t& seed,
-                     Split split = Split::none);
-  ag::Var enter_parallel(const ag::Var& x) const;  // Megatron's f before column-parallel layers
-  Norm make_norm(const std::string& name);
-  Attention make_attention(const std::string& name, std::uint64_t& seed);
-
-  ag::Var embed(const ag::Var& table, const Tensor& ids, std::int64_t first_position, DropoutStream& drop) const;
-  ag::Var norm(const Norm& n, const ag::Var& x) const;
-  // One residual sub-layer, post-norm (LN(x + drop(f(x)))) or pre-norm (x + drop(f(LN(x)))).
-  template <typename F>
-  ag::Var residual(const Norm& n, const ag::Var& x, DropoutStream& drop, F&& sublayer) const;
-  ag::Var split_heads(const ag::Var& x) const;  // [B, L, d] -> [B, H, L, dk]
-  ag::Var merge_heads(const ag::Var& x) const;  // [B, H, L, dk] -> [B, L, d]
-  ag::Var attend(const Attention& a, const ag::Var& x_q, const ag::Var& x_kv, const Tensor& key_padding,
-                 bool causal) const;
-  ag::Var feed_forward(const FeedForward& f, const ag::Var& x) const;
+  ag::Var embed(const nn::Embedding& table, const Tensor& ids, std::int64_t first_position, DropoutStream& drop) const;
   ag::Var output_logits(const ag::Var& h) const;
 
   TransformerConfig cfg_;
   dist::Communicator* tp_ = nullptr;
-  std::int64_t local_heads_ = 0;  // heads of this rank
+  nn::Placement placement_;
   std::vector<ag::Var> params_;
   std::vector<ShardDim> shard_dims_;
   std::map<std::string, std::size_t> index_;
-  ag::Var src_embed_, tgt_embed_, out_proj_;
+  nn::Embedding src_embed_, tgt_embed_;  // one table when shared
+  ag::Var out_proj_;                     // the target table when tied
   std::vector<EncoderLayer> encoder_;
   std::vector<DecoderLayer> decoder_;
-  Norm encoder_final_norm_, decoder_final_norm_;  // pre-norm only
-  Tensor positions_;                              // [max_positions, d_model]
+  nn::LayerNorm encoder_final_norm_, decoder_final_norm_;  // pre-norm only
+  nn::PositionalEncoding positions_;
 };
-
-// Checks a config before any work (heads divide d_model, sizes positive, heads and d_ff divide
-// by the tensor-parallel size, ...); throws naming the field.
-void validate(const TransformerConfig& config, int tensor_parallel = 1);
 
 }  // namespace tessera::models

@@ -2,6 +2,8 @@
 
 #include <cmath>
 
+#include "autograd/ops.h"
+
 namespace tessera::nn {
 
 Tensor sinusoidal_positional_encoding(std::int64_t max_len, std::int64_t d_model, DType dtype) {
@@ -18,6 +20,17 @@ Tensor sinusoidal_positional_encoding(std::int64_t max_len, std::int64_t d_model
     }
   }
   return Tensor::from_doubles(pe, {max_len, d_model}, dtype);
+}
+
+PositionalEncoding::PositionalEncoding(std::int64_t max_len, std::int64_t d_model, DType dtype, Device device)
+    : table_(sinusoidal_positional_encoding(max_len, d_model).to(dtype).to(device)) {}
+
+ag::Var PositionalEncoding::operator()(const ag::Var& x, std::int64_t first_position) const {
+  const std::int64_t len = x.shape()[1];
+  TESSERA_CHECK(first_position >= 0 && first_position + len <= max_len(),
+                "positional encoding: positions {} to {} are beyond the table's {}", first_position,
+                first_position + len - 1, max_len());
+  return ag::add(x, ag::Var(table_.narrow_rows(first_position, len)));
 }
 
 }  // namespace tessera::nn

@@ -24,6 +24,8 @@
 #include "kernels/cpu/blas_core.h"
 #include "models/transformer.h"
 #include "models/translator.h"
+#include "nn/column_parallel_linear.h"
+#include "nn/row_parallel_linear.h"
 
 namespace tessera {
 namespace {
@@ -404,6 +406,76 @@ TEST(TensorParallelOps, GradientsMatchCentralDifferences) {
       }
     }
   }
+}
+
+// The nn layers' tensor-parallel pair: ColumnParallelLinear -> ReLU -> RowParallelLinear over a
+// group of 2 ranks equals the Linear pair of one process (the same seeds), forward and every
+// gradient (each shard's against its block of the full one); a gathered column-parallel output
+// equals the whole Linear's.
+TEST(TensorParallelLayers, ColumnThenRowParallelEqualsOneLinearPair) {
+  const int r = world().rank();
+  auto group = world().split(r / 2, r);
+  ASSERT_EQ(group->size(), 2);
+  const nn::Placement one{.dtype = DType::f64, .device = Device::cpu, .compute = DType::f64};
+  nn::Placement two = one;
+  two.tensor_parallel = group.get();
+  const auto uniform = [](const Shape& shape, std::uint64_t seed) {
+    std::mt19937_64 rng(seed);
+    std::uniform_real_distribution<double> u(-1, 1);
+    std::vector<double> v(static_cast<std::size_t>(shape_numel(shape)));
+    for (double& e : v) e = u(rng);
+    return Tensor::from_doubles(v, shape, DType::f64);
+  };
+  const nn::Linear fc1("fc1", 5, 6, 1, one), fc2("fc2", 6, 3, 2, one);
+  const nn::ColumnParallelLinear col("fc1", 5, 6, 1, two);
+  const nn::RowParallelLinear row("fc2", 6, 3, 2, two);
+  const nn::ColumnParallelLinear gathered("fc1", 5, 6, 1, two, /*gather_output=*/true);
+  for (const auto& [layer, biases] : {std::pair{&fc1, 1}, std::pair{&fc2, 2}})  // biases that are not zero
+    ag::Var(layer->bias()).value() = uniform(layer->bias().shape(), 10 + static_cast<std::uint64_t>(biases));
+  const auto blocks_of_biases = [&](const std::vector<nn::Parameter>& params, const nn::Linear& full) {
+    ag::Var(params[1].var).value() = dist::take_block(full.bias().value(), params[1].shard, group->rank(), 2);
+  };
+  blocks_of_biases(col.parameters(), fc1);
+  blocks_of_biases(row.parameters(), fc2);
+  blocks_of_biases(gathered.parameters(), fc1);
+
+  const Tensor x = uniform({2, 4, 5}, 3), weights = uniform({2, 4, 3}, 4);
+  const auto loss_of = [&](const ag::Var& y) { return ag::sum(ag::mul(y, ag::Var(weights))); };
+  ag::Var x_one = ag::Var::parameter(x.clone(), "x"), x_two = ag::Var::parameter(x.clone(), "x");
+  const ag::Var y_one = fc2(ag::relu(fc1(x_one))), y_two = row(ag::relu(col(x_two)));
+  loss_of(y_one).backward();
+  loss_of(y_two).backward();
+  const auto expect_close = [](const Tensor& got, const Tensor& expect, const std::string& what) {
+    ASSERT_EQ(got.shape(), expect.shape()) << what;
+    const std::vector<double> g = got.to_doubles(), e = expect.to_doubles();
+    for (std::size_t i = 0; i < g.size(); ++i) EXPECT_NEAR(g[i], e[i], 1e-13) << what << " element " << i;
+  };
+  expect_close(y_two.value(), y_one.value(), "output");
+  expect_close(x_two.grad(), x_one.grad(), "input gradient");
+  std::vector<nn::Parameter> full = fc1.parameters(), shards = col.parameters();
+  nn::append(full, fc2.parameters());
+  nn::append(shards, row.parameters());
+  const std::vector<dist::ShardDim> expect_shards = {dist::ShardDim::rows, dist::ShardDim::rows,
+                                                     dist::ShardDim::columns, dist::ShardDim::replicated};
+  for (std::size_t i = 0; i < full.size(); ++i) {
+    EXPECT_EQ(shards[i].var.name(), full[i].var.name());
+    EXPECT_EQ(shards[i].shard, expect_shards[i]) << full[i].var.name();
+    expect_close(shards[i].var.value(), dist::take_block(full[i].var.value(), shards[i].shard, group->rank(), 2),
+                 full[i].var.name());
+    expect_close(shards[i].var.grad(), dist::take_block(full[i].var.grad(), shards[i].shard, group->rank(), 2),
+                 full[i].var.name() + " gradient");
+  }
+
+  for (const nn::Parameter& p : fc1.parameters()) ag::Var(p.var).zero_grad();
+  const Tensor w6 = uniform({2, 4, 6}, 5);
+  const ag::Var g_one = fc1(ag::Var(x)), g_two = gathered(ag::Var(x));
+  ag::sum(ag::mul(g_one, ag::Var(w6))).backward();
+  ag::sum(ag::mul(g_two, ag::Var(w6))).backward();
+  expect_close(g_two.value(), g_one.value(), "gathered output");
+  for (std::size_t i = 0; i < 2; ++i)
+    expect_close(gathered.parameters()[i].var.grad(),
+                 dist::take_block(fc1.parameters()[i].var.grad(), dist::ShardDim::rows, group->rank(), 2),
+                 "gathered " + fc1.parameters()[i].var.name() + " gradient");
 }
 
 // The tensor-parallel loader names what is wrong as the single-process one does: a NaN in a

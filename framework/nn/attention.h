@@ -1,0 +1,55 @@
+// Multi-head attention (Vaswani et al. 2017, section 3.2.2): self-attention when queries, keys and
+// values come from one sequence, cross-attention when keys and values come from another (the
+// encoder's output). Under tensor parallelism each rank holds heads / tp whole heads: Q, K and V
+// are column-parallel, the output projection row-parallel.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "nn/column_parallel_linear.h"
+#include "nn/row_parallel_linear.h"
+
+namespace tessera::nn {
+
+// Keys and values [B, H, t, d_k] of the positions attended so far (incremental decoding). A
+// self-attention cache starts empty; a cross-attention one holds the memory's, computed once.
+struct KeyValueCache {
+  Tensor k, v;
+  // Keeps only the given rows (beam search reorders hypotheses), in the given order.
+  void select_rows(const std::vector<std::int64_t>& rows);
+};
+
+class MultiHeadAttention {
+ public:
+  MultiHeadAttention() = default;
+  // Parameters `name`.{q,k,v,out}_proj.{weight,bias}, d_model -> d_model; the weights draw from
+  // next_seed, ..., next_seed + 3, which it advances past.
+  MultiHeadAttention(const std::string& name, std::int64_t d_model, std::int64_t heads, std::uint64_t& next_seed,
+                     const Placement& placement);
+
+  // query [B, Lq, d_model] attends to key_value [B, Lk, d_model] (the same Var: self-attention),
+  // with key_padding [B, Lk] int32 (1: ignore; undefined: none) and an optional causal mask.
+  ag::Var operator()(const ag::Var& query, const ag::Var& key_value, const Tensor& key_padding, bool causal) const;
+
+  // Incremental decoding (no graph is needed): the cross-attention cache of `memory`...
+  KeyValueCache project_memory(const ag::Var& memory) const;
+  // ...attention of one new position x [B, 1, d_model] to a fixed cache...
+  ag::Var attend_cached(const ag::Var& x, const KeyValueCache& cache, const Tensor& key_padding) const;
+  // ...and self-attention of one new position to itself and the cached ones, appending its own.
+  ag::Var step(const ag::Var& x, KeyValueCache& cache) const;
+
+  std::vector<Parameter> parameters() const;
+
+ private:
+  ag::Var split_heads(const ag::Var& x) const;  // [B, L, d] -> [B, H, L, dk]
+  ag::Var merge_heads(const ag::Var& x) const;  // [B, H, L, dk] -> [B, L, d]
+  ag::Var attend(const ag::Var& q, const Tensor& k, const Tensor& v, const Tensor& key_padding) const;
+
+  ColumnParallelLinear q_, k_, v_;
+  RowParallelLinear out_;
+  std::int64_t local_heads_ = 0;  // heads of this rank
+  std::int64_t head_dim_ = 0;
+};
+
+}  // namespace tessera::nn

@@ -1,0 +1,19 @@
+#include "nn/linear.h"
+
+#include "autograd/ops.h"
+#include "nn/init.h"
+
+namespace tessera::nn {
+
+Linear::Linear(const std::string& name, std::int64_t in, std::int64_t out, std::uint64_t seed,
+               const Placement& placement, dist::ShardDim weight_shard, dist::ShardDim bias_shard)
+    : weight_(make_parameter(name + ".weight", xavier_uniform(out, in, seed), weight_shard, placement)),
+      bias_(make_parameter(name + ".bias", Tensor::zeros({out}), bias_shard, placement)),
+      compute_(placement.compute) {}
+
+ag::Var Linear::operator()(const ag::Var& x) const {
+  const ag::Var w = ag::cast(weight_.var, compute_), b = ag::cast(bias_.var, compute_);
+  return ag::linear(x, w, b);
+}
+
+}  // namespace tessera::nn
