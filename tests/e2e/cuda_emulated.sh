@@ -1,6 +1,6 @@
 #!/bin/sh
 # `tessera train` and `translate` on GPUs of the CUDA emulator (a build with
-# -DTESSERA_CUDA_EMULATOR=ON; tests/cuda_emulator), the kernels' own source run on the CPU:
+# -DTESSERA_CUDA_EMULATOR=ON; framework/cuda_emulator), the kernels' own source run on the CPU:
 #  - one GPU gives the CPU's losses and gradient norms at each of 6 steps (float32, dropout on:
 #    the same Philox masks);
 #  - tp=2, dp=2 and tp=2 x dp=2 on GPUs (NCCL over MPI) give one GPU's;

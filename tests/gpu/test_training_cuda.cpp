@@ -267,7 +267,7 @@ TEST_F(CudaTransformer, Bf16MixedPrecisionStaysCloseToFloat32) {
   // bfloat16 has 8 mantissa bits: the loss within 1%, each gradient within 20% in norm. One
   // rounding is 0.4%, but a ReLU input within rounding of 0 can switch its unit on or off: where a
   // fraction f of them switches, the gradients below differ by about sqrt(f) (f = 0.4%: 6%), and
-  // more through each layer below. Under the CUDA emulator (tests/cuda_emulator: the same
+  // more through each layer below. Under the CUDA emulator (framework/cuda_emulator: the same
   // roundings as the GPU) the last layer's gradients differ by 0.5%, the first encoder layer's by
   // up to 11% (k_proj, fc1): the 10% first set here failed there before any GPU ran it.
   EXPECT_NEAR(g.loss, c.loss, 1e-2 * std::abs(c.loss));
