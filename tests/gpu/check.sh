@@ -123,7 +123,7 @@ mpi=(OMPI_MCA_ess_singleton_isolated=1 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_A
   echo "## 4. Training throughput, bfloat16, one GPU"
   echo
   # The runs' settings: throughput_run_args in check_runs.sh. The last log window (steps 21-30) counts.
-  # MFU = model TFLOP/s (training_flops in launch/trainer.cpp) / the GPU's dense bf16 peak, by its
+  # MFU = model TFLOP/s (training_flops in framework/train/step_log.cpp) / the GPU's dense bf16 peak, by its
   # name (989 TFLOP/s on an H200 or H100 SXM, 756 on an H100 PCIe: peak_tflops in check_report.py).
   gpu_name=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1)
   echo "| model | target tok/s | model TFLOP/s | MFU | GPU peak memory | exit |"

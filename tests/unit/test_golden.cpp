@@ -167,7 +167,7 @@ void check_against_golden(const std::string& fixture) {
   expect_close("logits", logits.value(), get(f, "output/logits"), worst);
   const double logits_ratio = worst.ratio;
 
-  // The trainer's loss (launch/trainer.cpp): summed label-smoothed cross entropy, pad ignored.
+  // The trainer's loss (run_batch in framework/train/run.cpp): summed label-smoothed cross entropy, pad ignored.
   ag::Var loss = ag::cross_entropy(ag::reshape(logits, {rows, c.tgt_vocab}), tgt_out.reshape({rows}), smoothing, 0);
   const Record& golden_loss = get(f, "output/loss");
   EXPECT_NEAR(loss.value().item(), golden_loss.values.at(0), kRelTol * std::abs(golden_loss.values.at(0)));
