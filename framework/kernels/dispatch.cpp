@@ -306,11 +306,9 @@ AttentionGrads attention_backward(const Tensor& dout, const Tensor& q, const Ten
 }
 
 // ---------------------------------------------------------------- the optimizer
-void adam_update(std::vector<AdamParam> params, const AdamStep& step) {
-  if (params.empty()) return;
-  if (!on_cpu(params.front().weight)) {
-    ON_GPU(cuda::FusedAdam(std::move(params)).step(step.lr, step.beta1, step.beta2, step.eps, step.t); return );
-  }
+namespace {
+// The CPU twin of the fused launch, parameter by parameter in each one's dtype.
+void adam_update_on_cpu(std::vector<AdamParam>& params, const AdamStep& step) {
   const double bc1 = 1.0 - std::pow(step.beta1, static_cast<double>(step.t));
   const double bc2 = 1.0 - std::pow(step.beta2, static_cast<double>(step.t));
   for (AdamParam& p : params) {
@@ -322,11 +320,16 @@ void adam_update(std::vector<AdamParam> params, const AdamStep& step) {
     });
   }
 }
+}  // namespace
+
+void adam_update(std::vector<AdamParam> params, const AdamStep& step) {
+  if (params.empty() || on_cpu(params.front().weight)) return adam_update_on_cpu(params, step);
+  ON_GPU(cuda::FusedAdam(std::move(params)).step(step.lr, step.beta1, step.beta2, step.eps, step.t));
+}
 
 // Each name in the op list is one dispatch function (not a typo, not an overload set).
-#define TESSERA_OP_IS_DISPATCHED(op)                                                                \
-  static_assert(std::is_function_v<decltype(op)>, #op " is in kernels/ops.h but is no function of " \
-                                                      "kernels/dispatch.h");
+#define TESSERA_OP_IS_DISPATCHED(op) \
+  static_assert(std::is_function_v<decltype(op)>, #op " is in kernels/ops.h but not a function of dispatch.h");
 TESSERA_KERNEL_OPS(TESSERA_OP_IS_DISPATCHED)
 #undef TESSERA_OP_IS_DISPATCHED
 
