@@ -2,7 +2,7 @@
 #include <gtest/gtest-spi.h>
 
 #include "gradcheck.h"
-#include "kernels/cpu/elementwise.h"
+#include "kernels/dispatch.h"
 
 namespace tessera {
 namespace {
@@ -263,8 +263,8 @@ TEST(GradCheck, IntermediateResultsFeedingSeveralOps) {
 
 // The harness itself fails on a wrong backward: one element off by 0.1%, one NaN, all zeros.
 ag::Var doubled_with_wrong_backward(const ag::Var& x, double first_factor, bool zero) {
-  return ag::make_result(cpu::affine(x.value(), 2.0, 0.0), "wrong", {x}, [first_factor, zero](const Tensor& g) {
-    Tensor d = cpu::affine(g, zero ? 0.0 : 2.0, 0.0);
+  return ag::make_result(kernels::affine(x.value(), 2.0, 0.0), "wrong", {x}, [first_factor, zero](const Tensor& g) {
+    Tensor d = kernels::affine(g, zero ? 0.0 : 2.0, 0.0);
     d.data<double>()[0] *= first_factor;
     return std::vector<Tensor>{d};
   });
