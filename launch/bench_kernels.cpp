@@ -11,8 +11,9 @@
 #include "kernels/cpu/adam.h"
 #include "kernels/cpu/attention.h"
 #include "kernels/cpu/blas_core.h"
+#include "kernels/cpu/dropout.h"
 #include "kernels/cpu/gemm.h"
-#include "kernels/cpu/nn_kernels.h"
+#include "kernels/cpu/layer_norm.h"
 
 namespace tessera::launch {
 namespace {

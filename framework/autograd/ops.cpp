@@ -1,7 +1,5 @@
 #include "autograd/ops.h"
 
-#include "kernels/cpu/gemm.h"
-#include "kernels/cpu/layout.h"
 #include "kernels/dispatch.h"
 
 namespace tessera::ag {
@@ -9,7 +7,6 @@ namespace tessera::ag {
 // Every kernel goes through the dispatch layer: the same op runs on the CPU or the GPU by the
 // device of its inputs.
 using namespace tessera::kernels;
-using cpu::AttentionOptions;
 
 // ------------------------------------------------------------ elementwise
 // Gradients are computed only for inputs that need one (a positional table added to the
@@ -140,21 +137,8 @@ Tensor shared_b_grad_of_transposed_a(const Tensor& va, const Tensor& vb, const T
     return kernels::full(vb.shape(), 0.0, vb.dtype(), vb.device());
   const std::int64_t batch = va.numel() / (va.size(-1) * va.size(-2));  // both nonzero here
   const Tensor a3 = va.reshape({batch, va.size(-2), va.size(-1)}), g3 = g.reshape({batch, g.size(-2), g.size(-1)});
-  if (vb.device() != Device::cpu)  // the GPU: one batched GEMM, then the sum over the batch
-    return sum_dim(tb ? kernels::matmul(g3, a3, true, true) : kernels::matmul(a3, g3, false, false), 0, false);
-  Tensor gb = Tensor::zeros(vb.shape(), vb.dtype());
-  dispatch_float("matmul_backward", vb.dtype(), [&]<typename T>() {
-    const std::int64_t m = g3.size(1), n = g3.size(2), k = a3.size(1);
-    // a is [K, M] per batch; dB (N x K when tb, K x N otherwise) accumulates over batches.
-    if (tb) {
-      cpu::gemm_strided_batched<T>(true, true, n, k, m, T(1), g3.data<T>(), n, m * n, a3.data<T>(), m, k * m, T(1),
-                                   gb.data<T>(), k, 0, batch);
-    } else {
-      cpu::gemm_strided_batched<T>(false, false, k, n, m, T(1), a3.data<T>(), m, k * m, g3.data<T>(), n, m * n, T(1),
-                                   gb.data<T>(), n, 0, batch);
-    }
-  });
-  return gb;
+  // a is [K, M] per batch; dB (N x K when tb, K x N otherwise) is the sum of the per-batch products.
+  return tb ? kernels::matmul_batch_sum(g3, a3, true, true) : kernels::matmul_batch_sum(a3, g3, false, false);
 }
 }  // namespace
 
@@ -206,7 +190,7 @@ Var reshape(const Var& x, const Shape& shape) {
 
 Var permute(const Var& x, const std::vector<std::int64_t>& dims) {
   Tensor y = kernels::permute(x.value(), dims);  // first: it names x's shape when dims is no permutation of it
-  const auto inv = cpu::inverse_permutation(dims);
+  const auto inv = kernels::inverse_permutation(dims);
   return make_result(std::move(y), "permute", {x},
                      [inv](const Tensor& g) { return std::vector<Tensor>{kernels::permute(g, inv)}; });
 }
@@ -225,10 +209,10 @@ Var log_softmax(const Var& x) {
 
 Var layer_norm(const Var& x, const Var& gamma, const Var& beta, double eps) {
   const Tensor vx = x.value(), vg = gamma.value();
-  cpu::LayerNormOutput f = layer_norm_forward(vx, vg, beta.value(), eps);
+  LayerNormOutput f = layer_norm_forward(vx, vg, beta.value(), eps);
   const Tensor mean = f.mean, rstd = f.rstd;
   return make_result(f.y, "layer_norm", {x, gamma, beta}, [vx, vg, mean, rstd](const Tensor& g) {
-    cpu::LayerNormGrads lg = layer_norm_backward(g, vx, vg, mean, rstd);
+    LayerNormGrads lg = layer_norm_backward(g, vx, vg, mean, rstd);
     return std::vector<Tensor>{lg.dx, lg.dgamma, lg.dbeta};
   });
 }
@@ -265,7 +249,7 @@ Var cross_entropy(const Var& logits, const Tensor& targets, double smoothing, st
       return std::vector<Tensor>{affine(dlogits, g.to(Device::cpu).item(), 0.0)};
     });
   }
-  cpu::CrossEntropyOutput f = cross_entropy_forward(vz, targets, smoothing, ignore_index);
+  CrossEntropyOutput f = cross_entropy_forward(vz, targets, smoothing, ignore_index);
   if (nll_sum) *nll_sum = sum_all(f.nll).to(Device::cpu).item();
   const Tensor lse = f.lse;
   return make_result(
@@ -286,9 +270,9 @@ Var cast(const Var& x, DType dtype) {
 
 Var attention(const Var& q, const Var& k, const Var& v, const Tensor& key_padding, const AttentionOptions& opt) {
   const Tensor vq = q.value(), vk = k.value(), vv = v.value();
-  cpu::AttentionOutput f = kernels::attention_forward(vq, vk, vv, key_padding, opt);
+  AttentionOutput f = kernels::attention_forward(vq, vk, vv, key_padding, opt);
   return make_result(f.out, "attention", {q, k, v}, [vq, vk, vv, key_padding, f, opt](const Tensor& g) {
-    cpu::AttentionGrads ag = kernels::attention_backward(g, vq, vk, vv, key_padding, f, opt);
+    AttentionGrads ag = kernels::attention_backward(g, vq, vk, vv, key_padding, f, opt);
     return std::vector<Tensor>{ag.dq, ag.dk, ag.dv};
   });
 }

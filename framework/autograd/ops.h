@@ -5,7 +5,7 @@
 #include <cstdint>
 
 #include "autograd/var.h"
-#include "kernels/cpu/attention.h"
+#include "kernels/types.h"
 
 namespace tessera::ag {
 
@@ -53,6 +53,7 @@ Var cross_entropy(const Var& logits, const Tensor& targets, double smoothing, st
 // gradient comes back in the input's dtype. The same Var when the dtype already matches.
 Var cast(const Var& x, DType dtype);
 // Flash-style scaled dot-product attention (see kernels/cpu/attention.h for shapes and masks).
-Var attention(const Var& q, const Var& k, const Var& v, const Tensor& key_padding, const cpu::AttentionOptions& opt);
+Var attention(const Var& q, const Var& k, const Var& v, const Tensor& key_padding,
+              const kernels::AttentionOptions& opt);
 
 }  // namespace tessera::ag

@@ -1,18 +1,31 @@
 #include "kernels/dispatch.h"
 
 #include <algorithm>
+#include <cmath>
+#include <type_traits>
 
+#include "kernels/cpu/adam.h"
+#include "kernels/cpu/attention.h"
+#include "kernels/cpu/cross_entropy.h"
+#include "kernels/cpu/dropout.h"
 #include "kernels/cpu/elementwise.h"
+#include "kernels/cpu/embedding.h"
 #include "kernels/cpu/gemm.h"
+#include "kernels/cpu/layer_norm.h"
 #include "kernels/cpu/layout.h"
 #include "kernels/cpu/reduce.h"
+#include "kernels/ops.h"
 
 #ifdef TESSERA_WITH_CUDA
+#include "kernels/cuda/adam.h"
 #include "kernels/cuda/attention.h"
+#include "kernels/cuda/cross_entropy.h"
 #include "kernels/cuda/dropout.h"
+#include "kernels/cuda/elementwise.h"
+#include "kernels/cuda/embedding.h"
 #include "kernels/cuda/gemm.h"
+#include "kernels/cuda/layer_norm.h"
 #include "kernels/cuda/layout.h"
-#include "kernels/cuda/nn_kernels.h"
 #include "kernels/cuda/reduce.h"
 // The GPU branch of a kernel: its statements where CUDA is built, an error elsewhere.
 #define ON_GPU(...) __VA_ARGS__
@@ -166,6 +179,11 @@ Tensor matmul(const Tensor& a, const Tensor& b, bool trans_a, bool trans_b) {
   ON_GPU(return cuda::matmul(a, b, trans_a, trans_b));
 }
 
+Tensor matmul_batch_sum(const Tensor& a, const Tensor& b, bool trans_a, bool trans_b) {
+  if (on_cpu(a)) return cpu::matmul_batch_sum(a, b, trans_a, trans_b);
+  ON_GPU(return cuda::sum_dim(cuda::matmul(a, b, trans_a, trans_b), 0, false));
+}
+
 Tensor permute(const Tensor& x, const std::vector<std::int64_t>& dims) {
   if (on_cpu(x)) return cpu::permute(x, dims);
   ON_GPU(return cuda::permute(x, dims));
@@ -223,13 +241,13 @@ Tensor log_softmax_backward(const Tensor& dy, const Tensor& y) {
 }
 
 // ---------------------------------------------------------------- the Transformer's kernels
-cpu::LayerNormOutput layer_norm_forward(const Tensor& x, const Tensor& gamma, const Tensor& beta, double eps) {
+LayerNormOutput layer_norm_forward(const Tensor& x, const Tensor& gamma, const Tensor& beta, double eps) {
   if (on_cpu(x)) return cpu::layer_norm_forward(x, gamma, beta, eps);
   ON_GPU(return cuda::layer_norm_forward(x, gamma, beta, eps));
 }
 
-cpu::LayerNormGrads layer_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& gamma, const Tensor& mean,
-                                        const Tensor& rstd) {
+LayerNormGrads layer_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& gamma, const Tensor& mean,
+                                   const Tensor& rstd) {
   if (on_cpu(x)) return cpu::layer_norm_backward(dy, x, gamma, mean, rstd);
   ON_GPU(return cuda::layer_norm_backward(dy, x, gamma, mean, rstd));
 }
@@ -249,8 +267,8 @@ Tensor dropout_forward(const Tensor& x, double p, std::uint64_t seed, std::uint6
   ON_GPU(return cuda::dropout_forward(x, p, seed, offset));
 }
 
-cpu::CrossEntropyOutput cross_entropy_forward(const Tensor& logits, const Tensor& targets, double smoothing,
-                                              std::int32_t ignore_index) {
+CrossEntropyOutput cross_entropy_forward(const Tensor& logits, const Tensor& targets, double smoothing,
+                                         std::int32_t ignore_index) {
   if (on_cpu(logits)) return cpu::cross_entropy_forward(logits, targets, smoothing, ignore_index);
   ON_GPU(return cuda::cross_entropy_forward(logits, targets, smoothing, ignore_index));
 }
@@ -275,17 +293,44 @@ CrossEntropyWithGrad cross_entropy_with_grad(const Tensor& logits, const Tensor&
   });
 }
 
-cpu::AttentionOutput attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& key_padding,
-                                       const cpu::AttentionOptions& opt) {
+AttentionOutput attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& key_padding,
+                                  const AttentionOptions& opt) {
   if (on_cpu(q)) return cpu::attention_forward(q, k, v, key_padding, opt);
   ON_GPU(return cuda::attention_forward(q, k, v, key_padding, opt));
 }
 
-cpu::AttentionGrads attention_backward(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v,
-                                       const Tensor& key_padding, const cpu::AttentionOutput& fwd,
-                                       const cpu::AttentionOptions& opt) {
+AttentionGrads attention_backward(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v,
+                                  const Tensor& key_padding, const AttentionOutput& fwd, const AttentionOptions& opt) {
   if (on_cpu(q)) return cpu::attention_backward(dout, q, k, v, key_padding, fwd, opt);
   ON_GPU(return cuda::attention_backward(dout, q, k, v, key_padding, fwd, opt));
 }
+
+// ---------------------------------------------------------------- the optimizer
+namespace {
+// The CPU twin of the fused launch, parameter by parameter in each one's dtype.
+void adam_update_on_cpu(std::vector<AdamParam>& params, const AdamStep& step) {
+  const double bc1 = 1.0 - std::pow(step.beta1, static_cast<double>(step.t));
+  const double bc2 = 1.0 - std::pow(step.beta2, static_cast<double>(step.t));
+  for (AdamParam& p : params) {
+    dispatch_float("Adam::step", p.weight.dtype(), [&]<typename T>() {
+      const cpu::AdamHyper<T> h{static_cast<T>(step.beta1), static_cast<T>(step.beta2), static_cast<T>(step.lr / bc1),
+                                static_cast<T>(1.0 / bc2), static_cast<T>(step.eps)};
+      cpu::adam_update(p.weight.data<T>(), p.grad.data<T>(), p.exp_avg.data<T>(), p.exp_avg_sq.data<T>(),
+                       p.weight.numel(), h);
+    });
+  }
+}
+}  // namespace
+
+void adam_update(std::vector<AdamParam> params, const AdamStep& step) {
+  if (params.empty() || on_cpu(params.front().weight)) return adam_update_on_cpu(params, step);
+  ON_GPU(cuda::FusedAdam(std::move(params)).step(step.lr, step.beta1, step.beta2, step.eps, step.t));
+}
+
+// Each name in the op list is one dispatch function (not a typo, not an overload set).
+#define TESSERA_OP_IS_DISPATCHED(op) \
+  static_assert(std::is_function_v<decltype(op)>, #op " is in kernels/ops.h but not a function of dispatch.h");
+TESSERA_KERNEL_OPS(TESSERA_OP_IS_DISPATCHED)
+#undef TESSERA_OP_IS_DISPATCHED
 
 }  // namespace tessera::kernels

@@ -1,4 +1,5 @@
-// The kernels the autograd ops, optimizer and models call: each routes to the CPU kernel or to
+// The kernels the autograd ops, optimizer and models call (the only way they reach a kernel;
+// kernels/ops.h lists them for the backend-ops test): each routes to the CPU kernel or to
 // its CUDA twin by the device of its tensors, with the twins' shared signatures. The CPU path is
 // exactly the CPU kernel; the CUDA path exists in builds with CUDA (elsewhere a CUDA tensor
 // cannot be made). Where the GPU covers less than the CPU (broadcasting beyond "same shape or a
@@ -8,15 +9,10 @@
 #include <cstdint>
 #include <vector>
 
-#include "kernels/cpu/attention.h"
-#include "kernels/cpu/elementwise.h"
-#include "kernels/cpu/nn_kernels.h"
+#include "kernels/types.h"
 #include "tensor/tensor.h"
 
 namespace tessera::kernels {
-
-using cpu::BinaryOp;
-using cpu::UnaryOp;
 
 // ---- elementwise ----
 Tensor binary(BinaryOp op, const Tensor& a, const Tensor& b);
@@ -46,6 +42,9 @@ Tensor full(const Shape& shape, double value, DType dtype, Device device);
 // float32 GEMMs on the GPU's TF32 tensor cores (off by default; no effect on the CPU).
 void set_allow_tf32(bool allow);
 Tensor matmul(const Tensor& a, const Tensor& b, bool trans_a = false, bool trans_b = false);
+// sum_i op(a_i) @ op(b_i) over the batch of 3-D a [batch, ., .] and b [batch, ., .]: on the CPU
+// one GEMM call accumulating every batch into the result, on the GPU a batched GEMM then a sum.
+Tensor matmul_batch_sum(const Tensor& a, const Tensor& b, bool trans_a, bool trans_b);
 Tensor permute(const Tensor& x, const std::vector<std::int64_t>& dims);
 Tensor concat(const std::vector<Tensor>& parts, std::int64_t dim);
 Tensor index_rows(const Tensor& x, const std::vector<std::int64_t>& indices);
@@ -61,31 +60,35 @@ Tensor softmax_backward(const Tensor& dy, const Tensor& y);
 Tensor log_softmax_backward(const Tensor& dy, const Tensor& y);
 
 // ---- the Transformer's kernels ----
-cpu::LayerNormOutput layer_norm_forward(const Tensor& x, const Tensor& gamma, const Tensor& beta, double eps);
-cpu::LayerNormGrads layer_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& gamma, const Tensor& mean,
-                                        const Tensor& rstd);
+LayerNormOutput layer_norm_forward(const Tensor& x, const Tensor& gamma, const Tensor& beta, double eps);
+LayerNormGrads layer_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& gamma, const Tensor& mean,
+                                   const Tensor& rstd);
 Tensor embedding_forward(const Tensor& weight, const Tensor& ids);
 void embedding_backward(Tensor& dweight, const Tensor& dout, const Tensor& ids);
 Tensor dropout_forward(const Tensor& x, double p, std::uint64_t seed, std::uint64_t offset);
 inline Tensor dropout_backward(const Tensor& dy, double p, std::uint64_t seed, std::uint64_t offset) {
   return dropout_forward(dy, p, seed, offset);
 }
-cpu::CrossEntropyOutput cross_entropy_forward(const Tensor& logits, const Tensor& targets, double smoothing,
-                                              std::int32_t ignore_index);
+CrossEntropyOutput cross_entropy_forward(const Tensor& logits, const Tensor& targets, double smoothing,
+                                         std::int32_t ignore_index);
 Tensor cross_entropy_backward(const Tensor& dloss, const Tensor& logits, const Tensor& targets, const Tensor& lse,
                               double smoothing, std::int32_t ignore_index);
 // The forward and the gradient of sum_i loss_i with respect to the logits: one pass over the
 // logits on the GPU (the fused kernel), the forward then the backward on the CPU.
 struct CrossEntropyWithGrad {
-  cpu::CrossEntropyOutput out;
+  CrossEntropyOutput out;
   Tensor dlogits;
 };
 CrossEntropyWithGrad cross_entropy_with_grad(const Tensor& logits, const Tensor& targets, double smoothing,
                                              std::int32_t ignore_index);
-cpu::AttentionOutput attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& key_padding,
-                                       const cpu::AttentionOptions& opt);
-cpu::AttentionGrads attention_backward(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v,
-                                       const Tensor& key_padding, const cpu::AttentionOutput& fwd,
-                                       const cpu::AttentionOptions& opt);
+AttentionOutput attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& key_padding,
+                                  const AttentionOptions& opt);
+AttentionGrads attention_backward(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v,
+                                  const Tensor& key_padding, const AttentionOutput& fwd, const AttentionOptions& opt);
+
+// ---- the optimizer ----
+// One Adam update of every parameter (all on one device): on the CPU parameter by parameter in
+// the parameter's dtype, on the GPU one fused launch over all of them (bit-identical in float32).
+void adam_update(std::vector<AdamParam> params, const AdamStep& step);
 
 }  // namespace tessera::kernels

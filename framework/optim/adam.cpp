@@ -1,11 +1,6 @@
 #include "optim/adam.h"
 
-#include <cmath>
-
-#include "kernels/cpu/adam.h"
-#ifdef TESSERA_WITH_CUDA
-#include "kernels/cuda/adam.h"
-#endif
+#include "kernels/dispatch.h"
 
 namespace tessera::optim {
 
@@ -22,37 +17,13 @@ Adam::Adam(std::vector<ag::Var> params, AdamOptions opt) : params_(std::move(par
 
 void Adam::step(double lr) {
   ++t_;
-  if (!params_.empty() && params_.front().value().device() == Device::cuda) {
-    step_on_gpu(lr);
-    zero_grad();
-    return;
-  }
-  const double bc1 = 1.0 - std::pow(opt_.beta1, static_cast<double>(t_));
-  const double bc2 = 1.0 - std::pow(opt_.beta2, static_cast<double>(t_));
-  for (std::size_t i = 0; i < params_.size(); ++i) {
-    ag::Var& p = params_[i];
-    if (!p.grad().defined()) continue;
-    dispatch_float("Adam::step", p.value().dtype(), [&]<typename T>() {
-      const cpu::AdamHyper<T> h{static_cast<T>(opt_.beta1), static_cast<T>(opt_.beta2), static_cast<T>(lr / bc1),
-                                static_cast<T>(1.0 / bc2), static_cast<T>(opt_.eps)};
-      cpu::adam_update(p.value().data<T>(), p.grad().data<T>(), m_[i].data<T>(), v_[i].data<T>(), p.value().numel(), h);
-    });
-  }
-  zero_grad();
-}
-
-void Adam::step_on_gpu(double lr) {
-#ifdef TESSERA_WITH_CUDA
-  // One fused launch over every parameter with a gradient (the gradients are new tensors each
-  // step, so the small pointer table is rebuilt each step).
-  std::vector<cuda::AdamParam> live;
+  // The parameters with a gradient, updated by the kernel of their device (one fused launch on the
+  // GPU; the gradients are new tensors each step, so the small table is rebuilt each step).
+  std::vector<kernels::AdamParam> live;
   for (std::size_t i = 0; i < params_.size(); ++i)
     if (params_[i].grad().defined()) live.push_back({params_[i].value(), params_[i].grad(), m_[i], v_[i], Tensor()});
-  if (!live.empty()) cuda::FusedAdam(std::move(live)).step(lr, opt_.beta1, opt_.beta2, opt_.eps, t_);
-#else
-  (void)lr;
-  fail("Adam: CUDA parameters, but this build of Tessera has no CUDA support");
-#endif
+  kernels::adam_update(std::move(live), {lr, opt_.beta1, opt_.beta2, opt_.eps, t_});
+  zero_grad();
 }
 
 void Adam::set_state(long steps, std::vector<Tensor> first_moments, std::vector<Tensor> second_moments) {

@@ -1,6 +1,6 @@
 // Adam (Kingma & Ba) over named parameters, with the paper's Transformer defaults available.
-// Parameters on the GPU are updated by one fused kernel (cuda::FusedAdam), bit-identical to the
-// CPU update in float32.
+// Parameters on the GPU are updated by one fused kernel (kernels::adam_update), bit-identical to
+// the CPU update in float32.
 #pragma once
 
 #include <vector>
@@ -32,8 +32,6 @@ class Adam {
   void set_state(long steps, std::vector<Tensor> first_moments, std::vector<Tensor> second_moments);
 
  private:
-  void step_on_gpu(double lr);
-
   std::vector<ag::Var> params_;
   std::vector<Tensor> m_, v_;
   AdamOptions opt_;

@@ -88,8 +88,8 @@ int main() {
         const std::int64_t b = 16384 / s, h = 2048 / d;
         const Tensor q = q_all.reshape({b, h, s, d}), k = k_all.reshape({b, h, s, d}), v = v_all.reshape({b, h, s, d}),
                      dout = dout_all.reshape({b, h, s, d});
-        const cpu::AttentionOptions opt{.causal = causal};
-        cpu::AttentionOutput fwd;
+        const kernels::AttentionOptions opt{.causal = causal};
+        kernels::AttentionOutput fwd;
         const double fwd_ms = time_ms([&] { fwd = cuda::attention_forward(q, k, v, Tensor(), opt); });
         const double both_ms = time_ms([&] {
           fwd = cuda::attention_forward(q, k, v, Tensor(), opt);

@@ -2,7 +2,7 @@
 #include <gtest/gtest.h>
 
 #include "gpu_test_util.h"
-#include "kernels/cpu/nn_kernels.h"
+#include "kernels/cpu/dropout.h"
 #include "kernels/cuda/dropout.h"
 
 namespace tessera {

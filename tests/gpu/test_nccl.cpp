@@ -8,8 +8,8 @@
 #include "dist/nccl_communicator.h"
 #include "gpu_test_util.h"
 #include "kernels/cpu/elementwise.h"
+#include "kernels/cuda/elementwise.h"
 #include "kernels/cuda/gemm.h"
-#include "kernels/cuda/nn_kernels.h"
 
 namespace tessera {
 namespace {

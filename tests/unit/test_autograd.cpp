@@ -2,7 +2,7 @@
 #include <gtest/gtest.h>
 
 #include "autograd/ops.h"
-#include "kernels/cpu/layout.h"
+#include "kernels/types.h"
 #include "optim/adam.h"
 #include "test_util.h"
 
@@ -100,10 +100,10 @@ TEST(Autograd, PermuteRefusesDimensionsThatAreNoPermutation) {
             }),
             "permute: [-1, 0] is not a permutation of the dimensions of [3, 2]");
   EXPECT_EQ(testing::error_of([] {
-              (void)cpu::inverse_permutation({1, 1});
+              (void)kernels::inverse_permutation({1, 1});
             }),
             "permute: [1, 1] is not a permutation of 0..1");
-  EXPECT_EQ(cpu::inverse_permutation({2, 0, 1}), (std::vector<std::int64_t>{1, 2, 0}));
+  EXPECT_EQ(kernels::inverse_permutation({2, 0, 1}), (std::vector<std::int64_t>{1, 2, 0}));
 }
 
 TEST(Autograd, DeepGraphNeedsNoRecursion) {

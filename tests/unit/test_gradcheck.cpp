@@ -2,7 +2,7 @@
 #include <gtest/gtest-spi.h>
 
 #include "gradcheck.h"
-#include "kernels/cpu/elementwise.h"
+#include "kernels/dispatch.h"
 
 namespace tessera {
 namespace {
@@ -143,7 +143,7 @@ TEST(GradCheck, AttentionEveryMaskKindAndUnequalLengths) {
       for (std::int64_t b = 0; b < c.b; ++b)
         for (std::int64_t j = c.lk - 1 - b; j < c.lk; ++j) pad.data<std::int32_t>()[b * c.lk + j] = 1;
     }
-    const cpu::AttentionOptions opt{.causal = c.causal, .scale = 0.0};
+    const kernels::AttentionOptions opt{.causal = c.causal, .scale = 0.0};
     expect_gradients_match([&](const Vars& v) { return ag::attention(v[0], v[1], v[2], pad, opt); },
                            {random_double({c.b, c.h, c.lq, c.d}, 16), random_double({c.b, c.h, c.lk, c.d}, 17),
                             random_double({c.b, c.h, c.lk, c.dv}, 18)});
@@ -179,7 +179,7 @@ TEST(GradCheck, AttentionScaleAndRowsThatSeeNoKey) {
           pad.data<std::int32_t>()[b * c.lk + j] =
               static_cast<std::int32_t>(std::string(c.padding) == "every other key" ? j % 2 == 1 : b == 0);
     }
-    const cpu::AttentionOptions opt{.causal = c.causal, .scale = c.scale};
+    const kernels::AttentionOptions opt{.causal = c.causal, .scale = c.scale};
     expect_gradients_match([&](const Vars& v) { return ag::attention(v[0], v[1], v[2], pad, opt); },
                            {random_double({c.b, 2, c.lq, 3}, 31), random_double({c.b, 2, c.lk, 3}, 32),
                             random_double({c.b, 2, c.lk, 2}, 33)});
@@ -238,7 +238,7 @@ TEST(GradCheck, ConstantOperands) {
 // The engine: an intermediate result that feeds several ops (two attentions and a residual), and
 // a parameter used twice; a second backward adds to the gradients (exactly twice the first).
 TEST(GradCheck, IntermediateResultsFeedingSeveralOps) {
-  const cpu::AttentionOptions causal{.causal = true, .scale = 0.0};
+  const kernels::AttentionOptions causal{.causal = true, .scale = 0.0};
   const auto f = [&](const Vars& v) {
     ag::Var hdn = ag::tanh(ag::matmul(v[0], v[1]));  // [1, 2, 5, 3], used four times below
     ag::Var a1 = ag::attention(hdn, hdn, hdn, Tensor(), causal);
@@ -263,8 +263,8 @@ TEST(GradCheck, IntermediateResultsFeedingSeveralOps) {
 
 // The harness itself fails on a wrong backward: one element off by 0.1%, one NaN, all zeros.
 ag::Var doubled_with_wrong_backward(const ag::Var& x, double first_factor, bool zero) {
-  return ag::make_result(cpu::affine(x.value(), 2.0, 0.0), "wrong", {x}, [first_factor, zero](const Tensor& g) {
-    Tensor d = cpu::affine(g, zero ? 0.0 : 2.0, 0.0);
+  return ag::make_result(kernels::affine(x.value(), 2.0, 0.0), "wrong", {x}, [first_factor, zero](const Tensor& g) {
+    Tensor d = kernels::affine(g, zero ? 0.0 : 2.0, 0.0);
     d.data<double>()[0] *= first_factor;
     return std::vector<Tensor>{d};
   });

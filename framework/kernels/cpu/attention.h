@@ -10,23 +10,14 @@
 // A query row that sees no key at all (fully padded) gets out = 0, lse = -inf, and zero gradients.
 #pragma once
 
+#include "kernels/types.h"
 #include "tensor/tensor.h"
 
 namespace tessera::cpu {
 
-struct AttentionOptions {
-  bool causal = false;
-  double scale = 0.0;  // 0 means 1 / sqrt(D)
-};
-
-struct AttentionOutput {
-  Tensor out;  // [B, H, Lq, Dv]
-  Tensor lse;  // [B, H, Lq]: log-sum-exp of each query's scaled scores, for the backward
-};
-
-struct AttentionGrads {
-  Tensor dq, dk, dv;
-};
+using kernels::AttentionGrads;
+using kernels::AttentionOptions;
+using kernels::AttentionOutput;
 
 AttentionOutput attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& key_padding,
                                   const AttentionOptions& opt);

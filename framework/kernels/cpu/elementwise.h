@@ -1,21 +1,22 @@
 // Elementwise kernels with NumPy broadcasting, and the reductions that undo it.
 #pragma once
 
+#include "kernels/types.h"
 #include "tensor/tensor.h"
 
 namespace tessera::cpu {
 
-enum class BinaryOp { add, sub, mul, div };
-enum class UnaryOp { neg, relu, exp, log, tanh };
+using kernels::BinaryOp;
+using kernels::UnaryOp;
 
 // The broadcast shape of a and b (NumPy rules); throws naming `op` and both shapes.
 Shape broadcast_shapes(const char* op, const Shape& a, const Shape& b);
 
 Tensor binary(BinaryOp op, const Tensor& a, const Tensor& b);
-inline Tensor add(const Tensor& a, const Tensor& b) { return binary(BinaryOp::add, a, b); }
-inline Tensor sub(const Tensor& a, const Tensor& b) { return binary(BinaryOp::sub, a, b); }
-inline Tensor mul(const Tensor& a, const Tensor& b) { return binary(BinaryOp::mul, a, b); }
-inline Tensor div(const Tensor& a, const Tensor& b) { return binary(BinaryOp::div, a, b); }
+inline Tensor add(const Tensor& a, const Tensor& b) { return cpu::binary(BinaryOp::add, a, b); }
+inline Tensor sub(const Tensor& a, const Tensor& b) { return cpu::binary(BinaryOp::sub, a, b); }
+inline Tensor mul(const Tensor& a, const Tensor& b) { return cpu::binary(BinaryOp::mul, a, b); }
+inline Tensor div(const Tensor& a, const Tensor& b) { return cpu::binary(BinaryOp::div, a, b); }
 
 Tensor unary(UnaryOp op, const Tensor& x);
 // y = alpha * x + beta

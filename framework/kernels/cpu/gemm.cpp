@@ -125,6 +125,19 @@ Tensor matmul(const Tensor& a, const Tensor& b, bool trans_a, bool trans_b) {
   return out;
 }
 
+Tensor matmul_batch_sum(const Tensor& a, const Tensor& b, bool trans_a, bool trans_b) {
+  TESSERA_CHECK(a.dim() == 3 && b.dim() == 3, "matmul_batch_sum: expects 3-D a and b, got {} and {}", a.describe(),
+                b.describe());
+  const MatmulDims d = matmul_dims("matmul_batch_sum", a, b, trans_a, trans_b);
+  Tensor out = Tensor::zeros({d.m, d.n}, a.dtype());
+  if (out.numel() == 0 || d.k == 0 || d.batch == 0) return out;  // a sum of no products
+  dispatch_float("matmul_batch_sum", a.dtype(), [&]<typename T>() {
+    gemm_strided_batched<T>(trans_a, trans_b, d.m, d.n, d.k, T(1), a.data<T>(), a.size(-1), a.size(-1) * a.size(-2),
+                            b.data<T>(), b.size(-1), b.size(-1) * b.size(-2), T(1), out.data<T>(), d.n, 0, d.batch);
+  });
+  return out;
+}
+
 // openblas_get_parallel(): 0 sequential, 1 pthreads, 2 OpenMP. The OpenMP build already runs
 // single-threaded inside a parallel region, and its openblas_set_num_threads would also change
 // OpenMP's own thread count, so only the pthreads build needs limiting.

@@ -6,18 +6,6 @@
 
 namespace tessera::cpu {
 
-std::vector<std::int64_t> inverse_permutation(const std::vector<std::int64_t>& dims) {
-  std::vector<std::int64_t> inv(dims.size(), -1);
-  for (std::size_t i = 0; i < dims.size(); ++i) {
-    const std::int64_t d = dims[i];
-    TESSERA_CHECK(d >= 0 && d < static_cast<std::int64_t>(dims.size()) && inv[static_cast<std::size_t>(d)] < 0,
-                  "permute: [{}] is not a permutation of 0..{}", fmt::join(dims, ", "),
-                  static_cast<std::int64_t>(dims.size()) - 1);
-    inv[static_cast<std::size_t>(d)] = static_cast<std::int64_t>(i);
-  }
-  return inv;
-}
-
 Tensor concat(const std::vector<Tensor>& parts, std::int64_t dim) {
   TESSERA_CHECK(!parts.empty(), "concat: no tensors");
   const Tensor& first = parts[0];

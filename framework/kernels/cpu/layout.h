@@ -1,6 +1,7 @@
 // Layout kernels: permuting dimensions into a new contiguous tensor.
 #pragma once
 
+#include "kernels/types.h"
 #include "tensor/tensor.h"
 
 namespace tessera::cpu {
@@ -11,7 +12,6 @@ Tensor permute(const Tensor& x, const std::vector<std::int64_t>& dims);
 Tensor concat(const std::vector<Tensor>& parts, std::int64_t dim);
 // Rows of dimension 0 picked by `indices` (int64 positions): out[i] = x[indices[i]].
 Tensor index_rows(const Tensor& x, const std::vector<std::int64_t>& indices);
-// The permutation that undoes `dims`.
-std::vector<std::int64_t> inverse_permutation(const std::vector<std::int64_t>& dims);
+using kernels::inverse_permutation;
 
 }  // namespace tessera::cpu

@@ -6,14 +6,12 @@
 #include <vector>
 
 #include "kernels/cuda/launch.h"
+#include "kernels/types.h"
 #include "tensor/tensor.h"
 
 namespace tessera::cuda {
 
-struct AdamParam {
-  Tensor weight, grad, exp_avg, exp_avg_sq;
-  Tensor weight_bf16;  // undefined: none
-};
+using kernels::AdamParam;
 
 class FusedAdam {
  public:

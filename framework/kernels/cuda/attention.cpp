@@ -28,7 +28,7 @@ void check_shared_memory(const char* op, bool backward, std::int64_t head_dim, c
 
 // Checks the inputs of the forward, or of the backward (whose tiles need more shared memory).
 Prepared prepare(const char* op, bool backward, const Tensor& q, const Tensor& k, const Tensor& v,
-                 const Tensor& key_padding, const cpu::AttentionOptions& opt) {
+                 const Tensor& key_padding, const kernels::AttentionOptions& opt) {
   const Elem elem = elem_of(op, q);
   check_rank(op, q, 4, "q");
   check_rank(op, k, 4, "k");
@@ -62,21 +62,21 @@ const std::int32_t* padding_ptr(const Prepared& p) {
 
 }  // namespace
 
-cpu::AttentionOutput attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& key_padding,
-                                       const cpu::AttentionOptions& opt) {
+kernels::AttentionOutput attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& key_padding,
+                                           const kernels::AttentionOptions& opt) {
   const char* op = "cuda::attention_forward";
   const Prepared p = prepare(op, false, q, k, v, key_padding, opt);
-  cpu::AttentionOutput out{Tensor::empty(q.shape(), q.dtype(), Device::cuda),
-                           Tensor::empty({q.size(0), q.size(1), q.size(2)}, DType::f32, Device::cuda)};
+  kernels::AttentionOutput out{Tensor::empty(q.shape(), q.dtype(), Device::cuda),
+                               Tensor::empty({q.size(0), q.size(1), q.size(2)}, DType::f32, Device::cuda)};
   check_launch(op,
                launch_attention_forward(q.raw_data(), k.raw_data(), v.raw_data(), padding_ptr(p), out.out.raw_data(),
                                         static_cast<float*>(out.lse.raw_data()), p.shape, p.elem, nullptr));
   return out;
 }
 
-cpu::AttentionGrads attention_backward(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v,
-                                       const Tensor& key_padding, const cpu::AttentionOutput& fwd,
-                                       const cpu::AttentionOptions& opt) {
+kernels::AttentionGrads attention_backward(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v,
+                                           const Tensor& key_padding, const kernels::AttentionOutput& fwd,
+                                           const kernels::AttentionOptions& opt) {
   const char* op = "cuda::attention_backward";
   const Prepared p = prepare(op, true, q, k, v, key_padding, opt);
   TESSERA_CHECK(dout.shape() == q.shape() && dout.dtype() == q.dtype() && dout.device() == Device::cuda,
@@ -87,9 +87,9 @@ cpu::AttentionGrads attention_backward(const Tensor& dout, const Tensor& q, cons
                     fwd.lse.shape() == Shape({q.size(0), q.size(1), q.size(2)}),
                 "{}: the forward's out {} and lse {} do not fit q {}", op, fwd.out.describe(), fwd.lse.describe(),
                 q.describe());
-  cpu::AttentionGrads g{Tensor::empty(q.shape(), q.dtype(), Device::cuda),
-                        Tensor::empty(k.shape(), k.dtype(), Device::cuda),
-                        Tensor::empty(v.shape(), v.dtype(), Device::cuda)};
+  kernels::AttentionGrads g{Tensor::empty(q.shape(), q.dtype(), Device::cuda),
+                            Tensor::empty(k.shape(), k.dtype(), Device::cuda),
+                            Tensor::empty(v.shape(), v.dtype(), Device::cuda)};
   Tensor dq_accum = Tensor::empty(q.shape(), DType::f32, Device::cuda);
   Tensor delta = Tensor::empty(fwd.lse.shape(), DType::f32, Device::cuda);
   check_launch(

@@ -2,14 +2,15 @@
 // shapes, masks and results; q, k, v float32 or bfloat16 with Dv = D in {32, 64, 128}; lse float32).
 #pragma once
 
-#include "kernels/cpu/attention.h"
+#include "kernels/types.h"
+#include "tensor/tensor.h"
 
 namespace tessera::cuda {
 
-cpu::AttentionOutput attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& key_padding,
-                                       const cpu::AttentionOptions& opt);
-cpu::AttentionGrads attention_backward(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v,
-                                       const Tensor& key_padding, const cpu::AttentionOutput& fwd,
-                                       const cpu::AttentionOptions& opt);
+kernels::AttentionOutput attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& key_padding,
+                                           const kernels::AttentionOptions& opt);
+kernels::AttentionGrads attention_backward(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v,
+                                           const Tensor& key_padding, const kernels::AttentionOutput& fwd,
+                                           const kernels::AttentionOptions& opt);
 
 }  // namespace tessera::cuda

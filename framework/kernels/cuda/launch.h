@@ -120,7 +120,7 @@ cudaError_t launch_softmax(const void* x, void* y, std::int64_t rows, std::int64
 cudaError_t launch_softmax_backward(const void* dy, const void* y, void* dx, std::int64_t rows, std::int64_t cols,
                                     bool log, Elem elem, cudaStream_t stream);
 
-// ---- layout (reduce.cu): y = x with dimensions permuted; rank <= kMaxRank ----
+// ---- layout (layout.cu): y = x with dimensions permuted; rank <= kMaxRank ----
 inline constexpr int kMaxRank = 8;
 struct PermuteDims {
   int rank;

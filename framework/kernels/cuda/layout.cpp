@@ -1,9 +1,38 @@
 #include "kernels/cuda/layout.h"
 
 #include "kernels/cuda/device.h"
-#include "kernels/cuda/nn_kernels.h"
+#include "kernels/cuda/embedding.h"
 
 namespace tessera::cuda {
+
+Tensor permute(const Tensor& x, const std::vector<std::int64_t>& dims) {
+  const char* op = "cuda::permute";
+  const Elem elem = elem_of(op, x);
+  const auto rank = static_cast<std::int64_t>(dims.size());
+  TESSERA_CHECK(rank == x.dim() && rank <= kMaxRank, "{}: {} dimensions for {} (at most {})", op, rank, x.describe(),
+                kMaxRank);
+  std::vector<bool> seen(dims.size(), false);
+  for (std::int64_t d : dims) {
+    TESSERA_CHECK(d >= 0 && d < rank && !seen[static_cast<std::size_t>(d)], "{}: dims are not a permutation of 0..{}",
+                  op, rank - 1);
+    seen[static_cast<std::size_t>(d)] = true;
+  }
+  std::vector<std::int64_t> in_stride(dims.size(), 1);
+  for (std::int64_t i = rank - 2; i >= 0; --i)
+    in_stride[static_cast<std::size_t>(i)] = in_stride[static_cast<std::size_t>(i + 1)] * x.size(i + 1);
+  PermuteDims pd{};
+  pd.rank = static_cast<int>(rank);
+  Shape shape;
+  for (std::int64_t i = 0; i < rank; ++i) {
+    const std::int64_t from = dims[static_cast<std::size_t>(i)];
+    pd.out_shape[i] = x.size(from);
+    pd.in_stride[i] = in_stride[static_cast<std::size_t>(from)];
+    shape.push_back(x.size(from));
+  }
+  Tensor y = Tensor::empty(shape, x.dtype(), Device::cuda);
+  check_launch(op, launch_permute(x.raw_data(), y.raw_data(), x.numel(), pd, elem, nullptr));
+  return y;
+}
 
 Tensor concat(const std::vector<Tensor>& parts, std::int64_t dim) {
   const char* op = "cuda::concat";

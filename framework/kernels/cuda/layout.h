@@ -1,5 +1,6 @@
-// CUDA twins of kernels/cpu/layout.h's concat and index_rows (any dtype for concat; float32 or
-// bfloat16 for index_rows): what incremental decoding does to its key/value caches.
+// CUDA twins of kernels/cpu/layout.h: permute (float32 or bfloat16, rank <= 8), concat (any dtype)
+// and index_rows (float32 or bfloat16): the last two are what incremental decoding does to its
+// key/value caches.
 #pragma once
 
 #include <cstdint>
@@ -9,6 +10,8 @@
 
 namespace tessera::cuda {
 
+// out has shape[i] = x.shape[dims[i]]; dims a permutation of 0..rank-1 (rank <= 8).
+Tensor permute(const Tensor& x, const std::vector<std::int64_t>& dims);
 Tensor concat(const std::vector<Tensor>& parts, std::int64_t dim);
 Tensor index_rows(const Tensor& x, const std::vector<std::int64_t>& indices);
 

@@ -1,4 +1,4 @@
-// Reductions, softmax over the last dimension, and permutes. Every sum accumulates in a fixed
+// Reductions and softmax over the last dimension. Every sum accumulates in a fixed
 // order (no atomics), so results do not change from run to run; sums over a dimension in double.
 #include "kernels/cuda/common.cuh"
 
@@ -78,19 +78,6 @@ __global__ void softmax_backward_kernel(const T* __restrict__ dy, const T* __res
 }
 
 template <typename T>
-__global__ void permute_kernel(const T* __restrict__ x, T* __restrict__ y, std::int64_t n, PermuteDims dims) {
-  for (std::int64_t idx = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; idx < n;
-       idx += static_cast<std::int64_t>(gridDim.x) * blockDim.x) {
-    std::int64_t rest = idx, offset = 0;
-    for (int d = dims.rank - 1; d >= 0; --d) {
-      offset += (rest % dims.out_shape[d]) * dims.in_stride[d];
-      rest /= dims.out_shape[d];
-    }
-    y[idx] = x[offset];
-  }
-}
-
-template <typename T>
 struct Launch {
   static cudaError_t reduce_dim(const void* x, void* y, std::int64_t outer, std::int64_t n, std::int64_t inner,
                                 float scale, cudaStream_t stream) {
@@ -116,11 +103,6 @@ struct Launch {
                                       bool log, cudaStream_t stream) {
     softmax_backward_kernel<T><<<static_cast<unsigned>(rows), kThreads, 0, stream>>>(
         static_cast<const T*>(dy), static_cast<const T*>(y), static_cast<T*>(dx), cols, log);
-    return cudaGetLastError();
-  }
-  static cudaError_t permute(const void* x, void* y, std::int64_t n, const PermuteDims& dims, cudaStream_t stream) {
-    permute_kernel<T>
-        <<<grid_for(n, kThreads), kThreads, 0, stream>>>(static_cast<const T*>(x), static_cast<T*>(y), n, dims);
     return cudaGetLastError();
   }
 };
@@ -152,13 +134,6 @@ cudaError_t launch_softmax_backward(const void* dy, const void* y, void* dx, std
   if (rows == 0 || cols == 0) return cudaSuccess;
   return elem == Elem::bf16 ? Launch<__nv_bfloat16>::softmax_backward(dy, y, dx, rows, cols, log, stream)
                             : Launch<float>::softmax_backward(dy, y, dx, rows, cols, log, stream);
-}
-
-cudaError_t launch_permute(const void* x, void* y, std::int64_t n, const PermuteDims& dims, Elem elem,
-                           cudaStream_t stream) {
-  if (n == 0) return cudaSuccess;
-  return elem == Elem::bf16 ? Launch<__nv_bfloat16>::permute(x, y, n, dims, stream)
-                            : Launch<float>::permute(x, y, n, dims, stream);
 }
 
 }  // namespace tessera::cuda

@@ -1,9 +1,8 @@
-// CUDA twins of kernels/cpu/reduce.h and layout.h's permute (float32 or bfloat16 storage,
-// float32 accumulation in a fixed order).
+// CUDA twins of kernels/cpu/reduce.h (float32 or bfloat16 storage, float32 accumulation in a
+// fixed order).
 #pragma once
 
 #include <cstdint>
-#include <vector>
 
 #include "tensor/tensor.h"
 
@@ -17,7 +16,5 @@ Tensor softmax_lastdim(const Tensor& x);
 Tensor log_softmax_lastdim(const Tensor& x);
 Tensor softmax_backward(const Tensor& dy, const Tensor& y);
 Tensor log_softmax_backward(const Tensor& dy, const Tensor& y);
-// out has shape[i] = x.shape[dims[i]]; dims a permutation of 0..rank-1 (rank <= 8).
-Tensor permute(const Tensor& x, const std::vector<std::int64_t>& dims);
 
 }  // namespace tessera::cuda

@@ -1,0 +1,62 @@
+// What the CPU kernels and their CUDA twins share: the ops' parameter and result types and the
+// host-side argument checks, in neither backend's namespace, so that neither side's headers need
+// the other's. Shapes and meanings are documented with the ops in kernels/dispatch.h and cpu/*.h.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <vector>
+
+#include "tensor/tensor.h"
+
+namespace tessera::kernels {
+
+// ---- elementwise ----
+enum class BinaryOp { add, sub, mul, div };
+enum class UnaryOp { neg, relu, exp, log, tanh };
+
+// ---- layer norm over the last dimension: y = (x - mean) * rstd * gamma + beta ----
+struct LayerNormOutput {
+  Tensor y, mean, rstd;  // mean and rstd: one per row, float like x
+};
+struct LayerNormGrads {
+  Tensor dx, dgamma, dbeta;
+};
+
+// ---- label-smoothed cross entropy ----
+struct CrossEntropyOutput {
+  Tensor loss;  // [N] per-row loss (0 for ignored rows)
+  Tensor lse;   // [N] log-sum-exp of each row, kept for the backward
+  Tensor nll;   // [N] unsmoothed negative log-likelihood of the target (0 for ignored rows): perplexity
+};
+
+// ---- scaled dot-product attention ----
+struct AttentionOptions {
+  bool causal = false;
+  double scale = 0.0;  // 0 means 1 / sqrt(D)
+};
+struct AttentionOutput {
+  Tensor out;  // [B, H, Lq, Dv]
+  Tensor lse;  // [B, H, Lq]: log-sum-exp of each query's scaled scores, for the backward
+};
+struct AttentionGrads {
+  Tensor dq, dk, dv;
+};
+
+// ---- Adam: one parameter's tensors (all on one device, float32 on the GPU) ----
+struct AdamParam {
+  Tensor weight, grad, exp_avg, exp_avg_sq;
+  Tensor weight_bf16;  // undefined: none; else refreshed from the updated weight (mixed precision)
+};
+// Update t (1-based) of Adam with these hyperparameters.
+struct AdamStep {
+  double lr, beta1, beta2, eps;
+  long t;
+};
+
+// Token ids (int32, on the CPU) must lie in [0, vocab); ignore_index, when given, is allowed too.
+void check_ids(const char* op, const Tensor& ids, std::int64_t vocab, std::optional<std::int32_t> ignore_index);
+// The permutation that undoes `dims` (which must be a permutation of 0..rank-1).
+std::vector<std::int64_t> inverse_permutation(const std::vector<std::int64_t>& dims);
+
+}  // namespace tessera::kernels

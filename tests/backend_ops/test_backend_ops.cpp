@@ -1,0 +1,349 @@
+// Every op of kernels/ops.h on each backend built, against the CPU (ggml's test-backend-ops): one
+// test per op runs its cases (shape families) for float32 and bfloat16 on the CPU, then on the GPU
+// (or the CUDA emulator) and compares, with tests/gpu's tolerances (gpu_test_util.h). An op in the
+// list without a case fails here on every build, so a new op without a twin test fails CI.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "gpu/gpu_test_util.h"
+#include "kernels/dispatch.h"
+#include "kernels/ops.h"
+
+namespace tessera {
+namespace {
+
+using namespace tessera::kernels;
+
+// Where a case runs: the CPU in float32 on bfloat16-rounded inputs for a bfloat16 case (as
+// tests/gpu compares), or the GPU with its inputs stored in the case's dtype.
+struct Backend {
+  Device device;
+  DType dtype;
+  bool gpu() const { return device == Device::cuda; }
+  Tensor elem(const Tensor& t) const { return gpu() ? to_gpu(t, dtype) : as_input(t, dtype); }
+  Tensor f32(const Tensor& t) const { return t.to(device); }  // float32 on both (statistics, gamma)
+  Tensor ids(const Tensor& t) const { return t.to(device); }
+  DType storage() const { return gpu() ? dtype : DType::f32; }
+  double tol() const { return tol_of(dtype); }
+};
+
+struct Out {
+  std::string what;
+  Tensor value;
+  double tol;
+};
+
+struct OpCase {
+  std::string op;      // a name in TESSERA_KERNEL_OPS
+  std::string family;  // the shape family
+  std::function<std::vector<Out>(const Backend&)> run;
+  bool f32_only = false;
+};
+
+Tensor ids_tensor(std::vector<std::int32_t> v, const Shape& shape) { return Tensor::from(v, shape); }
+
+std::vector<OpCase> elementwise_cases() {
+  std::vector<OpCase> c;
+  for (const auto& fam_shape : {std::pair<const char*, Shape>{"same_shape", {7, 33, 65}}, {"bias_suffix", {65}}})
+    c.push_back({"binary", fam_shape.first, [bshape = fam_shape.second](const Backend& b) {
+                   const Tensor x = b.elem(random({7, 33, 65}, 1)), y = b.elem(random(bshape, 2, 0.5, 2.0));
+                   std::vector<Out> r;
+                   for (BinaryOp op : {BinaryOp::add, BinaryOp::sub, BinaryOp::mul, BinaryOp::div})
+                     r.push_back({"op " + std::to_string(static_cast<int>(op)), binary(op, x, y), b.tol()});
+                   return r;
+                 }});
+  c.push_back({"unary", "odd_rows", [](const Backend& b) {
+                 const Tensor x = b.elem(random({7, 33, 65}, 3)), pos = b.elem(random({7, 33, 65}, 4, 0.1, 3.0));
+                 std::vector<Out> r;
+                 for (UnaryOp op : {UnaryOp::neg, UnaryOp::relu, UnaryOp::exp, UnaryOp::tanh})
+                   r.push_back({"op " + std::to_string(static_cast<int>(op)), unary(op, x), b.tol()});
+                 r.push_back({"log", unary(UnaryOp::log, pos), b.tol()});
+                 return r;
+               }});
+  c.push_back({"affine", "odd_rows", [](const Backend& b) {
+                 return std::vector<Out>{{"y", affine(b.elem(random({9, 130}, 5)), 0.5, -2.0), b.tol()}};
+               }});
+  c.push_back({"relu_backward", "odd_rows", [](const Backend& b) {
+                 const Tensor dy = b.elem(random({9, 130}, 6)), x = b.elem(random({9, 130}, 7));
+                 return std::vector<Out>{{"dx", relu_backward(dy, x), b.tol()}};
+               }});
+  c.push_back({"add_inplace", "flat", [](const Backend& b) {
+                 Tensor dst = b.elem(random({1000}, 8));
+                 add_inplace(dst, b.elem(random({1000}, 9)), 0.25);
+                 return std::vector<Out>{{"dst", dst, b.tol()}};
+               }});
+  c.push_back({"scale_inplace", "flat", [](const Backend& b) {
+                 Tensor t = b.elem(random({1000}, 10));
+                 scale_inplace(t, -0.75);
+                 return std::vector<Out>{{"t", t, b.tol()}};
+               }});
+  c.push_back({"sum_of_squares", "several_tensors", [](const Backend& b) {
+                 const double s = sum_of_squares({b.elem(random({300}, 11)), b.elem(random({7, 9}, 12))});
+                 return std::vector<Out>{{"sum", Tensor::full({}, s, DType::f32), b.tol()}};
+               }});
+  for (const auto& fam_to : {std::pair<const char*, Shape>{"to_last_dim", {65}}, {"to_suffix", {33, 65}}})
+    c.push_back({"sum_to_shape", fam_to.first, [to = fam_to.second](const Backend& b) {
+                   return std::vector<Out>{{"sum", sum_to_shape(b.elem(random({7, 33, 65}, 13)), to), b.tol()}};
+                 }});
+  c.push_back({"broadcast_to", "from_suffix", [](const Backend& b) {
+                 return std::vector<Out>{{"y", broadcast_to(b.elem(random({65}, 14)), {7, 33, 65}), 0.0}};
+               }});
+  c.push_back({"cast", "round_trip", [](const Backend& b) {
+                 const Tensor x = b.elem(random({4097}, 15, -100, 100));
+                 return std::vector<Out>{{"to bf16", cast(x, DType::bf16), 0.0}, {"to f32", cast(x, DType::f32), 0.0}};
+               }});
+  c.push_back({"full", "filled", [](const Backend& b) {
+                 return std::vector<Out>{{"t", full({3, 5}, 2.5, b.storage(), b.device), 0.0}};
+               }});
+  return c;
+}
+
+std::vector<OpCase> gemm_and_layout_cases() {
+  std::vector<OpCase> c;
+  c.push_back({"matmul", "plain_2d", [](const Backend& b) {
+                 const Tensor x = b.elem(random({33, 65}, 20)), w = b.elem(random({17, 65}, 21));
+                 return std::vector<Out>{{"x w^T", matmul(x, w, false, true), b.tol()}};
+               }});
+  c.push_back({"matmul", "batched_transposed", [](const Backend& b) {
+                 const Tensor x = b.elem(random({3, 33, 17}, 22)), y = b.elem(random({3, 9, 33}, 23));
+                 return std::vector<Out>{{"x^T y^T", matmul(x, y, true, true), b.tol()}};
+               }});
+  c.push_back({"matmul", "shared_b", [](const Backend& b) {
+                 const Tensor x = b.elem(random({2, 5, 7}, 24)), w = b.elem(random({3, 7}, 25));
+                 return std::vector<Out>{{"x w^T", matmul(x, w, false, true), b.tol()}};
+               }});
+  c.push_back({"matmul_batch_sum", "transposed_a", [](const Backend& b) {
+                 const Tensor x = b.elem(random({4, 9, 5}, 26)), y = b.elem(random({4, 9, 6}, 27));
+                 const Tensor z = b.elem(random({4, 6, 9}, 28));
+                 return std::vector<Out>{{"a^T b", matmul_batch_sum(x, y, true, false), b.tol()},
+                                         {"a^T b^T", matmul_batch_sum(x, z, true, true), b.tol()}};
+               }});
+  c.push_back({"permute", "rank3_and_rank4", [](const Backend& b) {
+                 return std::vector<Out>{{"3-D", permute(b.elem(random({3, 4, 5}, 29)), {2, 0, 1}), 0.0},
+                                         {"4-D", permute(b.elem(random({2, 3, 4, 5}, 30)), {0, 2, 1, 3}), 0.0}};
+               }});
+  c.push_back({"concat", "middle_dim", [](const Backend& b) {
+                 const Tensor x = b.elem(random({2, 3, 4}, 31)), y = b.elem(random({2, 5, 4}, 32));
+                 return std::vector<Out>{{"dim 1", concat({x, y}, 1), 0.0}};
+               }});
+  c.push_back({"index_rows", "repeated_rows", [](const Backend& b) {
+                 return std::vector<Out>{{"rows", index_rows(b.elem(random({6, 4, 3}, 33)), {5, 0, 0, 2}), 0.0}};
+               }});
+  return c;
+}
+
+std::vector<OpCase> reduction_cases() {
+  std::vector<OpCase> c;
+  c.push_back({"sum_all", "many_blocks", [](const Backend& b) {
+                 return std::vector<Out>{{"sum", sum_all(b.elem(random({5003}, 40))), b.tol()}};
+               }});
+  c.push_back({"mean_all", "odd_rows", [](const Backend& b) {
+                 return std::vector<Out>{{"mean", mean_all(b.elem(random({5, 7, 30}, 41))), b.tol()}};
+               }});
+  for (const char* op : {"sum_dim", "mean_dim"})
+    c.push_back({op, "each_dim_keepdim", [op = std::string(op)](const Backend& b) {
+                   const Tensor x = b.elem(random({5, 7, 30}, 42));
+                   std::vector<Out> r;
+                   for (std::int64_t dim : {0, 1, -1})
+                     for (bool keep : {false, true})
+                       r.push_back({"dim " + std::to_string(dim) + (keep ? " keepdim" : ""),
+                                    op == "sum_dim" ? sum_dim(x, dim, keep) : mean_dim(x, dim, keep), b.tol()});
+                   return r;
+                 }});
+  c.push_back({"softmax_lastdim", "long_rows", [](const Backend& b) {
+                 return std::vector<Out>{{"y", softmax_lastdim(b.elem(random({5, 7, 300}, 43, -4, 4))), b.tol()}};
+               }});
+  c.push_back({"log_softmax_lastdim", "long_rows", [](const Backend& b) {
+                 return std::vector<Out>{{"y", log_softmax_lastdim(b.elem(random({5, 7, 300}, 44, -4, 4))), b.tol()}};
+               }});
+  // The backward from the same (CPU-made) forward output on both sides.
+  c.push_back({"softmax_backward", "long_rows", [](const Backend& b) {
+                 const Tensor y = softmax_lastdim(as_input(random({5, 7, 300}, 45, -4, 4), b.dtype));
+                 return std::vector<Out>{{"dx", softmax_backward(b.elem(random({5, 7, 300}, 46)), b.elem(y)), b.tol()}};
+               }});
+  c.push_back(
+      {"log_softmax_backward", "long_rows", [](const Backend& b) {
+         const Tensor y = log_softmax_lastdim(as_input(random({5, 7, 300}, 47, -4, 4), b.dtype));
+         return std::vector<Out>{{"dx", log_softmax_backward(b.elem(random({5, 7, 300}, 48)), b.elem(y)), b.tol()}};
+       }});
+  return c;
+}
+
+std::vector<OpCase> layer_norm_embedding_dropout_cases() {
+  std::vector<OpCase> c;
+  c.push_back({"layer_norm_forward", "rows", [](const Backend& b) {
+                 const auto f = layer_norm_forward(b.elem(random({6, 48}, 50, -2, 3)), b.f32(random({48}, 51)),
+                                                   b.f32(random({48}, 52)), 1e-5);
+                 return std::vector<Out>{{"y", f.y, b.tol()}, {"mean", f.mean, kF32Tol}, {"rstd", f.rstd, kF32Tol}};
+               }});
+  c.push_back(
+      {"layer_norm_backward", "rows", [](const Backend& b) {
+         const Tensor x = as_input(random({6, 48}, 53, -2, 3), b.dtype), gamma = random({48}, 54);
+         const auto f = layer_norm_forward(x, gamma, random({48}, 55), 1e-5);  // CPU statistics for both
+         const auto g =
+             layer_norm_backward(b.elem(random({6, 48}, 56)), b.elem(x), b.f32(gamma), b.f32(f.mean), b.f32(f.rstd));
+         return std::vector<Out>{{"dx", g.dx, b.tol()}, {"dgamma", g.dgamma, kF32Tol}, {"dbeta", g.dbeta, kF32Tol}};
+       }});
+  c.push_back({"embedding_forward", "table_lookup", [](const Backend& b) {
+                 const Tensor ids = ids_tensor({3, 0, 49, 7, 7, 12}, {2, 3});
+                 return std::vector<Out>{{"out", embedding_forward(b.elem(random({50, 16}, 57)), b.ids(ids)), 0.0}};
+               }});
+  c.push_back({"embedding_backward", "repeated_ids", [](const Backend& b) {
+                 Tensor dweight = b.f32(Tensor::zeros({50, 16}, DType::f32));
+                 embedding_backward(dweight, b.elem(random({6, 16}, 58)), b.ids(ids_tensor({3, 0, 49, 7, 7, 3}, {6})));
+                 return std::vector<Out>{{"dweight", dweight, kF32Tol}};
+               }});
+  c.push_back({"dropout_forward", "flat", [](const Backend& b) {
+                 return std::vector<Out>{{"y", dropout_forward(b.elem(random({1003}, 59)), 0.1, 7, 3), b.tol()}};
+               }});
+  return c;
+}
+
+// Logits [37, 101] with ignored rows, label smoothing 0.1.
+struct XentInputs {
+  Tensor logits = random({37, 101}, 60, -4, 4), targets;
+  XentInputs() {
+    std::vector<std::int32_t> t(37);
+    for (std::size_t i = 0; i < t.size(); ++i) t[i] = i % 5 == 4 ? -100 : static_cast<std::int32_t>((i * 13) % 101);
+    targets = ids_tensor(t, {37});
+  }
+};
+
+std::vector<OpCase> cross_entropy_cases() {
+  std::vector<OpCase> c;
+  c.push_back({"cross_entropy_forward", "ignored_rows", [](const Backend& b) {
+                 const XentInputs in;
+                 const auto f = cross_entropy_forward(b.elem(in.logits), b.ids(in.targets), 0.1, -100);
+                 return std::vector<Out>{{"loss", f.loss, kF32Tol}, {"lse", f.lse, kF32Tol}, {"nll", f.nll, kF32Tol}};
+               }});
+  c.push_back({"cross_entropy_backward", "ignored_rows", [](const Backend& b) {
+                 const XentInputs in;
+                 const Tensor logits = as_input(in.logits, b.dtype);
+                 const Tensor lse = cross_entropy_forward(logits, in.targets, 0.1, -100).lse;  // CPU's, for both
+                 const Tensor d = cross_entropy_backward(b.f32(random({37}, 61)), b.elem(logits), b.ids(in.targets),
+                                                         b.f32(lse), 0.1, -100);
+                 return std::vector<Out>{{"dlogits", d, b.tol()}};
+               }});
+  c.push_back({"cross_entropy_with_grad", "ignored_rows", [](const Backend& b) {
+                 const XentInputs in;
+                 const auto r = cross_entropy_with_grad(b.elem(in.logits), b.ids(in.targets), 0.1, -100);
+                 return std::vector<Out>{{"loss", r.out.loss, kF32Tol}, {"dlogits", r.dlogits, b.tol()}};
+               }});
+  return c;
+}
+
+// q [2, 2, lq, 32], k and v [2, 2, lk, 32]; the second sequence's last three keys padded.
+struct AttentionInputs {
+  Tensor q, k, v, pad;
+  AttentionOptions opt;
+  AttentionInputs(const Backend& b, std::int64_t lq, std::int64_t lk, bool causal, bool padded)
+      : q(b.elem(random({2, 2, lq, 32}, 70))),
+        k(b.elem(random({2, 2, lk, 32}, 71))),
+        v(b.elem(random({2, 2, lk, 32}, 72))),
+        opt{.causal = causal, .scale = 0.0} {
+    std::vector<std::int32_t> p(static_cast<std::size_t>(2 * lk), 0);
+    for (std::int64_t j = lk - 3; padded && j < lk; ++j) p[static_cast<std::size_t>(lk + j)] = 1;
+    if (padded) pad = b.ids(ids_tensor(p, {2, lk}));
+  }
+};
+
+// FlashAttention's bfloat16 P V rounding (tests/gpu/test_kernels_cuda.cpp): lse 1e-3, gradients 4e-2.
+std::vector<OpCase> attention_and_adam_cases() {
+  std::vector<OpCase> c;
+  struct Family {
+    const char* name;
+    std::int64_t lq, lk;
+    bool causal, padded;
+  };
+  for (const Family fam_case :
+       {Family{"cross_padded", 9, 13, false, true}, Family{"self_causal", 16, 16, true, false}}) {
+    const std::int64_t lq = fam_case.lq, lk = fam_case.lk;
+    const bool causal = fam_case.causal, padded = fam_case.padded;
+    const char* fam = fam_case.name;
+    c.push_back({"attention_forward", fam, [=](const Backend& b) {
+                   const AttentionInputs in(b, lq, lk, causal, padded);
+                   const auto f = attention_forward(in.q, in.k, in.v, in.pad, in.opt);
+                   return std::vector<Out>{{"out", f.out, b.tol()},
+                                           {"lse", f.lse, b.dtype == DType::f32 ? kF32Tol : 10 * kF32Tol}};
+                 }});
+    c.push_back(
+        {"attention_backward", fam, [=](const Backend& b) {
+           const AttentionInputs in(b, lq, lk, causal, padded);
+           const auto f = attention_forward(in.q, in.k, in.v, in.pad, in.opt);
+           const auto g = attention_backward(b.elem(random({2, 2, lq, 32}, 73)), in.q, in.k, in.v, in.pad, f, in.opt);
+           const double tol = b.dtype == DType::f32 ? kF32Tol : 2 * kBf16Tol;
+           return std::vector<Out>{{"dq", g.dq, tol}, {"dk", g.dk, tol}, {"dv", g.dv, tol}};
+         }});
+  }
+  // Bit-identical (no fused multiply-add on the GPU side); float32 only.
+  c.push_back({"adam_update", "two_params",
+               [](const Backend& b) {
+                 std::vector<AdamParam> params;
+                 for (std::int64_t n : {300, 4097})
+                   params.push_back({b.f32(random({n}, 80)), b.f32(random({n}, 81)), b.f32(random({n}, 82)),
+                                     b.f32(random({n}, 83, 0.0, 1.0)), Tensor()});
+                 adam_update(params, {1e-3, 0.9, 0.98, 1e-9, 3});
+                 std::vector<Out> r;
+                 for (const AdamParam& p : params)
+                   for (const Tensor& t : {p.weight, p.exp_avg, p.exp_avg_sq}) r.push_back({"state", t, 0.0});
+                 return r;
+               },
+               true});
+  return c;
+}
+
+const std::vector<OpCase>& all_cases() {
+  static const std::vector<OpCase> cases = [] {
+    std::vector<OpCase> all;
+    for (auto make : {elementwise_cases, gemm_and_layout_cases, reduction_cases, layer_norm_embedding_dropout_cases,
+                      cross_entropy_cases, attention_and_adam_cases})
+      for (OpCase& c : make()) all.push_back(std::move(c));
+    return all;
+  }();
+  return cases;
+}
+
+#define TESSERA_OP_NAME(op) #op,
+const std::vector<std::string> kOps{TESSERA_KERNEL_OPS(TESSERA_OP_NAME)};
+#undef TESSERA_OP_NAME
+
+std::vector<DType> dtypes_of(const OpCase& c) {
+  return c.f32_only ? std::vector<DType>{DType::f32} : std::vector<DType>{DType::f32, DType::bf16};
+}
+
+class BackendOps : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(BackendOps, CudaMatchesCpu) {
+  std::vector<const OpCase*> cases;
+  for (const OpCase& c : all_cases())
+    if (c.op == GetParam()) cases.push_back(&c);
+  ASSERT_FALSE(cases.empty()) << "op '" << GetParam() << "' is in kernels/ops.h but has no case in "
+                              << "tests/backend_ops/test_backend_ops.cpp: every op needs a twin test";
+  for (const OpCase* c : cases)  // every case runs on the CPU, on every build
+    for (DType dt : dtypes_of(*c)) EXPECT_NO_THROW(c->run({Device::cpu, dt})) << c->family << " " << dtype_label(dt);
+  SKIP_WITHOUT_GPU();
+  for (const OpCase* c : cases)
+    for (DType dt : dtypes_of(*c)) {
+      const std::vector<Out> cpu = c->run({Device::cpu, dt}), gpu = c->run({Device::cuda, dt});
+      ASSERT_EQ(cpu.size(), gpu.size());
+      for (std::size_t i = 0; i < cpu.size(); ++i)
+        expect_close(gpu[i].value, cpu[i].value, gpu[i].tol,
+                     GetParam() + " " + c->family + " " + dtype_label(dt) + " " + gpu[i].what);
+    }
+}
+
+INSTANTIATE_TEST_SUITE_P(EveryOp, BackendOps, ::testing::ValuesIn(kOps),
+                         [](const ::testing::TestParamInfo<std::string>& p) { return p.param; });
+
+// A case for an op that is not in the list (a typo, or an op dropped from dispatch.h) fails too.
+TEST(BackendOpsList, EveryCaseNamesAListedOp) {
+  for (const OpCase& c : all_cases())
+    EXPECT_NE(std::find(kOps.begin(), kOps.end(), c.op), kOps.end()) << "case for unknown op '" << c.op << "'";
+}
+
+}  // namespace
+}  // namespace tessera
