@@ -81,14 +81,8 @@ std::vector<std::string> sample_sentences(const VocabTrainOptions& opt, std::int
   return kept;
 }
 
-}  // namespace
-
-Vocab::Vocab() : sp_(std::make_unique<sentencepiece::SentencePieceProcessor>()) {}
-Vocab::Vocab(Vocab&&) noexcept = default;
-Vocab& Vocab::operator=(Vocab&&) noexcept = default;
-Vocab::~Vocab() = default;
-
-Vocab Vocab::train(const VocabTrainOptions& opt) {
+// The options SentencePiece would refuse or misread, refused before any input is read.
+void check_train_options(const VocabTrainOptions& opt) {
   TESSERA_CHECK(!opt.inputs.empty(), "vocab: no input files");
   TESSERA_CHECK(!opt.model_prefix.empty(), "vocab: empty model prefix");
   TESSERA_CHECK(opt.model_type == "bpe" || opt.model_type == "unigram",
@@ -98,18 +92,11 @@ Vocab Vocab::train(const VocabTrainOptions& opt) {
   TESSERA_CHECK(opt.character_coverage >= 0.98 && opt.character_coverage <= 1.0,
                 "vocab: character_coverage {} is not in [0.98, 1] (SentencePiece's range)", opt.character_coverage);
   TESSERA_CHECK(opt.input_sentence_size > 0, "vocab: input_sentence_size {} must be positive", opt.input_sentence_size);
+}
 
-  std::int64_t total = 0;
-  std::int64_t too_long = 0;
-  const std::vector<std::string> sentences = sample_sentences(opt, &total, &too_long);
-  TESSERA_CHECK(!sentences.empty(), "vocab: the input files hold no sentences{}",
-                too_long > 0 ? fmt::format(" of at most {} bytes (SentencePiece's limit; {} longer lines)",
-                                           kMaxSentenceBytes, too_long)
-                             : std::string());
-
-  const std::string model_path = opt.model_prefix + ".model", vocab_path = opt.model_prefix + ".vocab";
-  // Checked before minutes of training: the outputs replace files (an input among them, lost) and
-  // a folder in their place would fail the last rename, with the .vocab already replaced.
+// Checked before minutes of training: the outputs replace files (an input among them, lost) and
+// a folder in their place would fail the last rename, with the .vocab already replaced.
+void prepare_outputs(const VocabTrainOptions& opt, const std::string& model_path, const std::string& vocab_path) {
   for (const std::string& out : {model_path, vocab_path}) {
     std::error_code ec;
     if (std::filesystem::is_directory(out, ec)) fail("vocab: cannot write '{}': it is a folder", out);
@@ -126,9 +113,12 @@ Vocab Vocab::train(const VocabTrainOptions& opt) {
     std::filesystem::create_directories(prefix.parent_path(), ec);
     if (ec) fail("vocab: cannot create directory '{}': {}", prefix.parent_path().string(), ec.message());
   }
+}
 
-  const std::unordered_map<std::string, std::string> args = {
-      // None: SentencePiece returns the model instead of writing files (we write them below), and
+// SentencePiece's trainer arguments for `opt`.
+std::unordered_map<std::string, std::string> trainer_args(const VocabTrainOptions& opt) {
+  return {
+      // None: SentencePiece returns the model instead of writing files (write_outputs writes them), and
       // the model records no path (a prefix would make the same training differ by folder).
       {"model_prefix", ""},
       {"vocab_size", std::to_string(opt.vocab_size)},
@@ -138,13 +128,18 @@ Vocab Vocab::train(const VocabTrainOptions& opt) {
       {"unk_id", std::to_string(kUnkId)},
       {"bos_id", std::to_string(kBosId)},
       {"eos_id", std::to_string(kEosId)},
-      // The sample above is already at most input_sentence_size sentences, drawn with our seed.
+      // The sample (sample_sentences) is already at most input_sentence_size sentences, drawn with our seed.
       {"input_sentence_size", "0"},
       {"max_sentence_length", std::to_string(kMaxSentenceBytes)},
       {"shuffle_input_sentence", "false"},
       {"num_threads", "2"},
       {"minloglevel", "2"},
   };
+}
+
+// The trained model's bytes; VocabTrainingError when SentencePiece's training fails.
+std::string train_model_bytes(const VocabTrainOptions& opt, const std::vector<std::string>& sentences) {
+  const std::unordered_map<std::string, std::string> args = trainer_args(opt);
   VectorSentenceIterator it(&sentences);
   std::string model_bytes;
   const auto status = sentencepiece::SentencePieceTrainer::Train(args, &it, &model_bytes);
@@ -153,15 +148,14 @@ Vocab Vocab::train(const VocabTrainOptions& opt) {
         fmt::format("vocab: SentencePiece training failed (model_type={}, vocab_size={}, {} "
                     "sentences): {}",
                     opt.model_type, opt.vocab_size, sentences.size(), status.ToString()));
-  // P.vocab as spm_train writes it: each piece and its score.
-  const Vocab trained = from_serialized(model_bytes, model_path);
-  std::string pieces;
-  for (int id = 0; id < trained.sp_->GetPieceSize(); ++id)
-    pieces += fmt::format("{}\t{:g}\n", trained.sp_->IdToPiece(id), trained.sp_->GetScore(id));
+  return model_bytes;
+}
 
-  // Written under a temporary prefix, read back and renamed once complete: a start killed while
-  // they are written, or a write that failed unseen (a full disk), leaves no truncated P.model that
-  // the next start would take for a trained vocabulary.
+// Written under a temporary prefix, read back and renamed once complete: a start killed while
+// they are written, or a write that failed unseen (a full disk), leaves no truncated P.model that
+// the next start would take for a trained vocabulary.
+void write_outputs(const VocabTrainOptions& opt, const std::string& model_bytes, const std::string& pieces,
+                   const std::string& model_path, const std::string& vocab_path) {
   const std::string tmp_prefix = fmt::format("{}.tmp{}", opt.model_prefix, ::getpid());
   const auto remove_temporaries = [&] {
     std::error_code ec;
@@ -175,7 +169,7 @@ Vocab Vocab::train(const VocabTrainOptions& opt) {
       out.close();
       if (!out) fail("cannot write '{}{}': {}", tmp_prefix, ext, std::strerror(errno));
     }
-    const Vocab written = load(tmp_prefix + ".model");
+    const Vocab written = Vocab::load(tmp_prefix + ".model");
     const std::int64_t lines = count_lines(tmp_prefix + ".vocab");
     if (written.size() != opt.vocab_size)  // SentencePiece gives the size asked for, or fails
       unreadable = fmt::format("'{}' holds {} of its {} pieces", model_path, written.size(), opt.vocab_size);
@@ -198,6 +192,37 @@ Vocab Vocab::train(const VocabTrainOptions& opt) {
       fail("vocab: cannot write '{}{}': {}", opt.model_prefix, ext, why);
     }
   }
+}
+
+}  // namespace
+
+Vocab::Vocab() : sp_(std::make_unique<sentencepiece::SentencePieceProcessor>()) {}
+Vocab::Vocab(Vocab&&) noexcept = default;
+Vocab& Vocab::operator=(Vocab&&) noexcept = default;
+Vocab::~Vocab() = default;
+
+Vocab Vocab::train(const VocabTrainOptions& opt) {
+  check_train_options(opt);
+
+  std::int64_t total = 0;
+  std::int64_t too_long = 0;
+  const std::vector<std::string> sentences = sample_sentences(opt, &total, &too_long);
+  TESSERA_CHECK(!sentences.empty(), "vocab: the input files hold no sentences{}",
+                too_long > 0 ? fmt::format(" of at most {} bytes (SentencePiece's limit; {} longer lines)",
+                                           kMaxSentenceBytes, too_long)
+                             : std::string());
+
+  const std::string model_path = opt.model_prefix + ".model", vocab_path = opt.model_prefix + ".vocab";
+  prepare_outputs(opt, model_path, vocab_path);
+
+  const std::string model_bytes = train_model_bytes(opt, sentences);
+  // P.vocab as spm_train writes it: each piece and its score.
+  const Vocab trained = from_serialized(model_bytes, model_path);
+  std::string pieces;
+  for (int id = 0; id < trained.sp_->GetPieceSize(); ++id)
+    pieces += fmt::format("{}\t{:g}\n", trained.sp_->IdToPiece(id), trained.sp_->GetScore(id));
+
+  write_outputs(opt, model_bytes, pieces, model_path, vocab_path);
   return load(opt.model_prefix + ".model");
 }
 
