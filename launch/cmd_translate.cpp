@@ -291,156 +291,177 @@ std::vector<std::string> nbest_lines(const Translator& translator,
   return lines;
 }
 
-}  // namespace
+// translate's command line, as parsed.
+struct TranslateOptions {
+  std::vector<std::string> checkpoints;
+  std::string input, output, vocab, vocab_tgt;
+  std::int64_t beam = 0, batch = 0, nbest = 0, buffer = 10000;
+  double length_penalty = -1;
+  std::string device = "cpu";
+  bool sample = false;
+  models::SamplingOptions sampling;
+  std::int64_t seed = 1;
+  double timeout_s = 300;  // under mpirun, as parallel.timeout_s
+};
 
-Command add_translate_command(CLI::App& parent) {
-  struct Options {
-    std::vector<std::string> checkpoints;
-    std::string input, output, vocab, vocab_tgt;
-    std::int64_t beam = 0, batch = 0, nbest = 0, buffer = 10000;
-    double length_penalty = -1;
-    std::string device = "cpu";
-    bool sample = false;
-    models::SamplingOptions sampling;
-    std::int64_t seed = 1;
-    double timeout_s = 300;  // under mpirun, as parallel.timeout_s
-  };
-  auto opt = std::make_shared<Options>();
+// The translate subcommand and its options, parsed into `opt`.
+CLI::App* declare_translate_options(CLI::App& parent, TranslateOptions& opt) {
   CLI::App* cmd = parent.add_subcommand(
       "translate",
       "Translate sentences (one per line, from a file or stdin) with a trained checkpoint, or an ensemble of several");
   cmd->add_option(
-         "--checkpoint", opt->checkpoints,
+         "--checkpoint", opt.checkpoints,
          "Any checkpoint: model.h5, checkpoint_<step>.h5, checkpoint_best.h5 or an average; several (of models "
          "trained with the same vocabularies): an ensemble, the mean of their probabilities, with the first's "
          "decoding settings")
       ->required();
-  cmd->add_option("--input,-i", opt->input, "Source sentences, one per line (default, or -: stdin)");
-  cmd->add_option("--output,-o", opt->output,
+  cmd->add_option("--input,-i", opt.input, "Source sentences, one per line (default, or -: stdin)");
+  cmd->add_option("--output,-o", opt.output,
                   "Where to write translations (default, or -: stdout; not a file it reads: the input, the checkpoint, "
                   "a vocabulary)");
-  cmd->add_option("--vocab", opt->vocab,
+  cmd->add_option("--vocab", opt.vocab,
                   "SentencePiece model, the source side's if not joint (default: the one the checkpoint holds, which "
                   "one given must equal)");
-  cmd->add_option("--vocab-tgt", opt->vocab_tgt,
+  cmd->add_option("--vocab-tgt", opt.vocab_tgt,
                   "Target-side SentencePiece model of a run with one vocabulary per language (default: the one the "
                   "checkpoint holds, which one given must equal)");
-  auto* beam = add_whole_number_option(cmd, "--beam", opt->beam, 1, 1000,
+  auto* beam = add_whole_number_option(cmd, "--beam", opt.beam, 1, 1000,
                                        "Beam size (default: decode.beam of the checkpoint's config)");
   auto* length_penalty =
-      cmd->add_option("--length-penalty", opt->length_penalty, "Length penalty alpha (default: from the config)")
+      cmd->add_option("--length-penalty", opt.length_penalty, "Length penalty alpha (default: from the config)")
           ->check(finite_range(0.0, 10.0));
-  add_whole_number_option(cmd, "--batch", opt->batch, 1, 100000,
+  add_whole_number_option(cmd, "--batch", opt.batch, 1, 100000,
                           "Sentences decoded together (default: from the config)");
-  add_whole_number_option(cmd, "--buffer", opt->buffer, 1, 100000000,
+  add_whole_number_option(cmd, "--buffer", opt.buffer, 1, 100000000,
                           "Lines read, sorted by length into batches and translated before the next are read: the "
                           "memory a translation takes is one buffer's, whatever the input's length (from a terminal, "
                           "fewer: what has been typed; 1: a pipe's lines translated as they arrive)")
       ->capture_default_str();
   auto* nbest = add_whole_number_option(
-      cmd, "--nbest", opt->nbest, 1, 1000,
+      cmd, "--nbest", opt.nbest, 1, 1000,
       "Write the N best translations of each sentence (1 to the beam size), one a line: 'LINE ||| "
       "translation ||| F0= log-probability ||| score' (LINE from 0; score: the length-normalized "
       "log-probability the beam ranks by), as Marian and Moses write n-best lists");
-  auto* sample = cmd->add_flag("--sample", opt->sample,
+  auto* sample = cmd->add_flag("--sample", opt.sample,
                                "Draw each token from the model's distribution instead of searching (one translation "
                                "a sentence, for back-translation): the same seed gives the same draws, under mpirun "
                                "too (across --batch sizes, but for last-bit differences of the probabilities)")
                      ->excludes(beam)
                      ->excludes(nbest)
                      ->excludes(length_penalty);
-  add_whole_number_option(cmd, "--top-k", opt->sampling.top_k, 0, std::int64_t{1} << 30,
+  add_whole_number_option(cmd, "--top-k", opt.sampling.top_k, 0, std::int64_t{1} << 30,
                           "--sample: only from the K most likely tokens (0: all)")
       ->needs(sample);
-  cmd->add_option("--temperature", opt->sampling.temperature,
+  cmd->add_option("--temperature", opt.sampling.temperature,
                   "--sample: divides the log-probabilities (below 1: closer to greedy; above 1: more diverse)")
       ->check(finite_range(1e-3, 1e3))
       ->capture_default_str()
       ->needs(sample);
-  add_whole_number_option(cmd, "--seed", opt->seed, 0, std::numeric_limits<std::int64_t>::max(),
+  add_whole_number_option(cmd, "--seed", opt.seed, 0, std::numeric_limits<std::int64_t>::max(),
                           "--sample: seed of the draws")
       ->needs(sample);
-  cmd->add_option("--device", opt->device,
+  cmd->add_option("--device", opt.device,
                   "Decode on the cpu or on a GPU (cuda: the first GPU; under mpirun, local rank % GPUs)")
       ->check(CLI::IsMember({"cpu", "cuda"}));
-  add_timeout_option(cmd, opt->timeout_s);
-  return {cmd, [opt] {
-            // Under mpirun the ranks share the sentences (each translates a share of the batches)
-            // and rank 0 writes all the translations.
-            const std::unique_ptr<dist::MpiCommunicator> world = mpi_world_for_decoding(opt->timeout_s);
-            const bool root = world == nullptr || world->rank() == 0;
-            if (opt->input == "-") opt->input.clear();  // standard input, as score's --hyp -
-            // A terminal named as a file (-i /dev/stdin, /dev/tty) is read as standard input is, so that
-            // each sentence typed is translated at once (a file's buffer would wait for --buffer lines).
-            if (!opt->input.empty() && ::isatty(STDIN_FILENO) != 0 && is_file_of(opt->input, STDIN_FILENO))
-              opt->input.clear();
-            // Counted: under an MPMD launch some ranks may have -i and others not.
-            if (world != nullptr && world->size() > 1 && dist::count_ranks(opt->input.empty(), world.get()) > 0)
-              throw EveryRankError(
-                  "translate under mpirun: give the sentences with -i FILE (mpirun passes standard input to rank 0 "
-                  "only)");
-            if (opt->output == "-") opt->output.clear();  // standard output, the default
-            if (root && !opt->output.empty()) {
-              std::vector<std::pair<const char*, std::string>> inputs = {{"the input", opt->input},
-                                                                         {"the --vocab file", opt->vocab},
-                                                                         {"the --vocab-tgt file", opt->vocab_tgt}};
-              for (const std::string& c : opt->checkpoints) inputs.emplace_back("the checkpoint", c);
-              check_writable_output(opt->output, inputs);
-            }
-            const Device device = opt->device == "cuda" ? Device::cuda : Device::cpu;
-            const std::unique_ptr<Translator> translator =
-                load_translator(world.get(), opt->checkpoints, opt->vocab, opt->vocab_tgt, device);
-            // The vocabulary files an older checkpoint's translator found by itself (no option named them).
-            if (root && !opt->output.empty())
-              for (const std::string& file : translator->vocabulary_files())
-                check_not_an_input(opt->output, {{"the vocabulary file", file}});
-            const io::RunConfig& cfg = translator->config();
-            models::DecodeOptions dec = models::decode_options(cfg.decode);
-            if (opt->beam > 0) dec.beam = opt->beam;
-            if (opt->length_penalty >= 0) dec.length_penalty = opt->length_penalty;
-            if (opt->sample) {
-              dec.sampling = opt->sampling;
-              dec.sampling->seed = static_cast<std::uint64_t>(opt->seed);
-            }
-            const std::int64_t batch = opt->batch > 0 ? opt->batch : cfg.decode.batch_sentences;
-            check_same_decoding(dec, batch, opt->nbest, world.get());
-            check_same_on_every_rank(static_cast<std::uint64_t>(opt->buffer), world.get(),
-                                     fmt::format("--buffer ({})", opt->buffer),
-                                     "were given another number than rank 0: give every rank the same command line");
-            if (opt->nbest > 0) check_nbest(opt->nbest, dec, opt->beam);
-            // Buffer by buffer: read (rank 0 first, as the model), translated with the ranks sharing its batches,
-            // written by rank 0. Every rank reads the file itself and the ranks' buffers must match.
-            const std::string input_name =
-                opt->input.empty() ? std::string("standard input") : fmt::format("input file '{}'", opt->input);
-            std::unique_ptr<data::LineReader> reader;
-            const auto read_buffer = [&](std::int64_t first_line) {
-              return read_sources(
-                  world.get(), *translator, input_name,
-                  [&] {
-                    if (reader == nullptr)
-                      reader = opt->input.empty() ? std::make_unique<data::LineReader>(data::kStandardInput)
-                                                  : std::make_unique<data::LineReader>(opt->input);
-                    return next_source_lines(*reader, opt->buffer, opt->input.empty() && ::isatty(STDIN_FILENO) != 0);
-                  },
-                  first_line);
-            };
-            std::vector<std::vector<std::int32_t>> sources = read_buffer(0);
-            // Opened once the input has been read from: a missing input is named at once, not after
-            // waiting for an output FIFO's reader, which the other ranks wait for without the timeout.
-            std::optional<TranslationOutput> output;
-            root_first(world.get(), [&] {
-              if (root) output.emplace(opt->output);
-            });
-            for (std::int64_t first_line = 0; !sources.empty(); sources = read_buffer(first_line)) {
-              const std::vector<std::string> lines =
-                  opt->nbest > 0 ? nbest_lines(*translator, sources, dec, opt->nbest, batch, world.get(), first_line)
-                                 : translator->translate(sources, dec, batch, world.get(), first_line);
-              if (root) output->write(lines);
-              first_line += std::ssize(sources);
-            }
-            if (root) output->finish();
-            return 0;
-          }};
+  add_timeout_option(cmd, opt.timeout_s);
+  return cmd;
+}
+
+// -i and -o read ("-": standard input and output, empty after), and checked before the model is
+// loaded: under mpirun every rank names its input file, and rank 0's output overwrites none it reads.
+void check_input_and_output(TranslateOptions& opt, dist::MpiCommunicator* world, bool root) {
+  if (opt.input == "-") opt.input.clear();  // standard input, as score's --hyp -
+  // A terminal named as a file (-i /dev/stdin, /dev/tty) is read as standard input is, so that
+  // each sentence typed is translated at once (a file's buffer would wait for --buffer lines).
+  if (!opt.input.empty() && ::isatty(STDIN_FILENO) != 0 && is_file_of(opt.input, STDIN_FILENO)) opt.input.clear();
+  // Counted: under an MPMD launch some ranks may have -i and others not.
+  if (world != nullptr && world->size() > 1 && dist::count_ranks(opt.input.empty(), world) > 0)
+    throw EveryRankError(
+        "translate under mpirun: give the sentences with -i FILE (mpirun passes standard input to rank 0 "
+        "only)");
+  if (opt.output == "-") opt.output.clear();  // standard output, the default
+  if (root && !opt.output.empty()) {
+    std::vector<std::pair<const char*, std::string>> inputs = {
+        {"the input", opt.input}, {"the --vocab file", opt.vocab}, {"the --vocab-tgt file", opt.vocab_tgt}};
+    for (const std::string& c : opt.checkpoints) inputs.emplace_back("the checkpoint", c);
+    check_writable_output(opt.output, inputs);
+  }
+}
+
+// The checkpoint's decoding settings with the options given over them, checked the same on every
+// rank (with `batch`, the sentences decoded together).
+models::DecodeOptions decoding_of(const TranslateOptions& opt, const io::RunConfig& cfg, std::int64_t batch,
+                                  dist::Communicator* world) {
+  models::DecodeOptions dec = models::decode_options(cfg.decode);
+  if (opt.beam > 0) dec.beam = opt.beam;
+  if (opt.length_penalty >= 0) dec.length_penalty = opt.length_penalty;
+  if (opt.sample) {
+    dec.sampling = opt.sampling;
+    dec.sampling->seed = static_cast<std::uint64_t>(opt.seed);
+  }
+  check_same_decoding(dec, batch, opt.nbest, world);
+  check_same_on_every_rank(static_cast<std::uint64_t>(opt.buffer), world, fmt::format("--buffer ({})", opt.buffer),
+                           "were given another number than rank 0: give every rank the same command line");
+  if (opt.nbest > 0) check_nbest(opt.nbest, dec, opt.beam);
+  return dec;
+}
+
+int run_translation(TranslateOptions& opt) {
+  // Under mpirun the ranks share the sentences (each translates a share of the batches)
+  // and rank 0 writes all the translations.
+  const std::unique_ptr<dist::MpiCommunicator> world = mpi_world_for_decoding(opt.timeout_s);
+  const bool root = world == nullptr || world->rank() == 0;
+  check_input_and_output(opt, world.get(), root);
+  const Device device = opt.device == "cuda" ? Device::cuda : Device::cpu;
+  const std::unique_ptr<Translator> translator =
+      load_translator(world.get(), opt.checkpoints, opt.vocab, opt.vocab_tgt, device);
+  // The vocabulary files an older checkpoint's translator found by itself (no option named them).
+  if (root && !opt.output.empty())
+    for (const std::string& file : translator->vocabulary_files())
+      check_not_an_input(opt.output, {{"the vocabulary file", file}});
+  const io::RunConfig& cfg = translator->config();
+  const std::int64_t batch = opt.batch > 0 ? opt.batch : cfg.decode.batch_sentences;
+  const models::DecodeOptions dec = decoding_of(opt, cfg, batch, world.get());
+  // Buffer by buffer: read (rank 0 first, as the model), translated with the ranks sharing its batches,
+  // written by rank 0. Every rank reads the file itself and the ranks' buffers must match.
+  const std::string input_name =
+      opt.input.empty() ? std::string("standard input") : fmt::format("input file '{}'", opt.input);
+  std::unique_ptr<data::LineReader> reader;
+  const auto read_buffer = [&](std::int64_t first_line) {
+    return read_sources(
+        world.get(), *translator, input_name,
+        [&] {
+          if (reader == nullptr)
+            reader = opt.input.empty() ? std::make_unique<data::LineReader>(data::kStandardInput)
+                                       : std::make_unique<data::LineReader>(opt.input);
+          return next_source_lines(*reader, opt.buffer, opt.input.empty() && ::isatty(STDIN_FILENO) != 0);
+        },
+        first_line);
+  };
+  std::vector<std::vector<std::int32_t>> sources = read_buffer(0);
+  // Opened once the input has been read from: a missing input is named at once, not after
+  // waiting for an output FIFO's reader, which the other ranks wait for without the timeout.
+  std::optional<TranslationOutput> output;
+  root_first(world.get(), [&] {
+    if (root) output.emplace(opt.output);
+  });
+  for (std::int64_t first_line = 0; !sources.empty(); sources = read_buffer(first_line)) {
+    const std::vector<std::string> lines =
+        opt.nbest > 0 ? nbest_lines(*translator, sources, dec, opt.nbest, batch, world.get(), first_line)
+                      : translator->translate(sources, dec, batch, world.get(), first_line);
+    if (root) output->write(lines);
+    first_line += std::ssize(sources);
+  }
+  if (root) output->finish();
+  return 0;
+}
+
+}  // namespace
+
+Command add_translate_command(CLI::App& parent) {
+  auto opt = std::make_shared<TranslateOptions>();
+  CLI::App* cmd = declare_translate_options(parent, *opt);
+  return {cmd, [opt] { return run_translation(*opt); }};
 }
 
 }  // namespace tessera::launch
