@@ -17,7 +17,7 @@ namespace {
 
 namespace fs = std::filesystem;
 using detail::H5Handle;
-using detail::sync_folder;
+using detail::rename_into_place;
 using detail::write_header;
 using detail::write_state;
 using detail::write_tensors;
@@ -182,15 +182,7 @@ void save_checkpoint(const std::string& path, const Checkpoint& ckpt) {
     fs::remove(tmp, ec);
     throw;
   }
-  std::error_code ec;
-  fs::rename(tmp, final_path, ec);
-  if (ec) {
-    std::error_code ignored;  // the rename's error is the one to report
-    fs::remove(tmp, ignored);
-    fail("cannot write checkpoint '{}': renaming '{}' to it failed: {}", path, tmp, ec.message());
-  }
-  // The rename itself must reach the disk too.
-  sync_folder(final_path.has_parent_path() ? final_path.parent_path().string() : ".");
+  rename_into_place(tmp, path);
 }
 
 }  // namespace tessera::io

@@ -23,7 +23,7 @@ using detail::H5Handle;
 using detail::open_for_reading;
 using detail::read_header;
 using detail::Reader;
-using detail::sync_folder;
+using detail::rename_into_place;
 using detail::write_header;
 using detail::write_state;
 using detail::write_vocabularies;
@@ -179,13 +179,7 @@ void save_checkpoint_sharded(const std::string& path, const ShardedCheckpoint& c
       fs::remove(tmp, ec);
       fail("cannot write checkpoint '{}': flushing to disk failed", tmp);
     }
-    fs::rename(tmp, final_path, ec);
-    if (ec) {
-      std::error_code ignored;  // the rename's error is the one to report
-      fs::remove(tmp, ignored);
-      fail("cannot write checkpoint '{}': renaming '{}' to it failed: {}", path, tmp, ec.message());
-    }
-    sync_folder(final_path.has_parent_path() ? final_path.parent_path().string() : ".");
+    rename_into_place(tmp, path);
   }
   group.barrier();
 }

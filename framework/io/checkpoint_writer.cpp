@@ -68,4 +68,17 @@ void sync_folder(const std::string& path) {
   ::close(fd);
 }
 
+void rename_into_place(const std::string& tmp, const std::string& path) {
+  const fs::path final_path(path);
+  std::error_code ec;
+  fs::rename(tmp, final_path, ec);
+  if (ec) {
+    std::error_code ignored;  // the rename's error is the one to report
+    fs::remove(tmp, ignored);
+    fail("cannot write checkpoint '{}': renaming '{}' to it failed: {}", path, tmp, ec.message());
+  }
+  // The rename itself must reach the disk too.
+  sync_folder(final_path.has_parent_path() ? final_path.parent_path().string() : ".");
+}
+
 }  // namespace tessera::io::detail

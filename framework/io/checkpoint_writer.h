@@ -102,5 +102,8 @@ void write_vocabularies(Writer& w, hid_t file, const std::map<std::string, std::
 
 // Flushes a folder's entries (a rename) to disk; best effort.
 void sync_folder(const std::string& path);
+// Renames the finished temporary `tmp` to checkpoint `path` and syncs its folder; on failure removes
+// `tmp` and throws naming both.
+void rename_into_place(const std::string& tmp, const std::string& path);
 
 }  // namespace tessera::io::detail
