@@ -105,6 +105,9 @@ void define_keys(Keys& k, RunConfig& c) {
            "optimizer and loss (train.device: cuda only)");
   k.boolean("train.tf32", c.train.tf32, false,
             "float32 GEMMs on the GPU's TF32 tensor cores (faster, ~10 mantissa bits)");
+  k.choice("train.recompute", c.train.recompute, "none", {{"none", Recompute::none}, {"layer", Recompute::layer}},
+           "layer: keep only each encoder and decoder layer's input and recompute its activations in backward "
+           "(less memory, about a third more compute)");
   // ---- decoding
   k.integer("decode.beam", c.decode.beam, 4, 1, 1000, "beam size (1: greedy)");
   k.real("decode.length_penalty", c.decode.length_penalty, 0.6, 0.0, 10.0,
@@ -129,6 +132,11 @@ void define_keys(Keys& k, RunConfig& c) {
          "tensor-parallel checkpoint save or load counts as one wait: keep it above a save's time)");
   k.boolean("parallel.measure_comm", c.parallel.measure_comm, false,
             "a barrier after backward, so the logged all-reduce wait excludes load imbalance (benchmarks)");
+  k.integer("parallel.zero", c.parallel.zero, 0, 0, 1,
+            "1: shard Adam's moments over the data-parallel ranks (ZeRO stage 1); 0: every rank holds them all");
+  k.boolean("parallel.vocab_parallel", c.parallel.vocab_parallel, false,
+            "split the embedding, the output layer and the logits by vocabulary rows over the tensor-parallel "
+            "ranks");
   // ---- checkpoints
   k.integer("checkpoint.every", c.checkpoint.every, 1000, 0, 100000000,
             "steps between checkpoints (0: only at the end, on a signal and at a new best)");

@@ -18,6 +18,7 @@ enum class Task { translation, copy, reverse, sort };  // parallel text, or a bu
 enum class LrSchedule { inverse_sqrt, linear };
 enum class BestMetric { bleu, chrf, ppl };
 enum class Precision { fp32, bf16 };
+enum class Recompute { none, layer };  // keep every activation, or recompute each layer's in backward
 
 struct ModelConfig {
   std::int64_t layers = 0, d_model = 0, d_ff = 0, heads = 0;
@@ -57,6 +58,7 @@ struct TrainConfig {
   Device device = Device::cpu;
   Precision precision = Precision::fp32;
   bool tf32 = false;
+  Recompute recompute = Recompute::none;
 };
 
 struct DecodeConfig {
@@ -71,6 +73,8 @@ struct ParallelConfig {
   bool overlap = true;
   double timeout_s = 0;
   bool measure_comm = false;
+  std::int64_t zero = 0;
+  bool vocab_parallel = false;
 };
 
 struct CheckpointConfig {
