@@ -91,6 +91,9 @@ class Translator {
   // task: the same symbols); its own config sizes its model. Decoding settings stay the first's.
   void add_ensemble_member(const std::string& checkpoint);
   const io::RunConfig& config() const { return cfg_; }  // the first checkpoint's
+  const models::Transformer& model() const { return *models_.front(); }  // the first checkpoint's
+  const TextCodec& source_codec() const { return src_codec_; }
+  const TextCodec& target_codec() const { return tgt_codec_; }
   // The vocabulary files it read: none when the checkpoint holds its vocabularies.
   const std::vector<std::string>& vocabulary_files() const { return vocabulary_files_; }
   // Of each model's weights, in checkpoint order (the CRC-32 of each tensor, combined).

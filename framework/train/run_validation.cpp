@@ -10,6 +10,7 @@
 #include "eval/chrf.h"
 #include "models/from_config.h"
 #include "models/translator.h"
+#include "train/forced_loss.h"
 #include "train/metrics_log.h"
 #include "train/run.h"
 #include "train/stop_signals.h"
@@ -56,35 +57,11 @@ bool Run::validate(std::int64_t step, TrainResult& result, bool counts) {
   return true;
 }
 
-// The label-smoothed loss and NLL of the validation pairs. The data-parallel replicas share the
-// work: every replica takes every replicas-th batch. Each batch's sums go in a row of their own
-// (the others' rows stay 0, so the all-reduce moves them exactly) and are added up in batch order:
-// the loss of one process, bit for bit.
+// The label-smoothed loss and NLL of the validation pairs; the data-parallel replicas share the
+// work, with the loss of one process, bit for bit.
 LossSums Run::validation_loss() {
-  data::Batcher valid(&task_.valid,
-                      {.batch_tokens = cfg_.train.batch_tokens, .seed = 0, .shuffle = false, .window = 1});
-  dist::Communicator& replicas = *grid_.data;
-  std::vector<double> rows;  // per batch: smoothed loss, NLL, target tokens
-  data::Batch b;
-  models::DropoutStream no_dropout;
-  for (std::int64_t i = 0; valid.next(b); ++i) {
-    rows.insert(rows.end(), {0.0, 0.0, 0.0});
-    if (i % replicas.size() != replicas.rank()) continue;
-    const LossSums s = run_batch(model_, b, cfg_.train.label_smoothing, no_dropout, 0.0);
-    double* row = rows.data() + rows.size() - 3;
-    row[0] = s.smoothed;
-    row[1] = s.nll;
-    row[2] = static_cast<double>(s.tokens);
-  }
-  Tensor per_batch = Tensor::from(rows, {static_cast<std::int64_t>(rows.size() / 3), 3});
-  if (replicas.size() > 1) replicas.all_reduce(per_batch, dist::ReduceOp::sum);
-  LossSums sums;
-  for (std::int64_t i = 0; i < per_batch.size(0); ++i) {
-    sums.smoothed += per_batch.data<double>()[3 * i];
-    sums.nll += per_batch.data<double>()[3 * i + 1];
-    sums.tokens += static_cast<std::int64_t>(per_batch.data<double>()[3 * i + 2]);
-  }
-  return sums;
+  return forced_decoding_loss(model_, task_.valid, cfg_.train.batch_tokens, cfg_.train.label_smoothing,
+                              grid_.data.get());
 }
 
 // Exact match (synthetic tasks) or BLEU and chrF2 of the first `n` validation pairs' translations,
