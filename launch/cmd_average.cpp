@@ -103,7 +103,9 @@ Command add_average_command(CLI::App& parent) {
           [opt] {
             const std::string target = check_average_paths(opt->inputs, opt->output);
             check_same_model(opt->inputs);
-            const io::Checkpoint avg = io::average_checkpoints(opt->inputs);
+            Progress progress("average: read", "checkpoints", std::ssize(opt->inputs));
+            const io::Checkpoint avg = io::average_checkpoints(opt->inputs, &progress);
+            progress.finish();
             io::save_checkpoint(target, avg);
             // One input: its weights alone (a weights-only copy), said as such.
             fmt::print("average: wrote {} ({} tensors, {})\n", opt->output, avg.model.size(),

@@ -222,7 +222,10 @@ ScoreInputs score_checkpoint(const ScoreOptions& opt) {
   const io::RunConfig& cfg = translator->config();
   const std::int64_t batch = opt.batch > 0 ? opt.batch : cfg.decode.batch_sentences;
   check_same_decoding(models::decode_options(cfg.decode), batch, 0, world.get());
+  Progress progress("score: translate", "sentences", std::ssize(sources), in.root);
+  translator->report_progress_to(&progress);
   in.hyps = translator->translate(sources, models::decode_options(cfg.decode), batch, world.get());
+  progress.finish();
   in.hyp_source =
       src_stdin ? std::string("the translation of standard input") : fmt::format("the translation of '{}'", opt.src);
   return in;

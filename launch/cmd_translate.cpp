@@ -406,6 +406,21 @@ models::DecodeOptions decoding_of(const TranslateOptions& opt, const io::RunConf
   return dec;
 }
 
+// Rank 0's progress on stderr, counting the input's lines (for the ETA) when it is a file shown on a
+// terminal. None for a person typing, nor on a terminal that shows the translations as they come.
+std::unique_ptr<Progress> translation_progress(const TranslateOptions& opt, bool root) {
+  const Progress::Style style = Progress::stderr_style();
+  const bool typing = opt.input.empty() && ::isatty(STDIN_FILENO) != 0;
+  const bool shares_terminal = opt.output.empty() && ::isatty(STDOUT_FILENO) != 0 && style == Progress::Style::terminal;
+  if (!root || typing || shares_terminal || style == Progress::Style::off) return nullptr;
+  std::int64_t lines = 0;
+  if (!opt.input.empty() && style == Progress::Style::terminal) {
+    data::LineReader reader(opt.input);
+    for (std::string line; reader.next(line);) ++lines;
+  }
+  return std::make_unique<Progress>("translate", "sentences", lines);
+}
+
 int run_translation(TranslateOptions& opt) {
   // Under mpirun the ranks share the sentences (each translates a share of the batches)
   // and rank 0 writes all the translations.
@@ -445,6 +460,8 @@ int run_translation(TranslateOptions& opt) {
   root_first(world.get(), [&] {
     if (root) output.emplace(opt.output);
   });
+  const std::unique_ptr<Progress> progress = translation_progress(opt, root);
+  translator->report_progress_to(progress.get());
   for (std::int64_t first_line = 0; !sources.empty(); sources = read_buffer(first_line)) {
     const std::vector<std::string> lines =
         opt.nbest > 0 ? nbest_lines(*translator, sources, dec, opt.nbest, batch, world.get(), first_line)
@@ -453,6 +470,7 @@ int run_translation(TranslateOptions& opt) {
     first_line += std::ssize(sources);
   }
   if (root) output->finish();
+  if (progress != nullptr) progress->finish();
   return 0;
 }
 

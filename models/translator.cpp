@@ -94,7 +94,7 @@ void hang_if_injected_before_decoding() {
 using DecodeBatch = std::function<void(const data::Batch&, const std::vector<std::int64_t>&)>;
 std::optional<std::vector<std::int64_t>> decode_own_batches(const std::vector<std::vector<std::int32_t>>& sources,
                                                             std::int64_t batch_sentences, dist::Communicator* replicas,
-                                                            const DecodeInterrupt* interrupt,
+                                                            const DecodeInterrupt* interrupt, Progress* progress,
                                                             const DecodeBatch& decode) {
   hang_if_injected_before_decoding();
   const int ranks = replicas != nullptr ? replicas->size() : 1, rank = replicas != nullptr ? replicas->rank() : 0;
@@ -108,6 +108,7 @@ std::optional<std::vector<std::int64_t>> decode_own_batches(const std::vector<st
   });
   data::ExampleSet examples;
   for (const auto& s : sources) examples.add(s, {});
+  const std::int64_t done_before = progress != nullptr ? progress->done() : 0;
   std::vector<std::int64_t> mine;
   std::int64_t batch = 0;
   for (std::size_t start = 0; start < order.size(); start += static_cast<std::size_t>(batch_sentences)) {
@@ -118,7 +119,10 @@ std::optional<std::vector<std::int64_t>> decode_own_batches(const std::vector<st
                                         order.begin() + static_cast<std::ptrdiff_t>(end));
     decode(data::make_batch(examples, idx), idx);
     mine.insert(mine.end(), idx.begin(), idx.end());
+    const std::size_t round_end = start + static_cast<std::size_t>(ranks * batch_sentences);
+    if (progress != nullptr) progress->set(done_before + static_cast<std::int64_t>(std::min(round_end, order.size())));
   }
+  if (progress != nullptr) progress->set(done_before + std::ssize(sources));  // blank lines included
   return mine;
 }
 
@@ -163,10 +167,11 @@ std::optional<models::TokenRows> translate_ids(const models::Ensemble& ensemble,
                                                const std::vector<std::vector<std::int32_t>>& sources,
                                                const models::DecodeOptions& opt, std::int64_t batch_sentences,
                                                dist::Communicator* replicas, const DecodeInterrupt* interrupt,
-                                               std::int64_t first_sentence) {
+                                               std::int64_t first_sentence, Progress* progress) {
   models::TokenRows out(sources.size());
   const auto mine = decode_own_batches(
-      sources, batch_sentences, replicas, interrupt, [&](const data::Batch& b, const std::vector<std::int64_t>& idx) {
+      sources, batch_sentences, replicas, interrupt, progress,
+      [&](const data::Batch& b, const std::vector<std::int64_t>& idx) {
         std::vector<std::int64_t> numbers = idx;
         for (std::int64_t& n : numbers) n += first_sentence;
         models::TokenRows hyps = models::translate_batch(ensemble, b.src, b.src_padding, opt, numbers);
@@ -180,10 +185,10 @@ std::optional<models::TokenRows> translate_ids(const models::Ensemble& ensemble,
 models::NBestRows translate_ids_nbest(const models::Ensemble& ensemble,
                                       const std::vector<std::vector<std::int32_t>>& sources,
                                       const models::DecodeOptions& opt, std::int64_t n, std::int64_t batch_sentences,
-                                      dist::Communicator* replicas) {
+                                      dist::Communicator* replicas, Progress* progress) {
   models::NBestRows out(sources.size());
   const auto mine = decode_own_batches(
-      sources, batch_sentences, replicas, nullptr, [&](const data::Batch& b, const std::vector<std::int64_t>& idx) {
+      sources, batch_sentences, replicas, nullptr, progress, [&](const data::Batch& b, const std::vector<std::int64_t>& idx) {
         models::NBestRows hyps = models::beam_search_nbest(ensemble, b.src, b.src_padding, opt, n);
         for (std::size_t i = 0; i < idx.size(); ++i) out[static_cast<std::size_t>(idx[i])] = std::move(hyps[i]);
       });
@@ -372,7 +377,7 @@ std::vector<std::string> Translator::translate(const std::vector<std::vector<std
                                                dist::Communicator* replicas, std::int64_t first_line) const {
   std::vector<std::string> out;
   const std::optional<models::TokenRows> hyps =
-      translate_ids(ensemble(), sources, opt, batch_sentences, replicas, nullptr, first_line);
+      translate_ids(ensemble(), sources, opt, batch_sentences, replicas, nullptr, first_line, progress_);
   for (const auto& h : *hyps) out.push_back(tgt_codec_.decode(h));
   return out;
 }
@@ -381,7 +386,7 @@ std::vector<std::vector<ScoredTranslation>> Translator::translate_nbest(
     const std::vector<std::vector<std::int32_t>>& sources, const models::DecodeOptions& opt, std::int64_t n,
     std::int64_t batch_sentences, dist::Communicator* replicas) const {
   std::vector<std::vector<ScoredTranslation>> out;
-  for (const auto& hyps : translate_ids_nbest(ensemble(), sources, opt, n, batch_sentences, replicas)) {
+  for (const auto& hyps : translate_ids_nbest(ensemble(), sources, opt, n, batch_sentences, replicas, progress_)) {
     auto& list = out.emplace_back();
     for (const auto& h : hyps) list.push_back({tgt_codec_.decode(h.tokens), h.log_prob, h.score});
   }

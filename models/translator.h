@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "common/progress.h"
 #include "data/task_data.h"
 #include "dist/communicator.h"
 #include "io/run_config.h"
@@ -39,12 +40,14 @@ struct DecodeInterrupt {
 // same as one process would (each batch is decoded exactly as there). An empty source gets an
 // empty translation, without decoding. std::nullopt: stopped by `interrupt`. Sampling numbers the
 // sentences from `first_sentence` (the draws are a function of the number: see sample_token).
+// `progress` counts the sentences on from where it stands (rank 0's view: each of its batches
+// stands for a round of all ranks').
 std::optional<models::TokenRows> translate_ids(const models::Ensemble& ensemble,
                                                const std::vector<std::vector<std::int32_t>>& sources,
                                                const models::DecodeOptions& opt, std::int64_t batch_sentences,
                                                dist::Communicator* replicas = nullptr,
                                                const DecodeInterrupt* interrupt = nullptr,
-                                               std::int64_t first_sentence = 0);
+                                               std::int64_t first_sentence = 0, Progress* progress = nullptr);
 
 // The `n` (1 to opt.beam) best beam-search hypotheses of each source, best first, shared out and
 // gathered as translate_ids does (the first one's tokens are translate_ids's translation; at beam 1,
@@ -53,7 +56,7 @@ std::optional<models::TokenRows> translate_ids(const models::Ensemble& ensemble,
 models::NBestRows translate_ids_nbest(const models::Ensemble& ensemble,
                                       const std::vector<std::vector<std::int32_t>>& sources,
                                       const models::DecodeOptions& opt, std::int64_t n, std::int64_t batch_sentences,
-                                      dist::Communicator* replicas = nullptr);
+                                      dist::Communicator* replicas = nullptr, Progress* progress = nullptr);
 
 // A detokenized hypothesis with its scores (see models::Hypothesis).
 struct ScoredTranslation {
@@ -94,6 +97,8 @@ class Translator {
   const models::Transformer& model() const { return *models_.front(); }  // the first checkpoint's
   const TextCodec& source_codec() const { return src_codec_; }
   const TextCodec& target_codec() const { return tgt_codec_; }
+  // Where translate and translate_nbest count their sentences (nullptr: nowhere).
+  void report_progress_to(Progress* progress) { progress_ = progress; }
   // The vocabulary files it read: none when the checkpoint holds its vocabularies.
   const std::vector<std::string>& vocabulary_files() const { return vocabulary_files_; }
   // Of each model's weights, in checkpoint order (the CRC-32 of each tensor, combined).
@@ -110,6 +115,7 @@ class Translator {
   std::map<std::string, std::string> vocabularies_;  // as stored in it
   std::vector<std::string> vocabulary_files_;
   Device device_;
+  Progress* progress_ = nullptr;
   std::vector<std::unique_ptr<models::Transformer>> models_;  // the first checkpoint's, then the ensemble's
 };
 

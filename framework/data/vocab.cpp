@@ -16,6 +16,7 @@
 #include <unordered_map>
 
 #include "common/error.h"
+#include "common/progress.h"
 #include "data/corpus.h"
 #include "data/random.h"
 #include "data/spm_model_check.h"
@@ -60,9 +61,12 @@ std::vector<std::string> sample_sentences(const VocabTrainOptions& opt, std::int
   const auto cap = static_cast<std::uint64_t>(opt.input_sentence_size);
   std::uint64_t seen = 0;
   std::string line;
+  Progress progress("vocab: read", "lines", 0);
+  std::int64_t lines = 0;
   for (const auto& path : opt.inputs) {
     LineReader reader(path);
     while (reader.next(line)) {
+      if (++lines % 4096 == 0) progress.set(lines);
       if (line.empty()) continue;
       if (line.size() > kMaxSentenceBytes) {
         ++*too_long;
@@ -78,6 +82,8 @@ std::vector<std::string> sample_sentences(const VocabTrainOptions& opt, std::int
     }
   }
   *total = static_cast<std::int64_t>(seen);
+  progress.set(lines);
+  progress.finish();
   return kept;
 }
 
@@ -215,7 +221,10 @@ Vocab Vocab::train(const VocabTrainOptions& opt) {
   const std::string model_path = opt.model_prefix + ".model", vocab_path = opt.model_prefix + ".vocab";
   prepare_outputs(opt, model_path, vocab_path);
 
+  Progress training(fmt::format("vocab: train {} pieces on {} sentences", opt.vocab_size, sentences.size()), "", 0);
+  training.tick_while_silent();
   const std::string model_bytes = train_model_bytes(opt, sentences);
+  training.finish();
   // P.vocab as spm_train writes it: each piece and its score.
   const Vocab trained = from_serialized(model_bytes, model_path);
   std::string pieces;

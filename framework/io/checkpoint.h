@@ -14,6 +14,8 @@
 // verifies every dataset's CRC-32 (zlib's, over its little-endian float32 bytes; computed with ISA-L).
 #pragma once
 
+#include "common/progress.h"
+
 #include <cstdint>
 #include <limits>
 #include <map>
@@ -121,7 +123,7 @@ std::map<std::string, std::string> load_vocabularies(const std::string& path);
 // checkpoint with the first file's config and vocabularies and the largest step. All must
 // hold the same names and shapes, and the same vocabularies where they hold any; throws naming
 // the file that differs.
-Checkpoint average_checkpoints(const std::vector<std::string>& paths);
+Checkpoint average_checkpoints(const std::vector<std::string>& paths, Progress* progress = nullptr);
 
 // The CRC-32 stored with each dataset: zlib's crc32() (and Python's zlib.crc32) of the bytes.
 std::uint32_t checksum(const void* data, std::size_t bytes);

@@ -5,13 +5,14 @@
 
 namespace tessera::io {
 
-Checkpoint average_checkpoints(const std::vector<std::string>& paths) {
+Checkpoint average_checkpoints(const std::vector<std::string>& paths, Progress* progress) {
   TESSERA_CHECK(!paths.empty(), "average: no checkpoints given");
   Checkpoint first = load_checkpoint(paths[0], /*weights_only=*/true);
   std::map<std::string, std::vector<double>> sums;
   for (const auto& [name, t] : first.model) sums[name] = t.to_doubles();
   std::int64_t step = first.step;
   std::string vocab_from = paths[0];  // the first file with vocabularies
+  if (progress != nullptr) progress->set(1);
   for (std::size_t i = 1; i < paths.size(); ++i) {
     const Checkpoint c = load_checkpoint(paths[i], /*weights_only=*/true);
     for (const auto& [name, t] : c.model) {
@@ -35,6 +36,7 @@ Checkpoint average_checkpoints(const std::vector<std::string>& paths) {
       vocab_from = paths[i];
     }
     step = std::max(step, c.step);  // the newest input's, whatever the order they are given in
+    if (progress != nullptr) progress->set(static_cast<std::int64_t>(i) + 1);
   }
   Checkpoint out;
   out.step = step;
