@@ -6,8 +6,8 @@ throughput (target tokens/s, averaged over the log lines after the first), the s
 scaling efficiency against one process (or the layout of fewest processes in the sweep), and for data-parallel layouts the all-reduce time per step
 waited after backward, with and without overlap (parallel.overlap), from which the share of
 all-reduce time hidden behind backward follows (a barrier after backward, parallel.measure_comm,
-keeps load imbalance between replicas out of that wait). Writes CSV and an SVG plot (no plotting library
-needed).
+keeps load imbalance between replicas out of that wait). Writes scaling.csv and, drawn by
+launch/plot.py --sweep, scaling.png (several sweeps in one figure: plot.py --sweep A.csv B.csv).
 
   launch/scaling_sweep.py --tessera build/tessera --config configs/reverse.yaml \\
       --layouts 1x1 1x2 2x1 2x2 --steps 60 --threads 1 --out sweep
@@ -48,35 +48,18 @@ def run(args, tp, dp, overlap, out_dir, measure=False):
     return tps, (sum(waits) / len(waits) if waits else None)
 
 
-def svg_plot(results, path):
-    """Throughput (bars) and efficiency (line) per layout, as a standalone SVG."""
-    w, h, left, bottom, top = 640, 360, 60, 50, 30
-    n = len(results)
-    peak = max(r["tokens_per_s"] for r in results) * 1.15
-    slot = (w - left - 60) / max(n, 1)
-    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{w}" height="{h}" font-family="sans-serif" font-size="12">',
-             f'<text x="{w / 2}" y="18" text-anchor="middle" font-size="14">Tessera scaling: tokens/s (bars), efficiency (line)</text>',
-             f'<line x1="{left}" y1="{h - bottom}" x2="{w - 60}" y2="{h - bottom}" stroke="black"/>',
-             f'<line x1="{left}" y1="{top}" x2="{left}" y2="{h - bottom}" stroke="black"/>',
-             f'<text x="{left - 8}" y="{top + 4}" text-anchor="end">{peak:.0f}</text>',
-             f'<text x="{left - 8}" y="{h - bottom}" text-anchor="end">0</text>',
-             f'<text x="{w - 55}" y="{top + 4}">100%</text>']
-    points = []
-    for i, r in enumerate(results):
-        x = left + slot * i + slot * 0.2
-        bh = (h - bottom - top) * r["tokens_per_s"] / peak
-        parts.append(f'<rect x="{x:.1f}" y="{h - bottom - bh:.1f}" width="{slot * 0.6:.1f}" height="{bh:.1f}" fill="#4a7ab5"/>')
-        parts.append(f'<text x="{x + slot * 0.3:.1f}" y="{h - bottom + 16}" text-anchor="middle">{r["layout"]}</text>')
-        parts.append(f'<text x="{x + slot * 0.3:.1f}" y="{h - bottom - bh - 4:.1f}" text-anchor="middle">{r["tokens_per_s"]:.0f}</text>')
-        points.append((x + slot * 0.3, top + (h - bottom - top) * (1 - min(r["efficiency"], 1.0))))
-    parts.append('<polyline fill="none" stroke="#d0502a" stroke-width="2" points="' +
-                 " ".join(f"{x:.1f},{y:.1f}" for x, y in points) + '"/>')
-    for (x, y), r in zip(points, results):
-        parts.append(f'<circle cx="{x:.1f}" cy="{y:.1f}" r="3" fill="#d0502a"/>')
-        parts.append(f'<text x="{x + 6:.1f}" y="{y - 6:.1f}" fill="#d0502a">{100 * r["efficiency"]:.0f}%</text>')
-    parts.append(f'<text x="{w / 2}" y="{h - 12}" text-anchor="middle">layout (tensor x data)</text></svg>')
-    with open(path, "w") as f:
-        f.write("\n".join(parts) + "\n")
+def draw_figure(out_dir):
+    """scaling.png beside the CSV, drawn by plot.py's --sweep; without matplotlib, the CSV alone."""
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        print("scaling_sweep: no matplotlib (python3 -m pip install matplotlib): no figure", file=sys.stderr)
+        return None
+    import plot
+    figure = os.path.join(out_dir, "scaling.png")
+    plot.plot_sweep([os.path.join(out_dir, "scaling.csv")], figure)
+    return figure
 
 
 def export_threads(mpirun):
@@ -157,7 +140,7 @@ def main():
         writer = csv.DictWriter(f, fieldnames=list(results[0].keys()))
         writer.writeheader()
         writer.writerows(results)
-    svg_plot(results, os.path.join(args.out, "scaling.svg"))
+    figure = draw_figure(args.out)
     for r in results:
         hidden = f"{100 * r['hidden_share']:.0f}%" if r["hidden_share"] is not None else "-"
         print(f"{r['layout']:>5}  {r['tokens_per_s']:9.0f} tok/s  speed-up {r['speedup']:.2f}  "
@@ -165,7 +148,7 @@ def main():
     if base["processes"] > 1:
         print(f"note: no one-process layout in the sweep: speed-up and efficiency are against {base['layout']} "
               f"({base['processes']} processes)")
-    print(f"wrote {args.out}/scaling.csv and {args.out}/scaling.svg")
+    print(f"wrote {args.out}/scaling.csv" + (f" and {figure}" if figure else ""))
     if failed:
         print(f"scaling_sweep: {len(failed)} layout(s) failed and are not in them: {' '.join(failed)}", file=sys.stderr)
         return 1

@@ -1,7 +1,7 @@
 #!/bin/sh
 # launch/scaling_sweep.py on a tiny synthetic model: one run per layout (and, for data-parallel
 # layouts, the measured all-reduce wait with and without overlap), a CSV whose speed-up and
-# efficiency follow from its own tokens/s, and an SVG plot; a malformed layout is refused.
+# efficiency follow from its own tokens/s, and its figure (launch/plot.py --sweep); a malformed layout is refused.
 # Usage: scaling_sweep.sh PYTHON TESSERA SOURCE_DIR WORKDIR
 set -eu
 python=$1 tessera=$2 src=$3 work=$4
@@ -28,7 +28,13 @@ awk -F, 'NR == 2 { base = $5 }
     if (bad) { print "wrong row: " $0; failed = 1 } }
   END { exit failed }' "$csv" || { cat "$csv"; fail "speed-up, efficiency or all-reduce columns do not follow"; }
 grep -q '^ *1x2 .* all-reduce hidden [0-9]*%$' "$work/sweep.log" || { cat "$work/sweep.log"; fail "no summary line for 1x2"; }
-grep -c '<rect ' "$work/sweep/scaling.svg" | grep -qx 3 || fail "the plot does not have 3 bars"
+# The figure, drawn by plot.py --sweep where matplotlib is installed (the docs tests need it anyway).
+if python3 -c 'import matplotlib' 2>/dev/null; then
+  [ "$(head -c 4 "$work/sweep/scaling.png" | od -An -c | tr -d ' ')" = "211PNG" ] || fail "no scaling.png written"
+  "$python" "$src/launch/plot.py" --sweep "$work/sweep/scaling.csv" "$work/sweep/scaling.csv" -o "$work/two.svg" \
+    > /dev/null || fail "plot.py --sweep of two CSVs failed"
+  grep -q '<svg' "$work/two.svg" || fail "plot.py --sweep wrote no SVG"
+fi
 # 1x2 ran three times: overlapped, and measured with and without overlap.
 [ -d "$work/sweep/tp1_dp2_overlap_measured" ] && [ -d "$work/sweep/tp1_dp2_serial_measured" ] ||
   fail "the data-parallel layout's all-reduce was not measured both ways"
