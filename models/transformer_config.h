@@ -22,6 +22,9 @@ struct TransformerConfig {
   // Mixed precision (GPU only): bfloat16 copies of the float32 weights feed bfloat16 GEMMs and
   // activations; layer-norm parameters, the loss and the optimizer stay float32.
   bool bf16_compute = false;
+  // train.recompute: layer: each encoder and decoder layer keeps only its inputs for backward and
+  // runs its forward again there (ag::checkpoint): less memory, one more forward per step.
+  bool recompute_layers = false;
   DType compute_dtype() const { return bf16_compute ? DType::bf16 : dtype; }
 };
 

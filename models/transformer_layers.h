@@ -32,12 +32,16 @@ class EncoderLayer {
   EncoderLayer(const std::string& prefix, const TransformerConfig& config, std::uint64_t& next_seed,
                const nn::Placement& placement);
 
-  // x [B, Ls, d_model] with the source padding [B, Ls] int32.
+  // x [B, Ls, d_model] with the source padding [B, Ls] int32. With config.recompute_layers only x
+  // is kept for backward, which runs the layer again.
   ag::Var operator()(const ag::Var& x, const Tensor& src_padding, DropoutStream& drop) const;
 
   std::vector<nn::Parameter> parameters() const;
 
  private:
+  ag::Var forward(const ag::Var& x, const Tensor& src_padding, DropoutStream& drop) const;
+
+  bool recompute_ = false;
   // Declared in the order the parameters are made (members initialize in this order).
   Residual residual_;
   nn::MultiHeadAttention self_attn_;
@@ -53,7 +57,8 @@ class DecoderLayer {
   DecoderLayer(const std::string& prefix, const TransformerConfig& config, std::uint64_t& next_seed,
                const nn::Placement& placement);
 
-  // y [B, Lt, d_model] (causal) attending to the encoder's memory [B, Ls, d_model].
+  // y [B, Lt, d_model] (causal) attending to the encoder's memory [B, Ls, d_model]. With
+  // config.recompute_layers only y and memory are kept for backward, which runs the layer again.
   ag::Var operator()(const ag::Var& y, const ag::Var& memory, const Tensor& src_padding, DropoutStream& drop) const;
 
   // Incremental decoding: the cross-attention's keys and values of the memory, once...
@@ -65,6 +70,9 @@ class DecoderLayer {
   std::vector<nn::Parameter> parameters() const;
 
  private:
+  ag::Var forward(const ag::Var& y, const ag::Var& memory, const Tensor& src_padding, DropoutStream& drop) const;
+
+  bool recompute_ = false;
   Residual residual_;
   nn::MultiHeadAttention self_attn_;
   nn::LayerNorm self_attn_norm_;

@@ -4,6 +4,7 @@
 #include <atomic>
 #include <cmath>
 #include <unordered_map>
+#include <unordered_set>
 
 #include "kernels/dispatch.h"
 
@@ -37,6 +38,77 @@ void check_finite(const Tensor& value, const char* op) {
   for (std::size_t i = 0; i < v.size(); ++i) {
     TESSERA_CHECK(std::isfinite(v[i]), "check-nan: op '{}' produced {} at flat index {} of its output {}", op,
                   std::isnan(v[i]) ? "NaN" : (v[i] > 0 ? "+inf" : "-inf"), i, value.describe());
+  }
+}
+
+// The nodes a checkpoint's inner backward stops at (its inputs); null for a whole backward.
+using Boundary = std::unordered_set<const Node*>;
+
+// The ops of the graph below `root` in the order backward runs them (the latest first), owned
+// here (clearing a node's inputs must not free one not yet run), and for every node how many
+// edges lead into it. Nodes of `boundary` end the walk like leaves.
+std::vector<std::shared_ptr<Node>> ops_below(const std::shared_ptr<Node>& root, const Boundary* boundary,
+                                             std::unordered_map<const Node*, std::size_t>& consumers) {
+  std::vector<std::shared_ptr<Node>> ops;
+  consumers = {{root.get(), 0}};
+  const auto stops_at = [boundary](const Node* n) { return boundary != nullptr && boundary->count(n) > 0; };
+  std::vector<std::shared_ptr<Node>> stack;
+  if (!stops_at(root.get())) stack.push_back(root);  // a function that returns one of its inputs
+  while (!stack.empty()) {
+    std::shared_ptr<Node> n = std::move(stack.back());
+    stack.pop_back();
+    // An op whose backward already ran has freed what it saved: its gradient would be lost silently.
+    TESSERA_CHECK(n->is_leaf || n->backward,
+                  "backward: '{}' was already passed through by an earlier backward, which freed its graph; run the "
+                  "forward again",
+                  n->name);
+    // A leaf a checkpointed function reads unannounced would get its gradient-ready hook from the
+    // inner pass, before the rest of the graph has added its part.
+    TESSERA_CHECK(!n->is_leaf || boundary == nullptr,
+                  "checkpoint: the function reads '{}', which needs a gradient, but it is not among the checkpoint's "
+                  "inputs (list every parameter the function uses)",
+                  n->name);
+    for (const auto& in : n->inputs) {
+      if (!in->requires_grad) continue;
+      auto [it, first_time] = consumers.try_emplace(in.get(), 0);
+      ++it->second;
+      if (first_time && !stops_at(in.get())) stack.push_back(in);
+    }
+    if (!n->is_leaf) ops.push_back(std::move(n));
+  }
+  // Latest first: creation order is a topological order (inputs exist before their outputs), and
+  // unlike a depth-first order it runs backward through the model layer by layer in reverse, so
+  // the parameters' gradients become final in the reverse of their creation order (which the
+  // data-parallel gradient buckets rely on) and each layer's activations are freed in turn.
+  std::sort(ops.begin(), ops.end(), [](const auto& a, const auto& b) { return a->sequence > b->sequence; });
+  return ops;
+}
+
+// Runs backward from `root` seeded with `seed`, down to the leaves or to the nodes of `boundary`.
+void backpropagate(const std::shared_ptr<Node>& root, const Tensor& seed, const Boundary* boundary) {
+  std::unordered_map<const Node*, std::size_t> consumers;
+  std::vector<std::shared_ptr<Node>> ops = ops_below(root, boundary, consumers);
+  const auto owns_hook = [boundary](const Node& n) {
+    return n.is_leaf && n.grad_ready && (boundary == nullptr || boundary->count(&n) == 0);
+  };
+  accumulate(*root, seed.to(root->value.device()));
+  if (owns_hook(*root)) root->grad_ready();
+  for (std::shared_ptr<Node>& op : ops) {
+    Node& n = *op;
+    std::vector<Tensor> grads;
+    if (n.grad.defined() && n.backward) grads = n.backward(n.grad);
+    for (std::size_t i = 0; i < n.inputs.size(); ++i) {
+      Node& in = *n.inputs[i];
+      if (!in.requires_grad) continue;
+      if (i < grads.size() && grads[i].defined()) accumulate(in, grads[i]);
+      // A leaf's gradient is final once every consumer has passed it its part.
+      if (--consumers[&in] == 0 && owns_hook(in) && in.grad.defined()) in.grad_ready();
+    }
+    // Free the graph: captured tensors, links to inputs, and the intermediate gradient.
+    n.backward = nullptr;
+    n.inputs.clear();
+    n.grad = Tensor();
+    op.reset();
   }
 }
 }  // namespace
@@ -87,54 +159,19 @@ void Var::backward() {
 void Var::backward(const Tensor& seed) {
   TESSERA_CHECK(node_ && node_->requires_grad, "backward: '{}' does not require a gradient (no parameter reached it)",
                 node_ ? node_->name : std::string("undefined"));
-  // The graph below this output: its ops (owned here: clearing a node's inputs below must not
-  // free one not yet run) and, for every node, how many edges lead into it.
-  std::vector<std::shared_ptr<Node>> ops;
-  std::unordered_map<const Node*, std::size_t> consumers{{node_.get(), 0}};
-  for (std::vector<std::shared_ptr<Node>> stack{node_}; !stack.empty();) {
-    std::shared_ptr<Node> n = std::move(stack.back());
-    stack.pop_back();
-    // An op whose backward already ran has freed what it saved: its gradient would be lost silently.
-    TESSERA_CHECK(n->is_leaf || n->backward,
-                  "backward: '{}' was already passed through by an earlier backward, which freed its graph; run the "
-                  "forward again",
-                  n->name);
-    for (const auto& in : n->inputs) {
-      if (!in->requires_grad) continue;
-      auto [it, first_time] = consumers.try_emplace(in.get(), 0);
-      ++it->second;
-      if (first_time) stack.push_back(in);
-    }
-    if (!n->is_leaf) ops.push_back(std::move(n));
-  }
-  // Latest first: creation order is a topological order (inputs exist before their outputs), and
-  // unlike a depth-first order it runs backward through the model layer by layer in reverse, so
-  // the parameters' gradients become final in the reverse of their creation order (which the
-  // data-parallel gradient buckets rely on) and each layer's activations are freed in turn.
-  std::sort(ops.begin(), ops.end(), [](const auto& a, const auto& b) { return a->sequence > b->sequence; });
-  accumulate(*node_, seed.to(node_->value.device()));
-  if (node_->is_leaf && node_->grad_ready) node_->grad_ready();
-  for (std::shared_ptr<Node>& op : ops) {
-    Node& n = *op;
-    std::vector<Tensor> grads;
-    if (n.grad.defined() && n.backward) grads = n.backward(n.grad);
-    for (std::size_t i = 0; i < n.inputs.size(); ++i) {
-      Node& in = *n.inputs[i];
-      if (!in.requires_grad) continue;
-      if (i < grads.size() && grads[i].defined()) accumulate(in, grads[i]);
-      // A leaf's gradient is final once every consumer has passed it its part.
-      if (--consumers[&in] == 0 && in.is_leaf && in.grad_ready && in.grad.defined()) in.grad_ready();
-    }
-    // Free the graph: captured tensors, links to inputs, and the intermediate gradient.
-    n.backward = nullptr;
-    n.inputs.clear();
-    n.grad = Tensor();
-    op.reset();
-  }
+  backpropagate(node_, seed, nullptr);
 }
 
-NoGradGuard::NoGradGuard() : saved_(g_grad_enabled) { g_grad_enabled = false; }
-NoGradGuard::~NoGradGuard() { g_grad_enabled = saved_; }
+void backward_to(const Var& output, const Tensor& seed, const std::vector<Var>& boundary) {
+  TESSERA_CHECK(output.requires_grad(), "checkpoint: the recomputed output '{}' does not require a gradient",
+                output.defined() ? output.name() : std::string("undefined"));
+  Boundary nodes;
+  for (const Var& v : boundary) nodes.insert(v.node().get());
+  backpropagate(output.node(), seed, &nodes);
+}
+
+GradModeGuard::GradModeGuard(bool enabled) : saved_(g_grad_enabled) { g_grad_enabled = enabled; }
+GradModeGuard::~GradModeGuard() { g_grad_enabled = saved_; }
 bool grad_enabled() { return g_grad_enabled; }
 
 void set_check_nan(bool on) { g_check_nan = on; }

@@ -65,16 +65,21 @@ class Var {
   std::shared_ptr<Node> node_;
 };
 
-// While alive, ops record no graph (evaluation, decoding, optimizer updates).
-class NoGradGuard {
+// While alive, ops record a graph (`enabled`) or not; the previous mode comes back after.
+class GradModeGuard {
  public:
-  NoGradGuard();
-  ~NoGradGuard();
-  NoGradGuard(const NoGradGuard&) = delete;
-  NoGradGuard& operator=(const NoGradGuard&) = delete;
+  explicit GradModeGuard(bool enabled);
+  ~GradModeGuard();
+  GradModeGuard(const GradModeGuard&) = delete;
+  GradModeGuard& operator=(const GradModeGuard&) = delete;
 
  private:
   bool saved_;
+};
+// While alive, ops record no graph (evaluation, decoding, optimizer updates).
+class NoGradGuard : public GradModeGuard {
+ public:
+  NoGradGuard() : GradModeGuard(false) {}
 };
 bool grad_enabled();
 
@@ -86,5 +91,11 @@ bool check_nan_enabled();
 // For op implementations: wraps an op's output value. Records the graph (inputs and backward)
 // only when grad mode is on and some input requires a gradient.
 Var make_result(Tensor value, const char* op, std::vector<Var> inputs, BackwardFn backward);
+
+// For checkpoint(): backpropagates `seed` from `output` down to the nodes of `boundary` and no
+// further. Their gradients accumulate (one contribution at a time, as a backward through them
+// would add them), but their backward functions and gradient-ready hooks do not run: the pass
+// they belong to runs those. A leaf that needs a gradient and is not in `boundary` is an error.
+void backward_to(const Var& output, const Tensor& seed, const std::vector<Var>& boundary);
 
 }  // namespace tessera::ag

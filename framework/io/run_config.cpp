@@ -106,8 +106,8 @@ void define_keys(Keys& k, RunConfig& c) {
   k.boolean("train.tf32", c.train.tf32, false,
             "float32 GEMMs on the GPU's TF32 tensor cores (faster, ~10 mantissa bits)");
   k.choice("train.recompute", c.train.recompute, "none", {{"none", Recompute::none}, {"layer", Recompute::layer}},
-           "layer: keep only each encoder and decoder layer's input and recompute its activations in backward "
-           "(less memory, about a third more compute)");
+           "layer: keep only each encoder and decoder layer's inputs and run the layer again in backward, with "
+           "the same dropout masks (less memory, about a third more compute, the same gradients bit for bit)");
   // ---- decoding
   k.integer("decode.beam", c.decode.beam, 4, 1, 1000, "beam size (1: greedy)");
   k.real("decode.length_penalty", c.decode.length_penalty, 0.6, 0.0, 10.0,

@@ -1,4 +1,5 @@
-# Sourced by the training scripts that compare runs step by step (needs $work, a scratch folder).
+# Sourced by the training scripts that compare runs step by step (needs $work, a scratch folder;
+# run() also $tessera and $common, the settings of every run, and a fail function).
 # Per step: the loss and the global gradient norm (Adam hides a gradient scaled by a constant from
 # the losses, e.g. replicated parameters counted once per tensor-parallel rank; the norm shows it).
 losses() { sed -n 's/^{"step": \([0-9]*\), "epoch": [0-9]*, "loss": \([^,]*\),.*, "grad_norm": \([^,]*\),.*/\1 \2 \3/p' "$1" | awk '{l[$1]=$2 " " $3} END {for (s in l) print s, l[s]}' | sort -k1,1; }
@@ -14,4 +15,18 @@ same_losses() {
     function differ(a, b, tol) { d = a - b; if (d < 0) d = -d; m = a < 0 ? -a : a; return d > tol * m }
     $1 >= first { n++; if (differ($2, $4, 1e-5) || differ($3, $5, 2e-4)) { bad++; print "step " $1 ": loss " $2 " vs " $4 ", gradient norm " $3 " vs " $5 } }
     END { if (n == 0 || bad > 0) { print "FAIL: " name ": " bad + 0 " of " n + 0 " steps differ"; exit 1 } print name ": " n " steps equal" }'
+}
+# identical_losses A B: every step's loss and gradient norm in both, equal as printed (the shortest
+# decimal that reads back as the same double: equal bit for bit).
+identical_losses() {
+  losses "$1" > "$work/a.txt" && losses "$2" > "$work/b.txt"
+  [ -s "$work/a.txt" ] && cmp -s "$work/a.txt" "$work/b.txt" || { diff "$work/a.txt" "$work/b.txt"; echo "FAIL: $2: not the losses of $1"; exit 1; }
+  echo "$2: $(wc -l < "$work/a.txt") steps identical"
+}
+# run NAME NP SETTINGS...: trains into $work/NAME in NP processes (one: without mpirun), its output
+# in $work/NAME.log, printed when it fails.
+run() {
+  name=$1 np=$2 && shift 2
+  if [ "$np" -eq 1 ]; then launch=""; else launch="mpirun -np $np --oversubscribe"; fi
+  $launch "$tessera" train $common "$@" --set output.dir="$work/$name" > "$work/$name.log" 2>&1 || { cat "$work/$name.log"; fail "$name"; }
 }

@@ -1,6 +1,7 @@
 // A float64 finite-difference gradient check for every differentiable op.
 #include <gtest/gtest-spi.h>
 
+#include "autograd/checkpoint.h"
 #include "gradcheck.h"
 #include "kernels/dispatch.h"
 
@@ -259,6 +260,33 @@ TEST(GradCheck, IntermediateResultsFeedingSeveralOps) {
     const std::vector<double> twice = vars[i].grad().to_doubles();
     for (std::size_t j = 0; j < twice.size(); ++j) EXPECT_EQ(twice[j], 2 * once[i][j]) << "input " << i << " " << j;
   }
+}
+
+// ag::checkpoint: backward runs the function again and passes the gradients on to its inputs,
+// parameters included: an input feeding several ops, dropout (fixed offsets: the same mask both
+// runs), a constant input, two checkpoints sharing an input and a parameter, one inside another,
+// and a function that returns one of its inputs.
+TEST(GradCheck, CheckpointedFunctions) {
+  const auto block = [](const Vars& in) {  // x [2, 3, 4], w [4, 4], b [4]
+    const ag::Var h = ag::tanh(ag::linear(in[0], in[1], in[2]));
+    return ag::add(ag::dropout(h, 0.3, 99, 7), ag::mul(in[0], h));
+  };
+  const std::vector<Tensor> in = {random_double({2, 3, 4}, 46), random_double({4, 4}, 47), random_double({4}, 48)};
+  expect_gradients_match([&](const Vars& v) { return ag::checkpoint(block, v); }, in);
+  expect_gradients_match([&](const Vars& v) { return ag::checkpoint(block, v); }, in, 1e-6, 1e-6, {2});
+  expect_gradients_match(
+      [&](const Vars& v) {
+        const ag::Var first = ag::checkpoint(block, v);
+        return ag::add(ag::checkpoint(block, {first, v[1], v[2]}), ag::mul(first, v[0]));
+      },
+      in);
+  expect_gradients_match(
+      [&](const Vars& v) {
+        return ag::checkpoint([&](const Vars& outer) { return ag::tanh(ag::checkpoint(block, outer)); }, v);
+      },
+      in);
+  expect_gradients_match([](const Vars& v) { return ag::checkpoint([](const Vars& x) { return x[0]; }, v); },
+                         {in[0]});
 }
 
 // The harness itself fails on a wrong backward: one element off by 0.1%, one NaN, all zeros.

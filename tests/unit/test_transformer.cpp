@@ -464,13 +464,15 @@ TEST(Transformer, DropoutStreamsDifferByReplicaAndStep) {
 // The data-parallel gradient buckets follow the parameters in reverse order and start in that
 // order: if backward finished a layer's gradients much later than that order says, every bucket
 // after it would wait, and the all-reduces would stop overlapping backward. Each parameter must
-// become final within one sublayer (10 parameters: an attention's and its norm's) of its place.
+// become final within one sublayer (10 parameters: an attention's and its norm's) of its place,
+// also when backward recomputes the layers (train.recompute: layer).
 TEST(Transformer, BackwardFinishesGradientsInReverseParameterOrder) {
   for (const bool pre_norm : {false, true}) {
-    for (const bool share : {true, false}) {
+    for (const auto& [share, recompute] : {std::pair{true, false}, std::pair{false, false}, std::pair{true, true}}) {
       TransformerConfig c = tiny_config();
       c.pre_norm = pre_norm;
       c.share_embeddings = c.tie_output = share;
+      c.recompute_layers = recompute;
       Transformer m(c, 7);
       std::vector<ag::Var> params = m.parameters();
       std::vector<std::size_t> finished;  // parameter indices, in the order their gradients became final
@@ -486,7 +488,7 @@ TEST(Transformer, BackwardFinishesGradientsInReverseParameterOrder) {
         const std::size_t expected = params.size() - 1 - finished[pos];
         EXPECT_LE(std::max(pos, expected) - std::min(pos, expected), 10u)
             << params[finished[pos]].name() << " finished " << pos << "th (pre_norm " << pre_norm << ", shared "
-            << share << ")";
+            << share << ", recompute " << recompute << ")";
       }
       for (ag::Var& p : params) p.set_grad_ready_hook(nullptr);
     }
