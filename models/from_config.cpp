@@ -23,6 +23,7 @@ TransformerConfig training_model_config(const io::RunConfig& cfg, std::int64_t s
   TransformerConfig m = model_config(cfg, src_vocab, tgt_vocab);
   m.device = cfg.train.device;
   m.bf16_compute = cfg.train.precision == io::Precision::bf16;
+  m.vocab_parallel = cfg.parallel.vocab_parallel;
   return m;
 }
 

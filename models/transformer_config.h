@@ -22,6 +22,9 @@ struct TransformerConfig {
   // Mixed precision (GPU only): bfloat16 copies of the float32 weights feed bfloat16 GEMMs and
   // activations; layer-norm parameters, the loss and the optimizer stay float32.
   bool bf16_compute = false;
+  // Under tensor parallelism: the embeddings, the output projection and the logits split by
+  // vocabulary rows over the group (parallel.vocab_parallel); no effect without a group.
+  bool vocab_parallel = false;
   DType compute_dtype() const { return bf16_compute ? DType::bf16 : dtype; }
 };
 

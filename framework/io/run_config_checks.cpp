@@ -69,8 +69,6 @@ void check_key_combinations(const RunConfig& cfg) {
   check(cfg, {"parallel.zero"}, cfg.parallel.zero == 0, "parallel.zero = 1 is not available in this build yet");
   check(cfg, {"train.recompute"}, cfg.train.recompute == Recompute::none,
         "train.recompute = layer is not available in this build yet");
-  check(cfg, {"parallel.vocab_parallel"}, !cfg.parallel.vocab_parallel,
-        "parallel.vocab_parallel = true is not available in this build yet");
   if (cfg.data.synthetic())
     check_synthetic_keys(cfg);
   else
