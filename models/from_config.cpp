@@ -24,6 +24,7 @@ TransformerConfig training_model_config(const io::RunConfig& cfg, std::int64_t s
   m.device = cfg.train.device;
   m.bf16_compute = cfg.train.precision == io::Precision::bf16;
   m.recompute_layers = cfg.train.recompute == io::Recompute::layer;
+  m.vocab_parallel = cfg.parallel.vocab_parallel;
   return m;
 }
 

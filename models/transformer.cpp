@@ -3,6 +3,7 @@
 #include <string>
 #include <vector>
 
+#include "dist/parallel_ops.h"
 #include "kernels/dispatch.h"
 #include "nn/init.h"
 
@@ -20,6 +21,7 @@ void Transformer::add(const std::vector<nn::Parameter>& params) {
     index_[p.var.name()] = params_.size();
     params_.push_back(p.var);
     shard_dims_.push_back(p.shard);
+    whole_parameters_ += p.whole_numel;
   }
 }
 
@@ -36,9 +38,9 @@ Transformer::Transformer(const TransformerConfig& config, std::uint64_t seed, di
   // norms are made after the encoder (its seed is still drawn here, so the values do not change).
   std::uint64_t tgt_embed_seed = 0;
   if (cfg_.share_embeddings) {
-    src_embed_ = tgt_embed_ = nn::Embedding("embed_tokens", cfg_.src_vocab, d, s++, placement_);
+    src_embed_ = tgt_embed_ = nn::Embedding("embed_tokens", cfg_.src_vocab, d, s++, placement_, cfg_.vocab_parallel);
   } else {
-    src_embed_ = nn::Embedding("encoder.embed_tokens", cfg_.src_vocab, d, s++, placement_);
+    src_embed_ = nn::Embedding("encoder.embed_tokens", cfg_.src_vocab, d, s++, placement_, cfg_.vocab_parallel);
     tgt_embed_seed = s++;
   }
   add(src_embed_.parameters());
@@ -48,7 +50,8 @@ Transformer::Transformer(const TransformerConfig& config, std::uint64_t seed, di
   }
   if (cfg_.pre_norm) add((encoder_final_norm_ = final_norm("encoder.layer_norm")).parameters());
   if (!cfg_.share_embeddings) {
-    tgt_embed_ = nn::Embedding("decoder.embed_tokens", cfg_.tgt_vocab, d, tgt_embed_seed, placement_);
+    tgt_embed_ =
+        nn::Embedding("decoder.embed_tokens", cfg_.tgt_vocab, d, tgt_embed_seed, placement_, cfg_.vocab_parallel);
     add(tgt_embed_.parameters());
   }
   for (std::int64_t i = 0; i < cfg_.decoder_layers; ++i) {
@@ -57,10 +60,12 @@ Transformer::Transformer(const TransformerConfig& config, std::uint64_t seed, di
   }
   if (cfg_.pre_norm) add((decoder_final_norm_ = final_norm("decoder.layer_norm")).parameters());
   out_proj_ = tgt_embed_.weight();
+  vocab_group_ = tgt_embed_.vocab_group();
+  out_block_ = tgt_embed_.block();
   if (!cfg_.tie_output) {
     const nn::Parameter p =
         nn::make_parameter("decoder.output_projection.weight", nn::xavier_uniform(cfg_.tgt_vocab, d, s++),
-                           ShardDim::replicated, placement_);
+                           vocab_group_ != nullptr ? ShardDim::rows : ShardDim::replicated, placement_);
     add({p});
     out_proj_ = p.var;
   }
@@ -94,7 +99,16 @@ ag::Var Transformer::embed(const nn::Embedding& table, const Tensor& ids, std::i
 }
 
 ag::Var Transformer::output_logits(const ag::Var& h) const {
-  return ag::matmul(h, ag::cast(out_proj_, cfg_.compute_dtype()), false, true);
+  // Vocabulary-parallel: the replicated h enters the parallel region (its gradient is summed).
+  const ag::Var x = vocab_group_ != nullptr ? dist::copy_to_tensor_parallel(h, *vocab_group_) : h;
+  return ag::matmul(x, ag::cast(out_proj_, cfg_.compute_dtype()), false, true);
+}
+
+ag::Var Transformer::cross_entropy(const ag::Var& logits, const Tensor& targets, double smoothing,
+                                   std::int32_t ignore_index, double* nll_sum) const {
+  if (vocab_group_ == nullptr) return ag::cross_entropy(logits, targets, smoothing, ignore_index, nll_sum);
+  return dist::vocab_parallel_cross_entropy(logits, targets, smoothing, ignore_index, out_block_, *vocab_group_,
+                                            nll_sum);
 }
 
 // ---------------------------------------------------------------- training / scoring
@@ -135,8 +149,10 @@ Tensor Transformer::decode_step(DecoderCache& cache, const std::vector<std::int3
     y = decoder_[i].step(y, cache.self_attn[i], cache.cross_attn[i], cache.src_padding);
   if (cfg_.pre_norm) y = decoder_final_norm_(y);
   ++cache.steps;
-  // Beam search scores on the host, in float32 (or the model's float64).
-  const ag::Var logits = ag::cast(ag::reshape(output_logits(y), {rows, cfg_.tgt_vocab}), cfg_.dtype);
+  // Beam search scores on the host, in float32 (or the model's float64). Vocabulary-parallel, the
+  // ranks gather this step's logits [rows, tgt_vocab] (small beside the training batch's).
+  ag::Var logits = ag::cast(ag::reshape(output_logits(y), {rows, out_block_.count}), cfg_.dtype);
+  if (vocab_group_ != nullptr) logits = ag::Var(dist::gather_vocab_logits(logits.value(), *vocab_group_));
   return ag::log_softmax(logits).value().to(Device::cpu);
 }
 

@@ -35,17 +35,26 @@ class Transformer {
   // With a tensor-parallel group of size tp > 1 (Megatron-style), this rank holds heads/tp whole
   // attention heads and d_ff/tp feed-forward units: Q, K, V and fc1 split by output rows, the
   // attention output projection and fc2 by input columns, followed by an all-reduce. Embeddings,
-  // layer norms and the output layer stay replicated. Initial values are the slices of the
-  // single-process model's, whatever tp is. The group must outlive the model.
+  // layer norms and the output layer stay replicated, unless config.vocab_parallel splits the
+  // embeddings and the output layer by vocabulary rows (dist/vocab_parallel.h). Initial values are
+  // the slices of the single-process model's, whatever tp is. The group must outlive the model.
   Transformer(const TransformerConfig& config, std::uint64_t seed, dist::Communicator* tensor_parallel = nullptr);
 
   // Encoder output [B, Ls, d_model] for int32 src [B, Ls] with its padding mask [B, Ls].
   ag::Var encode(const Tensor& src, const Tensor& src_padding, DropoutStream& drop) const;
-  // Decoder logits [B, Lt, tgt_vocab] for int32 tgt_in [B, Lt] (teacher forcing, causal).
+  // Decoder logits [B, Lt, tgt_vocab] for int32 tgt_in [B, Lt] (teacher forcing, causal);
+  // vocabulary-parallel, this rank's block of them [B, Lt, output_block().count].
   ag::Var decode(const ag::Var& memory, const Tensor& src_padding, const Tensor& tgt_in, DropoutStream& drop) const;
   ag::Var forward(const Tensor& src, const Tensor& src_padding, const Tensor& tgt_in, DropoutStream& drop) const {
     return decode(encode(src, src_padding, drop), src_padding, tgt_in, drop);
   }
+
+  // The label-smoothed cross entropy of decode()'s logits, reshaped to [N, columns], for int32
+  // targets [N], summed over the rows (ag::cross_entropy's; vocabulary-parallel, the group's).
+  ag::Var cross_entropy(const ag::Var& logits, const Tensor& targets, double smoothing, std::int32_t ignore_index,
+                        double* nll_sum = nullptr) const;
+  // The target ids whose logits this rank computes (all of them unless vocabulary-parallel).
+  const dist::VocabBlock& output_block() const { return out_block_; }
 
   // Incremental decoding (no graph is recorded): start from the encoder output, then each
   // step feeds one token per row and returns log-probabilities [B, tgt_vocab] for the next (a CPU
@@ -61,8 +70,9 @@ class Transformer {
   ShardDim shard_dim(std::size_t i) const { return shard_dims_[i]; }
   int tensor_parallel_size() const { return tp_ ? tp_->size() : 1; }
   int tensor_parallel_rank() const { return tp_ ? tp_->rank() : 0; }
-  // Parameters of this rank (of its shards under tensor parallelism).
+  // Parameters of this rank (of its shards under tensor parallelism), and of the whole model.
   std::int64_t num_parameters() const;
+  std::int64_t whole_num_parameters() const { return whole_parameters_; }
 
  private:
   // Appends a layer's parameters to parameters() (names must be unique).
@@ -77,9 +87,12 @@ class Transformer {
   nn::Placement placement_;
   std::vector<ag::Var> params_;
   std::vector<ShardDim> shard_dims_;
+  std::int64_t whole_parameters_ = 0;
   std::map<std::string, std::size_t> index_;
   nn::Embedding src_embed_, tgt_embed_;  // one table when shared
   ag::Var out_proj_;                     // the target table when tied
+  dist::Communicator* vocab_group_ = nullptr;  // tp_ when vocabulary-parallel
+  dist::VocabBlock out_block_;                 // out_proj_'s rows of the target vocabulary
   std::vector<EncoderLayer> encoder_;
   std::vector<DecoderLayer> decoder_;
   nn::LayerNorm encoder_final_norm_, decoder_final_norm_;  // pre-norm only

@@ -25,6 +25,9 @@ struct TransformerConfig {
   // train.recompute: layer: each encoder and decoder layer keeps only its inputs for backward and
   // runs its forward again there (ag::checkpoint): less memory, one more forward per step.
   bool recompute_layers = false;
+  // Under tensor parallelism: the embeddings, the output projection and the logits split by
+  // vocabulary rows over the group (parallel.vocab_parallel); no effect without a group.
+  bool vocab_parallel = false;
   DType compute_dtype() const { return bf16_compute ? DType::bf16 : dtype; }
 };
 

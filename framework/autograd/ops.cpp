@@ -218,13 +218,13 @@ Var layer_norm(const Var& x, const Var& gamma, const Var& beta, double eps) {
 }
 
 // ------------------------------------------------------------ embedding, dropout, loss
-Var embedding(const Var& weight, const Tensor& ids) {
+Var embedding(const Var& weight, const Tensor& ids, std::optional<std::int32_t> zero_id) {
   const Shape sw = weight.shape();
   const DType dt = weight.value().dtype();
   const Device dev = weight.value().device();
-  return make_result(embedding_forward(weight.value(), ids), "embedding", {weight}, [=](const Tensor& g) {
+  return make_result(embedding_forward(weight.value(), ids, zero_id), "embedding", {weight}, [=](const Tensor& g) {
     Tensor gw = Tensor::zeros(sw, dt, dev);
-    embedding_backward(gw, g, ids);
+    embedding_backward(gw, g, ids, zero_id);
     return std::vector<Tensor>{gw};
   });
 }

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 
 #include "autograd/var.h"
 #include "kernels/types.h"
@@ -41,8 +42,9 @@ Var softmax(const Var& x);
 Var log_softmax(const Var& x);
 Var layer_norm(const Var& x, const Var& gamma, const Var& beta, double eps = 1e-5);
 
-// Rows of `weight` ([V, D]) picked by int32 ids of any shape: output ids.shape + [D].
-Var embedding(const Var& weight, const Tensor& ids);
+// Rows of `weight` ([V, D]) picked by int32 ids of any shape: output ids.shape + [D]; ids equal to
+// `zero_id` (negative) give rows of zeros (vocabulary parallelism: ids of other ranks' rows).
+Var embedding(const Var& weight, const Tensor& ids, std::optional<std::int32_t> zero_id = std::nullopt);
 // Inverted dropout with the counter-based RNG; identity when p == 0.
 Var dropout(const Var& x, double p, std::uint64_t seed, std::uint64_t offset);
 // Sum over rows of the label-smoothed cross entropy (ignored rows add 0). logits [N, V], targets int32 [N].

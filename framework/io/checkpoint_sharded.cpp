@@ -34,16 +34,36 @@ struct Slab {
   std::vector<hsize_t> full, start, count;
 };
 
-Slab block_slab(const Shape& block, dist::ShardDim dim, int part, int parts) {
+// The dimension a sharded tensor splits along (1-D tensors: their only one).
+std::size_t split_dim(const Shape& shape, dist::ShardDim dim) {
+  return shape.size() == 1 || dim == dist::ShardDim::rows ? 0 : 1;
+}
+
+// Rank `part`'s block of the tensor of shape `full` (dist::block_range's: uneven where the extent
+// does not divide, as a vocabulary's rows).
+Slab block_slab(const Shape& full, dist::ShardDim dim, int part, int parts) {
   Slab s;
-  s.count.assign(block.begin(), block.end());
-  s.full = s.count;
-  s.start.assign(block.size(), 0);
-  if (dim == dist::ShardDim::replicated || block.empty()) return s;
-  const std::size_t d = block.size() == 1 || dim == dist::ShardDim::rows ? 0 : 1;
-  s.full[d] *= static_cast<hsize_t>(parts);
-  s.start[d] = s.count[d] * static_cast<hsize_t>(part);
+  s.full.assign(full.begin(), full.end());
+  s.count = s.full;
+  s.start.assign(full.size(), 0);
+  if (dim == dist::ShardDim::replicated || full.empty()) return s;
+  const std::size_t d = split_dim(full, dim);
+  const dist::BlockRange b = dist::block_range(full[d], part, parts);
+  s.start[d] = static_cast<hsize_t>(b.start);
+  s.count[d] = static_cast<hsize_t>(b.count);
   return s;
+}
+
+// The full tensor's shape from this rank's block: the blocks' extents summed over the group.
+Shape full_shape(const Tensor& block, dist::ShardDim dim, MPI_Comm comm, int parts) {
+  Shape full = block.shape();
+  if (dim == dist::ShardDim::replicated || parts == 1 || full.empty()) return full;
+  const std::size_t d = split_dim(full, dim);
+  std::int64_t extent = full[d];
+  if (MPI_Allreduce(MPI_IN_PLACE, &extent, 1, MPI_INT64_T, MPI_SUM, comm) != MPI_SUCCESS)
+    fail("checkpoint: exchanging block shapes failed");
+  full[d] = extent;
+  return full;
 }
 
 // CRC-32 of the full tensor from the blocks of all ranks, in the full tensor's row-major byte
@@ -54,19 +74,22 @@ std::uint32_t group_crc(const Tensor& block, dist::ShardDim dim, MPI_Comm comm, 
   const bool rows = block.dim() == 1 || dim == dist::ShardDim::rows;
   const std::int64_t pieces = rows ? 1 : block.size(0);
   const std::size_t piece_bytes = rows ? block.nbytes() : block.nbytes() / static_cast<std::size_t>(pieces);
-  std::vector<std::uint64_t> mine(static_cast<std::size_t>(pieces));
+  // Each rank's piece length first: uneven blocks (a vocabulary's rows) have pieces of other lengths.
+  std::vector<std::uint64_t> mine(static_cast<std::size_t>(pieces) + 1);
+  mine[0] = piece_bytes;
   for (std::int64_t i = 0; i < pieces; ++i)
-    mine[static_cast<std::size_t>(i)] = checksum(bytes + static_cast<std::size_t>(i) * piece_bytes, piece_bytes);
+    mine[static_cast<std::size_t>(i) + 1] = checksum(bytes + static_cast<std::size_t>(i) * piece_bytes, piece_bytes);
   std::vector<std::uint64_t> all(mine.size() * static_cast<std::size_t>(parts));
   if (MPI_Allgather(mine.data(), static_cast<int>(mine.size()), MPI_UINT64_T, all.data(), static_cast<int>(mine.size()),
                     MPI_UINT64_T, comm) != MPI_SUCCESS)
     fail("checkpoint: exchanging checksums failed");
   uLong crc = crc32_z(0L, Z_NULL, 0);
   for (std::int64_t i = 0; i < pieces; ++i)
-    for (int r = 0; r < parts; ++r)
-      crc = crc32_combine(
-          crc, static_cast<uLong>(all[static_cast<std::size_t>(r) * mine.size() + static_cast<std::size_t>(i)]),
-          static_cast<z_off_t>(piece_bytes));
+    for (int r = 0; r < parts; ++r) {
+      const std::uint64_t* of_rank = all.data() + static_cast<std::size_t>(r) * mine.size();
+      crc = crc32_combine(crc, static_cast<uLong>(of_rank[static_cast<std::size_t>(i) + 1]),
+                          static_cast<z_off_t>(of_rank[0]));
+    }
   return static_cast<std::uint32_t>(crc);
 }
 
@@ -96,7 +119,7 @@ void write_sharded_tensors(Writer& w, hid_t parent, const char* name, const std:
   for (const auto& [key, value] : tensors) {
     const Tensor block = value.to(Device::cpu).to(DType::f32);
     const dist::ShardDim dim = shard_of(c.shards, key);
-    const Slab slab = block_slab(block.shape(), dim, part, parts);
+    const Slab slab = block_slab(full_shape(block, dim, comm, parts), dim, part, parts);
     const std::string where = group_path + "/" + key;
     H5Handle fspace{H5Screate_simple(static_cast<int>(slab.full.size()), slab.full.data(), nullptr), H5Sclose};
     H5Handle ds{H5Dcreate2(g.id(), key.c_str(), H5T_IEEE_F32LE, fspace.id(), H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT),
@@ -219,16 +242,12 @@ ShardedCheckpoint load_checkpoint_sharded(const std::string& path, const std::ma
       const Shape full = r.stored_shape(ds.id(), where);
       H5Handle fspace{H5Dget_space(ds.id()), H5Sclose};
       const dist::ShardDim dim = shard_of(shards, name);
-      Shape block_shape = full;
-      if (dim != dist::ShardDim::replicated && !block_shape.empty()) {
-        const std::size_t d = block_shape.size() == 1 || dim == dist::ShardDim::rows ? 0 : 1;
-        r.check(d < block_shape.size() && block_shape[d] % parts == 0,
+      if (dim != dist::ShardDim::replicated && !full.empty())
+        r.check(full[split_dim(full, dim)] >= parts,
                 fmt::format("dataset '{}' of shape {} does not split into {} tensor-parallel blocks", where,
                             shape_str(full), parts));
-        block_shape[d] /= parts;
-      }
-      Tensor block = Tensor::empty(block_shape, DType::f32);
-      const Slab slab = block_slab(block_shape, dim, part, parts);
+      const Slab slab = block_slab(full, dim, part, parts);
+      Tensor block = Tensor::empty(Shape(slab.count.begin(), slab.count.end()), DType::f32);
       if (!slab.full.empty())
         H5Sselect_hyperslab(fspace.id(), H5S_SELECT_SET, slab.start.data(), nullptr, slab.count.data(), nullptr);
       H5Handle mspace{H5Screate_simple(static_cast<int>(slab.count.size()), slab.count.data(), nullptr), H5Sclose};

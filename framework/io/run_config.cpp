@@ -136,7 +136,7 @@ void define_keys(Keys& k, RunConfig& c) {
             "1: shard Adam's moments over the data-parallel ranks (ZeRO stage 1); 0: every rank holds them all");
   k.boolean("parallel.vocab_parallel", c.parallel.vocab_parallel, false,
             "split the embedding, the output layer and the logits by vocabulary rows over the tensor-parallel "
-            "ranks");
+            "ranks (no effect at parallel.tensor 1)");
   // ---- checkpoints
   k.integer("checkpoint.every", c.checkpoint.every, 1000, 0, 100000000,
             "steps between checkpoints (0: only at the end, on a signal and at a new best)");

@@ -67,8 +67,6 @@ void check_key_combinations(const RunConfig& cfg) {
         "unit no example reached) would get 0 / 0 = NaN: give a positive value (1e-9, the paper's)");
   // Each of these is being built; until it is, a run that asks for it stops here.
   check(cfg, {"parallel.zero"}, cfg.parallel.zero == 0, "parallel.zero = 1 is not available in this build yet");
-  check(cfg, {"parallel.vocab_parallel"}, !cfg.parallel.vocab_parallel,
-        "parallel.vocab_parallel = true is not available in this build yet");
   if (cfg.data.synthetic())
     check_synthetic_keys(cfg);
   else

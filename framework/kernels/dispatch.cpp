@@ -252,14 +252,14 @@ LayerNormGrads layer_norm_backward(const Tensor& dy, const Tensor& x, const Tens
   ON_GPU(return cuda::layer_norm_backward(dy, x, gamma, mean, rstd));
 }
 
-Tensor embedding_forward(const Tensor& weight, const Tensor& ids) {
-  if (on_cpu(weight)) return cpu::embedding_forward(weight, ids);
-  ON_GPU(return cuda::embedding_forward(weight, ids));
+Tensor embedding_forward(const Tensor& weight, const Tensor& ids, std::optional<std::int32_t> zero_id) {
+  if (on_cpu(weight)) return cpu::embedding_forward(weight, ids, zero_id);
+  ON_GPU(return cuda::embedding_forward(weight, ids, zero_id));
 }
 
-void embedding_backward(Tensor& dweight, const Tensor& dout, const Tensor& ids) {
-  if (on_cpu(dweight)) return cpu::embedding_backward(dweight, dout, ids);
-  ON_GPU(cuda::embedding_backward(dweight, dout, ids));
+void embedding_backward(Tensor& dweight, const Tensor& dout, const Tensor& ids, std::optional<std::int32_t> zero_id) {
+  if (on_cpu(dweight)) return cpu::embedding_backward(dweight, dout, ids, zero_id);
+  ON_GPU(cuda::embedding_backward(dweight, dout, ids, zero_id));
 }
 
 Tensor dropout_forward(const Tensor& x, double p, std::uint64_t seed, std::uint64_t offset) {
@@ -291,6 +291,19 @@ CrossEntropyWithGrad cross_entropy_with_grad(const Tensor& logits, const Tensor&
     cuda::FusedCrossEntropy f = cuda::cross_entropy_fused(logits, targets, smoothing, ignore_index, 1.0);
     return CrossEntropyWithGrad{std::move(f.out), std::move(f.dlogits)};
   });
+}
+
+Tensor cross_entropy_shard_stats(const Tensor& logits, const Tensor& targets, std::int64_t first) {
+  if (on_cpu(logits)) return cpu::cross_entropy_shard_stats(logits, targets, first);
+  ON_GPU(return cuda::cross_entropy_shard_stats(logits, targets, first));
+}
+
+Tensor cross_entropy_shard_backward(const Tensor& dloss, const Tensor& logits, const Tensor& targets,
+                                    const Tensor& lse, double smoothing, std::int32_t ignore_index, std::int64_t first,
+                                    std::int64_t vocab) {
+  if (on_cpu(logits))
+    return cpu::cross_entropy_shard_backward(dloss, logits, targets, lse, smoothing, ignore_index, first, vocab);
+  ON_GPU(return cuda::cross_entropy_shard_backward(dloss, logits, targets, lse, smoothing, ignore_index, first, vocab));
 }
 
 AttentionOutput attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& key_padding,

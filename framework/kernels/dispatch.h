@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <vector>
 
 #include "kernels/types.h"
@@ -63,8 +64,11 @@ Tensor log_softmax_backward(const Tensor& dy, const Tensor& y);
 LayerNormOutput layer_norm_forward(const Tensor& x, const Tensor& gamma, const Tensor& beta, double eps);
 LayerNormGrads layer_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& gamma, const Tensor& mean,
                                    const Tensor& rstd);
-Tensor embedding_forward(const Tensor& weight, const Tensor& ids);
-void embedding_backward(Tensor& dweight, const Tensor& dout, const Tensor& ids);
+// Ids equal to `zero_id` (negative: under vocabulary parallelism, the ids of other ranks' rows) give
+// rows of zeros and add nothing to dweight.
+Tensor embedding_forward(const Tensor& weight, const Tensor& ids, std::optional<std::int32_t> zero_id = std::nullopt);
+void embedding_backward(Tensor& dweight, const Tensor& dout, const Tensor& ids,
+                        std::optional<std::int32_t> zero_id = std::nullopt);
 Tensor dropout_forward(const Tensor& x, double p, std::uint64_t seed, std::uint64_t offset);
 inline Tensor dropout_backward(const Tensor& dy, double p, std::uint64_t seed, std::uint64_t offset) {
   return dropout_forward(dy, p, seed, offset);
@@ -81,6 +85,13 @@ struct CrossEntropyWithGrad {
 };
 CrossEntropyWithGrad cross_entropy_with_grad(const Tensor& logits, const Tensor& targets, double smoothing,
                                              std::int32_t ignore_index);
+// Vocabulary parallelism (cpu/cross_entropy.h): per-row statistics [N, 4] of logits [N, Vb] that
+// are the columns [first, first + Vb) of the whole vocabulary's, and those columns of the gradient
+// over a vocabulary of `vocab`.
+Tensor cross_entropy_shard_stats(const Tensor& logits, const Tensor& targets, std::int64_t first);
+Tensor cross_entropy_shard_backward(const Tensor& dloss, const Tensor& logits, const Tensor& targets,
+                                    const Tensor& lse, double smoothing, std::int32_t ignore_index, std::int64_t first,
+                                    std::int64_t vocab);
 AttentionOutput attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& key_padding,
                                   const AttentionOptions& opt);
 AttentionGrads attention_backward(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v,

@@ -20,6 +20,7 @@
   /* the Transformer's kernels */                                                                  \
   X(layer_norm_forward) X(layer_norm_backward) X(embedding_forward) X(embedding_backward)          \
   X(dropout_forward) X(cross_entropy_forward) X(cross_entropy_backward) X(cross_entropy_with_grad) \
+  X(cross_entropy_shard_stats) X(cross_entropy_shard_backward)                                     \
   X(attention_forward) X(attention_backward)                                                       \
   /* the optimizer */                                                                              \
   X(adam_update)

@@ -15,6 +15,10 @@ void check_ids(const char* op, const Tensor& ids, std::int64_t vocab, std::optio
   }
 }
 
+void check_zero_id(const char* op, std::optional<std::int32_t> zero_id) {
+  TESSERA_CHECK(!zero_id || *zero_id < 0, "{}: zero_id {} is a row's id (it must be negative)", op, *zero_id);
+}
+
 std::vector<std::int64_t> inverse_permutation(const std::vector<std::int64_t>& dims) {
   std::vector<std::int64_t> inv(dims.size(), -1);
   for (std::size_t i = 0; i < dims.size(); ++i) {

@@ -56,6 +56,8 @@ struct AdamStep {
 
 // Token ids (int32, on the CPU) must lie in [0, vocab); ignore_index, when given, is allowed too.
 void check_ids(const char* op, const Tensor& ids, std::int64_t vocab, std::optional<std::int32_t> ignore_index);
+// An embedding's zero_id, when given, must be negative (no row's id).
+void check_zero_id(const char* op, std::optional<std::int32_t> zero_id);
 // The permutation that undoes `dims` (which must be a permutation of 0..rank-1).
 std::vector<std::int64_t> inverse_permutation(const std::vector<std::int64_t>& dims);
 

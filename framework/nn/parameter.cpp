@@ -7,7 +7,7 @@ Parameter make_parameter(const std::string& name, const Tensor& init, dist::Shar
   const int parts = placement.tensor_parallel_size();
   Tensor value =
       dist::take_block(init, shard, placement.tensor_parallel_rank(), parts).to(placement.dtype).to(placement.device);
-  return {ag::Var::parameter(std::move(value), name), parts > 1 ? shard : dist::ShardDim::replicated};
+  return {ag::Var::parameter(std::move(value), name), parts > 1 ? shard : dist::ShardDim::replicated, init.numel()};
 }
 
 void append(std::vector<Parameter>& all, const std::vector<Parameter>& more) {

@@ -26,6 +26,7 @@ struct Placement {
 struct Parameter {
   ag::Var var;
   dist::ShardDim shard = dist::ShardDim::replicated;
+  std::int64_t whole_numel = 0;  // elements of the whole (unsplit) tensor
 };
 
 // The parameter `name` from its full value `init`, drawn as in a single process: this rank keeps

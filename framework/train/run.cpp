@@ -24,10 +24,10 @@ LossSums run_batch(const models::Transformer& model, const data::Batch& b, doubl
                    models::DropoutStream& drop, double grad_scale) {
   const std::int64_t rows = b.tgt_out.numel();
   ag::Var logits = model.forward(b.src, b.src_padding, b.tgt_in, drop);
-  logits = ag::reshape(logits, {rows, model.config().tgt_vocab});
+  logits = ag::reshape(logits, {rows, model.output_block().count});
   const Tensor targets = b.tgt_out.reshape({rows});
   LossSums s;
-  ag::Var loss = ag::cross_entropy(logits, targets, smoothing, data::kPadId, &s.nll);
+  ag::Var loss = model.cross_entropy(logits, targets, smoothing, data::kPadId, &s.nll);
   s.smoothed = loss.value().item();
   s.tokens = b.tgt_tokens;
   if (grad_scale != 0.0) ag::scale(loss, grad_scale).backward();
@@ -64,7 +64,7 @@ Run::Run(const io::RunConfig& cfg, ProcessGrid& grid, const std::string& resume_
 void Run::print_setup() const {
   const io::ModelConfig& m = cfg_.model;
   fmt::print("model: {} parameters, {} layers, d_model {}, d_ff {}, {} heads, {}-norm; {} batches per epoch\n",
-             whole_model_parameters(), m.layers, m.d_model, m.d_ff, m.heads, io::name_of(m.norm),
+             model_.whole_num_parameters(), m.layers, m.d_model, m.d_ff, m.heads, io::name_of(m.norm),
              batcher_.batches_per_epoch());
   if (!grid_.gpu.empty())
     fmt::print("device: {}; {} compute{}\n", grid_.gpu,
@@ -76,16 +76,6 @@ void Run::print_setup() const {
     fmt::print("parallel: {} processes = {} tensor-parallel x {} data-parallel ({} parameters per rank){}\n",
                grid_.size, grid_.tensor->size(), grid_.data->size(), model_.num_parameters(),
                reducer_ ? fmt::format("; {} gradient buckets", reducer_->buckets()) : std::string());
-}
-
-// The whole model's parameter count: under tensor parallelism this rank holds all of the
-// replicated parameters and one of tp equal blocks of each split one (take_block).
-std::int64_t Run::whole_model_parameters() const {
-  std::int64_t replicated = 0, sharded = 0;
-  for (std::size_t i = 0; i < model_.parameters().size(); ++i)
-    (model_.shard_dim(i) == dist::ShardDim::replicated ? replicated : sharded) +=
-        model_.parameters()[i].value().numel();
-  return replicated + sharded * grid_.tensor->size();
 }
 
 // The paper's training step: batch -> forward -> loss -> backward (buckets all-reduced as they

@@ -73,7 +73,6 @@ class Run {
   TrainResult finish(TrainResult result, const Stop& stop);
   TrainResult stopped_by_signal(int sig, TrainResult result);
   [[noreturn]] void stop_on_non_finite_gradients(double gnorm, double loss) const;
-  std::int64_t whole_model_parameters() const;
   void print_setup() const;
   data::Batcher make_batcher() const;
   double elapsed_seconds() const;

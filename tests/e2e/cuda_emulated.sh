@@ -3,7 +3,7 @@
 # -DTESSERA_CUDA_EMULATOR=ON; framework/cuda_emulator), the kernels' own source run on the CPU:
 #  - one GPU gives the CPU's losses and gradient norms at each of 6 steps (float32, dropout on:
 #    the same Philox masks); train.recompute: layer gives none's, also at tp=2 x dp=2;
-#  - tp=2, dp=2 and tp=2 x dp=2 on GPUs (NCCL over MPI) give one GPU's;
+#  - tp=2, dp=2 and tp=2 x dp=2 on GPUs (NCCL over MPI) give one GPU's, and tp=2 vocabulary-parallel;
 #  - a rank that hangs ends a dp=2 or tp=2 GPU job through the collective timeout;
 #  - two ranks sharing one GPU are refused, the error printed once;
 #  - a checkpoint written at tp=2 on GPUs resumes on the CPU in one process, with one GPU's losses;
@@ -41,6 +41,10 @@ done
 run gpu_tp2_dp2_recompute 4 --set model.dropout=0 --set train.device=cuda --set parallel.tensor=2 --set parallel.data=2 \
   --set train.recompute=layer
 same_losses "$work/gpu_tp2_dp2/metrics.jsonl" "$work/gpu_tp2_dp2_recompute/metrics.jsonl" 1
+# Vocabulary parallelism on GPUs: the embedding lookup, the loss statistics and gradients and the
+# logits' gather through the CUDA kernels and NCCL.
+run gpu_vp2 2 --set model.dropout=0 --set train.device=cuda --set parallel.tensor=2 --set parallel.vocab_parallel=true
+same_losses "$work/gpu/metrics.jsonl" "$work/gpu_vp2/metrics.jsonl" 1
 
 # A rank that stops responding (injected: rank 1 sleeps at step 3) while the other waits for an
 # NCCL collective (dp=2: the gradient all-reduce; tp=2: the forward's), or (injected: rank 1 sleeps

@@ -328,6 +328,18 @@ TEST(Embedding, GatherAndScatterAddWithRepeatedIds) {
             "embedding: ids must be int32, got float32[2] cpu");
 }
 
+// Vocabulary parallelism: ids of other ranks' rows (zero_id) give zero rows and no gradient.
+TEST(Embedding, ZeroIdGivesZerosAndNoGradient) {
+  const Tensor w = Tensor::from(std::vector<double>{0, 1, 10, 11, 20, 21}, {3, 2});
+  const Tensor ids = Tensor::from(std::vector<std::int32_t>{2, -1, 0}, {3});
+  EXPECT_EQ(cpu::embedding_forward(w, ids, -1).to_doubles(), (std::vector<double>{20, 21, 0, 0, 0, 1}));
+  Tensor dw = Tensor::zeros({3, 2}, DType::f64);
+  cpu::embedding_backward(dw, Tensor::from(std::vector<double>{1, 2, 3, 4, 5, 6}, {3, 2}), ids, -1);
+  EXPECT_EQ(dw.to_doubles(), (std::vector<double>{5, 6, 0, 0, 1, 2}));
+  EXPECT_EQ(error_of([&] { (void)cpu::embedding_forward(w, ids, 1); }),
+            "embedding: zero_id 1 is a row's id (it must be negative)");
+}
+
 // ---------------------------------------------------------------- dropout / Philox
 TEST(Philox, KnownAnswerVectors) {
   // Random123's published known-answer tests for philox4x32, 10 rounds.
@@ -426,6 +438,43 @@ TEST(Dropout, EveryElementDecidesAsDropoutKeepAndDroppedAreZero) {
 }
 
 // ---------------------------------------------------------------- cross entropy
+// Vocabulary parallelism: three column blocks' statistics combine into the whole rows' log-sum-exp
+// and target logit, and their gradients concatenated are the whole rows' gradient.
+TEST(CrossEntropy, VocabularyBlocksGiveTheWholeRows) {
+  const Tensor z = Tensor::from(std::vector<double>{1, 2, 3, 0.5, -1, 2, 0, 0, 4, -3, 1, 1, 2.5, 0, 0.25}, {3, 5});
+  const Tensor t = Tensor::from(std::vector<std::int32_t>{4, 1, -100}, {3});
+  const auto whole = cpu::cross_entropy_forward(z, t, 0.1, -100);
+  const Tensor dloss = Tensor::from(std::vector<double>{0.5, -2, 1}, {3});
+  const Tensor dwhole = cpu::cross_entropy_backward(dloss, z, t, whole.lse, 0.1, -100);
+  const std::vector<std::pair<std::int64_t, std::int64_t>> blocks{{0, 2}, {2, 2}, {4, 1}};
+  std::vector<double> lse(3, 0), target(3, 0), grads;
+  const auto zs = z.to_doubles();
+  for (const auto& [first, count] : blocks) {
+    Tensor part = Tensor::empty({3, count}, DType::f64);
+    for (std::int64_t i = 0; i < 3; ++i)
+      for (std::int64_t j = 0; j < count; ++j) part.data<double>()[i * count + j] = zs[i * 5 + first + j];
+    const auto s = cpu::cross_entropy_shard_stats(part, t, first).to_doubles();  // [3, 4]
+    for (std::size_t i = 0; i < 3; ++i) {
+      lse[i] += s[4 * i + 1] * std::exp(s[4 * i]);  // sum of exp(z)
+      const std::int32_t ti = t.data<std::int32_t>()[i];
+      if (ti >= first && ti < first + count) target[i] = s[4 * i + 3] + s[4 * i];  // z_t - max + max
+      else EXPECT_EQ(s[4 * i + 3], 0.0);
+    }
+    const auto d = cpu::cross_entropy_shard_backward(dloss, part, t, whole.lse, 0.1, -100, first, 5).to_doubles();
+    grads.insert(grads.end(), d.begin(), d.end());
+  }
+  for (std::size_t i = 0; i < 2; ++i) {
+    EXPECT_NEAR(std::log(lse[i]), whole.lse.to_doubles()[i], 1e-14);
+    EXPECT_NEAR(std::log(lse[i]) - target[i], whole.nll.to_doubles()[i], 1e-14);
+  }
+  const auto dw = dwhole.to_doubles();
+  std::size_t k = 0;
+  for (const auto& [first, count] : blocks)
+    for (std::int64_t i = 0; i < 3; ++i)
+      for (std::int64_t j = 0; j < count; ++j, ++k)
+        EXPECT_NEAR(grads[k], dw[static_cast<std::size_t>(i * 5 + first + j)], 1e-15) << i << " " << first + j;
+}
+
 TEST(CrossEntropy, LabelSmoothingAndIgnoredRowsMatchTheFormula) {
   const Tensor z = Tensor::from(std::vector<double>{1, 2, 3, 0.5, -1, 2, 0, 0, 0}, {3, 3});
   const Tensor t = Tensor::from(std::vector<std::int32_t>{2, 0, -100}, {3});

@@ -23,6 +23,39 @@ XentDims xent_dims(const char* op, const Tensor& logits, const Tensor& targets, 
   kernels::check_ids(op, targets, logits.size(1), ignore_index);
   return {logits.size(0), logits.size(1)};
 }
+
+// dlogits[i, j] = dloss[i] * (exp(z_ij - lse_i) - q_ij) for the columns [first, first + V) of a
+// vocabulary of `vocab`: q = smoothing / vocab, plus 1 - smoothing at the target (when here).
+Tensor xent_backward(const char* op, const Tensor& dloss, const Tensor& logits, const Tensor& targets, const Tensor& lse,
+                     double smoothing, std::int32_t ignore_index, std::int64_t first, std::int64_t vocab) {
+  const std::int64_t n = logits.size(0), v = logits.size(1);
+  TESSERA_CHECK(dloss.shape() == Shape{n} && lse.shape() == Shape{n}, "{}: dloss {} and lse {} must have shape [{}]",
+                op, shape_str(dloss.shape()), shape_str(lse.shape()), n);
+  Tensor dz = Tensor::empty(logits.shape(), logits.dtype());
+  dispatch_float(op, logits.dtype(), [&]<typename T>() {
+    const T* z = logits.data<T>();
+    const std::int32_t* t = targets.data<std::int32_t>();
+    const T* g = dloss.data<T>();
+    const T* l = lse.data<T>();
+    T* o = dz.data<T>();
+    const T eps = static_cast<T>(smoothing);
+    const T uniform = eps / static_cast<T>(vocab);
+#pragma omp parallel for schedule(static) if (n * v > 32768)
+    for (std::int64_t i = 0; i < n; ++i) {
+      T* row = o + i * v;
+      if (t[i] == ignore_index) {
+        std::fill_n(row, v, T(0));
+        continue;
+      }
+      const T* zr = z + i * v;
+      const T gi = g[i], li = l[i];
+      for (std::int64_t j = 0; j < v; ++j) row[j] = gi * (exp_vec(zr[j] - li) - uniform);
+      const std::int64_t col = static_cast<std::int64_t>(t[i]) - first;
+      if (col >= 0 && col < v) row[col] -= g[i] * (T(1) - eps);
+    }
+  });
+  return dz;
+}
 }  // namespace
 
 CrossEntropyOutput cross_entropy_forward(const Tensor& logits, const Tensor& targets, double smoothing,
@@ -69,32 +102,54 @@ CrossEntropyOutput cross_entropy_forward(const Tensor& logits, const Tensor& tar
 Tensor cross_entropy_backward(const Tensor& dloss, const Tensor& logits, const Tensor& targets, const Tensor& lse,
                               double smoothing, std::int32_t ignore_index) {
   const XentDims dm = xent_dims("cross_entropy_backward", logits, targets, smoothing, ignore_index);
-  TESSERA_CHECK(dloss.shape() == Shape{dm.n} && lse.shape() == Shape{dm.n},
-                "cross_entropy_backward: dloss {} and lse {} must have shape [{}]", shape_str(dloss.shape()),
-                shape_str(lse.shape()), dm.n);
-  Tensor dz = Tensor::empty(logits.shape(), logits.dtype());
-  dispatch_float("cross_entropy_backward", logits.dtype(), [&]<typename T>() {
+  return xent_backward("cross_entropy_backward", dloss, logits, targets, lse, smoothing, ignore_index, 0, dm.v);
+}
+
+Tensor cross_entropy_shard_stats(const Tensor& logits, const Tensor& targets, std::int64_t first) {
+  const char* op = "cross_entropy_shard_stats";
+  check_rank(op, logits, 2, "logits");
+  check_float(op, logits);
+  check_cpu(op, logits);
+  check_rank(op, targets, 1, "targets");
+  TESSERA_CHECK(targets.dtype() == DType::i32 && targets.size(0) == logits.size(0),
+                "{}: targets {} must be int32 ids, one per row of logits {}", op, targets.describe(), logits.describe());
+  const std::int64_t n = logits.size(0), v = logits.size(1);
+  Tensor out = Tensor::empty({n, 4}, logits.dtype());
+  dispatch_float(op, logits.dtype(), [&]<typename T>() {
     const T* z = logits.data<T>();
     const std::int32_t* t = targets.data<std::int32_t>();
-    const T* g = dloss.data<T>();
-    const T* l = lse.data<T>();
-    T* o = dz.data<T>();
-    const T eps = static_cast<T>(smoothing);
-    const T uniform = eps / static_cast<T>(dm.v);
-#pragma omp parallel for schedule(static) if (dm.n * dm.v > 32768)
-    for (std::int64_t i = 0; i < dm.n; ++i) {
-      T* row = o + i * dm.v;
-      if (t[i] == ignore_index) {
-        std::fill_n(row, dm.v, T(0));
-        continue;
-      }
-      const T* zr = z + i * dm.v;
-      const T gi = g[i], li = l[i];
-      for (std::int64_t j = 0; j < dm.v; ++j) row[j] = gi * (exp_vec(zr[j] - li) - uniform);
-      row[t[i]] -= g[i] * (T(1) - eps);
+    T* o = out.data<T>();
+#pragma omp parallel for schedule(static) if (n * v > 32768)
+    for (std::int64_t i = 0; i < n; ++i) {
+      const T* row = z + i * v;
+      const auto row_lse = row_log_sum_exp(row, v);
+      const T m = row_lse.max;
+      T sum_shifted = 0;
+#pragma omp simd reduction(+ : sum_shifted)
+      for (std::int64_t j = 0; j < v; ++j) sum_shifted += row[j] - m;
+      const std::int64_t col = static_cast<std::int64_t>(t[i]) - first;
+      o[4 * i] = m;
+      o[4 * i + 1] = std::exp(row_lse.log_sum);
+      o[4 * i + 2] = sum_shifted;
+      o[4 * i + 3] = col >= 0 && col < v ? row[col] - m : T(0);
     }
   });
-  return dz;
+  return out;
+}
+
+Tensor cross_entropy_shard_backward(const Tensor& dloss, const Tensor& logits, const Tensor& targets,
+                                    const Tensor& lse, double smoothing, std::int32_t ignore_index, std::int64_t first,
+                                    std::int64_t vocab) {
+  const char* op = "cross_entropy_shard_backward";
+  check_rank(op, logits, 2, "logits");
+  check_float(op, logits);
+  check_cpu(op, logits);
+  TESSERA_CHECK(targets.dtype() == DType::i32 && targets.shape() == Shape{logits.size(0)},
+                "{}: targets {} must be int32 ids, one per row of logits {}", op, targets.describe(), logits.describe());
+  TESSERA_CHECK(smoothing >= 0.0 && smoothing < 1.0, "{}: label smoothing {} outside [0, 1)", op, smoothing);
+  TESSERA_CHECK(first >= 0 && first + logits.size(1) <= vocab, "{}: columns [{}, {}) outside a vocabulary of {}", op,
+                first, first + logits.size(1), vocab);
+  return xent_backward(op, dloss, logits, targets, lse, smoothing, ignore_index, first, vocab);
 }
 
 }  // namespace tessera::cpu

@@ -18,4 +18,15 @@ CrossEntropyOutput cross_entropy_forward(const Tensor& logits, const Tensor& tar
 Tensor cross_entropy_backward(const Tensor& dloss, const Tensor& logits, const Tensor& targets, const Tensor& lse,
                               double smoothing, std::int32_t ignore_index);
 
+// Vocabulary parallelism: logits [N, Vb] are the columns [first, first + Vb) of the logits over
+// the whole vocabulary, targets int32 [N] ids of that vocabulary. Per row, over this block:
+// [N, 4] = (max m, sum of exp(z - m), sum of (z - m), z_t - m where target t is in the block,
+// else 0), in the logits' dtype; the ranks' rows combine into the whole row's (online softmax).
+Tensor cross_entropy_shard_stats(const Tensor& logits, const Tensor& targets, std::int64_t first);
+// The block's columns of cross_entropy_backward's gradient over a vocabulary of `vocab` ids: the
+// uniform part smoothing / vocab, the target's part where the target is in the block.
+Tensor cross_entropy_shard_backward(const Tensor& dloss, const Tensor& logits, const Tensor& targets,
+                                    const Tensor& lse, double smoothing, std::int32_t ignore_index, std::int64_t first,
+                                    std::int64_t vocab);
+
 }  // namespace tessera::cpu

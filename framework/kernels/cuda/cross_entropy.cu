@@ -44,12 +44,13 @@ __device__ RowStats row_stats(const T* __restrict__ z, std::int64_t vocab) {
   return {ms.m, logf(ms.s), static_cast<float>(sum / static_cast<double>(vocab) - static_cast<double>(ms.m))};
 }
 
+// Columns [first, first + cols) of a vocabulary of `vocab` (all of it: first 0, cols == vocab).
 template <typename T>
-__device__ void write_gradient(const T* __restrict__ z, T* __restrict__ dz, std::int64_t vocab, float lse,
-                               std::int32_t target, float weight, float smoothing) {
+__device__ void write_gradient(const T* __restrict__ z, T* __restrict__ dz, std::int64_t cols, float lse,
+                               std::int64_t target_col, float weight, float smoothing, std::int64_t vocab) {
   const float uniform = smoothing / static_cast<float>(vocab);
-  for (std::int64_t j = threadIdx.x; j < vocab; j += blockDim.x) {
-    const float q = uniform + (j == target ? 1.0f - smoothing : 0.0f);
+  for (std::int64_t j = threadIdx.x; j < cols; j += blockDim.x) {
+    const float q = uniform + (j == target_col ? 1.0f - smoothing : 0.0f);
     dz[j] = from_float<T>(weight * (expf(to_float(z[j]) - lse) - q));
   }
 }
@@ -79,22 +80,41 @@ __global__ void cross_entropy_kernel(const T* __restrict__ logits, const std::in
     for (std::int64_t j = threadIdx.x; j < vocab; j += blockDim.x) dz[j] = from_float<T>(0.0f);
     return;
   }
-  write_gradient(z, dz, vocab, st.lse(), t, grad_scale * (dloss ? dloss[row] : 1.0f), smoothing);
+  write_gradient(z, dz, vocab, st.lse(), t, grad_scale * (dloss ? dloss[row] : 1.0f), smoothing, vocab);
 }
 
+// The columns [first, first + cols) of the gradient over a vocabulary of `vocab`.
 template <typename T>
 __global__ void cross_entropy_backward_kernel(const float* __restrict__ dloss, const T* __restrict__ logits,
                                               const std::int32_t* __restrict__ targets, const float* __restrict__ lse,
-                                              T* __restrict__ dlogits, std::int64_t vocab, float smoothing,
-                                              std::int32_t ignore_index) {
+                                              T* __restrict__ dlogits, std::int64_t cols, float smoothing,
+                                              std::int32_t ignore_index, std::int64_t first, std::int64_t vocab) {
   const std::int64_t row = blockIdx.x;
-  T* dz = dlogits + row * vocab;
+  T* dz = dlogits + row * cols;
   const std::int32_t t = targets[row];
   if (t == ignore_index) {
-    for (std::int64_t j = threadIdx.x; j < vocab; j += blockDim.x) dz[j] = from_float<T>(0.0f);
+    for (std::int64_t j = threadIdx.x; j < cols; j += blockDim.x) dz[j] = from_float<T>(0.0f);
     return;
   }
-  write_gradient(logits + row * vocab, dz, vocab, lse[row], t, dloss[row], smoothing);
+  write_gradient(logits + row * cols, dz, cols, lse[row], static_cast<std::int64_t>(t) - first, dloss[row], smoothing,
+                 vocab);
+}
+
+// Per row of a vocabulary block: max, sum of exp(z - max), sum of (z - max), z_t - max (target
+// in the block, else 0).
+template <typename T>
+__global__ void cross_entropy_shard_stats_kernel(const T* __restrict__ logits, const std::int32_t* __restrict__ targets,
+                                                 float* __restrict__ stats, std::int64_t cols, std::int64_t first) {
+  const std::int64_t row = blockIdx.x;
+  const T* z = logits + row * cols;
+  const RowStats st = row_stats(z, cols);
+  if (threadIdx.x != 0) return;
+  const std::int64_t col = static_cast<std::int64_t>(targets[row]) - first;
+  float* o = stats + 4 * row;
+  o[0] = st.m;
+  o[1] = expf(st.log_sum);
+  o[2] = st.mean_shifted * static_cast<float>(cols);
+  o[3] = col >= 0 && col < cols ? to_float(z[col]) - st.m : 0.0f;
 }
 
 }  // namespace
@@ -117,18 +137,33 @@ cudaError_t launch_cross_entropy(const void* logits, const std::int32_t* targets
 }
 
 cudaError_t launch_cross_entropy_backward(const float* dloss, const void* logits, const std::int32_t* targets,
-                                          const float* lse, void* dlogits, std::int64_t n, std::int64_t vocab,
-                                          float smoothing, std::int32_t ignore_index, Elem elem, cudaStream_t stream) {
+                                          const float* lse, void* dlogits, std::int64_t n, std::int64_t cols,
+                                          float smoothing, std::int32_t ignore_index, std::int64_t first,
+                                          std::int64_t vocab, Elem elem, cudaStream_t stream) {
   if (n == 0) return cudaSuccess;
   const auto grid = static_cast<unsigned>(n);
   if (elem == Elem::bf16)
     cross_entropy_backward_kernel<<<grid, kThreads, 0, stream>>>(dloss, static_cast<const __nv_bfloat16*>(logits),
                                                                  targets, lse, static_cast<__nv_bfloat16*>(dlogits),
-                                                                 vocab, smoothing, ignore_index);
+                                                                 cols, smoothing, ignore_index, first, vocab);
   else
     cross_entropy_backward_kernel<<<grid, kThreads, 0, stream>>>(dloss, static_cast<const float*>(logits), targets, lse,
-                                                                 static_cast<float*>(dlogits), vocab, smoothing,
-                                                                 ignore_index);
+                                                                 static_cast<float*>(dlogits), cols, smoothing,
+                                                                 ignore_index, first, vocab);
+  return cudaGetLastError();
+}
+
+cudaError_t launch_cross_entropy_shard_stats(const void* logits, const std::int32_t* targets, float* stats,
+                                             std::int64_t n, std::int64_t cols, std::int64_t first, Elem elem,
+                                             cudaStream_t stream) {
+  if (n == 0) return cudaSuccess;
+  const auto grid = static_cast<unsigned>(n);
+  if (elem == Elem::bf16)
+    cross_entropy_shard_stats_kernel<<<grid, kThreads, 0, stream>>>(static_cast<const __nv_bfloat16*>(logits), targets,
+                                                                    stats, cols, first);
+  else
+    cross_entropy_shard_stats_kernel<<<grid, kThreads, 0, stream>>>(static_cast<const float*>(logits), targets, stats,
+                                                                    cols, first);
   return cudaGetLastError();
 }
 

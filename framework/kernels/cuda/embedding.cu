@@ -11,6 +11,10 @@ template <typename T>
 __global__ void embedding_forward_kernel(const T* __restrict__ weight, const std::int32_t* __restrict__ ids,
                                          T* __restrict__ out, std::int64_t dim) {
   const std::int64_t i = blockIdx.x;
+  if (ids[i] < 0) {  // zero_id
+    for (std::int64_t c = threadIdx.x; c < dim; c += blockDim.x) out[i * dim + c] = from_float<T>(0.0f);
+    return;
+  }
   const T* src = weight + static_cast<std::int64_t>(ids[i]) * dim;
   for (std::int64_t c = threadIdx.x; c < dim; c += blockDim.x) out[i * dim + c] = src[c];
 }
@@ -19,6 +23,7 @@ template <typename T>
 __global__ void embedding_backward_kernel(float* __restrict__ dweight, const T* __restrict__ dout,
                                           const std::int32_t* __restrict__ ids, std::int64_t dim) {
   const std::int64_t i = blockIdx.x;
+  if (ids[i] < 0) return;  // zero_id
   float* dst = dweight + static_cast<std::int64_t>(ids[i]) * dim;
   for (std::int64_t c = threadIdx.x; c < dim; c += blockDim.x) atomicAdd(&dst[c], to_float(dout[i * dim + c]));
 }

@@ -56,12 +56,19 @@ cudaError_t launch_cross_entropy(const void* logits, const std::int32_t* targets
                                  const float* dloss, float grad_scale, void* dlogits, std::int64_t n,
                                  std::int64_t vocab, float smoothing, std::int32_t ignore_index, Elem elem,
                                  cudaStream_t stream);
-// dlogits from a saved lse (the CPU twin's cross_entropy_backward).
+// dlogits from a saved lse (the CPU twin's cross_entropy_backward): logits [n, cols] are the
+// columns [first, first + cols) of a vocabulary of `vocab` (first 0, cols == vocab: all of it).
 cudaError_t launch_cross_entropy_backward(const float* dloss, const void* logits, const std::int32_t* targets,
-                                          const float* lse, void* dlogits, std::int64_t n, std::int64_t vocab,
-                                          float smoothing, std::int32_t ignore_index, Elem elem, cudaStream_t stream);
+                                          const float* lse, void* dlogits, std::int64_t n, std::int64_t cols,
+                                          float smoothing, std::int32_t ignore_index, std::int64_t first,
+                                          std::int64_t vocab, Elem elem, cudaStream_t stream);
+// stats float32 [n, 4] of a vocabulary block (the CPU twin's cross_entropy_shard_stats).
+cudaError_t launch_cross_entropy_shard_stats(const void* logits, const std::int32_t* targets, float* stats,
+                                             std::int64_t n, std::int64_t cols, std::int64_t first, Elem elem,
+                                             cudaStream_t stream);
 
 // ---- embedding (embedding.cu): out[i, :] = weight[ids[i], :]; dweight[ids[i], :] += dout[i, :] ----
+// A negative id (an embedding's zero_id) gives a row of zeros forward and adds nothing backward.
 cudaError_t launch_embedding_forward(const void* weight, const std::int32_t* ids, void* out, std::int64_t n,
                                      std::int64_t dim, Elem elem, cudaStream_t stream);
 cudaError_t launch_embedding_backward(float* dweight, const void* dout, const std::int32_t* ids, std::int64_t n,
