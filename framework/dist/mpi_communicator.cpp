@@ -91,22 +91,25 @@ void watchdog_loop() {
 
 class MpiRequest final : public Request {
  public:
-  MpiRequest(MPI_Request req, Tensor t, double scale) : req_(req), tensor_(std::move(t)), scale_(scale) {}
+  // `name` (a string literal) names the waits; `t` is scaled by `scale` when it finishes; `input`
+  // (if any) is kept alive with it.
+  MpiRequest(const char* name, MPI_Request req, Tensor t, double scale, Tensor input = Tensor())
+      : name_(name), req_(req), tensor_(std::move(t)), input_(std::move(input)), scale_(scale) {}
   ~MpiRequest() override {
     if (done_) return;
-    CollectiveWatch mark("all_reduce_async (wait on release)");  // unwinding past a dead peer ends too
+    CollectiveWatch mark(name_);  // unwinding past a dead peer ends too
     MPI_Wait(&req_, MPI_STATUS_IGNORE);
   }
   void wait() override {
     if (done_) return;
-    CollectiveWatch mark("all_reduce_async (wait)");
-    check_mpi(MPI_Wait(&req_, MPI_STATUS_IGNORE), "all_reduce_async");
+    CollectiveWatch mark(name_);
+    check_mpi(MPI_Wait(&req_, MPI_STATUS_IGNORE), name_);
     finish();
   }
   bool test() override {
     if (done_) return true;
     int flag = 0;
-    check_mpi(MPI_Test(&req_, &flag, MPI_STATUS_IGNORE), "all_reduce_async");
+    check_mpi(MPI_Test(&req_, &flag, MPI_STATUS_IGNORE), name_);
     if (flag) finish();
     return done_;
   }
@@ -116,8 +119,10 @@ class MpiRequest final : public Request {
     done_ = true;
     if (scale_ != 1.0) scale_in_place(tensor_, scale_);
   }
+  const char* name_;
   MPI_Request req_;
   Tensor tensor_;  // keeps the buffer alive while MPI uses it
+  Tensor input_;
   double scale_;
   bool done_ = false;
 };
@@ -234,7 +239,30 @@ std::unique_ptr<Request> MpiCommunicator::all_reduce_async(Tensor& t, ReduceOp o
   check_mpi(MPI_Iallreduce(MPI_IN_PLACE, t.raw_data(), count_of(t, "all_reduce_async"),
                            mpi_type(t.dtype(), "all_reduce_async"), MPI_SUM, comm_, &req),
             "all_reduce_async");
-  return std::make_unique<MpiRequest>(req, t, op == ReduceOp::average ? 1.0 / size_ : 1.0);
+  return std::make_unique<MpiRequest>("all_reduce_async (wait)", req, t, op == ReduceOp::average ? 1.0 / size_ : 1.0);
+}
+
+std::unique_ptr<Request> MpiCommunicator::reduce_scatter_async(const Tensor& in, Tensor& out, ReduceOp op) {
+  check_cpu(in, "reduce_scatter_async");
+  check_equal_blocks("reduce_scatter_async", in, out, size_);
+  MPI_Request req;
+  check_mpi(MPI_Ireduce_scatter_block(in.raw_data(), out.raw_data(), count_of(out, "reduce_scatter_async"),
+                                      mpi_type(in.dtype(), "reduce_scatter_async"), MPI_SUM, comm_, &req),
+            "reduce_scatter_async");
+  return std::make_unique<MpiRequest>("reduce_scatter_async (wait)", req, out,
+                                      op == ReduceOp::average ? 1.0 / size_ : 1.0, in);
+}
+
+std::unique_ptr<Request> MpiCommunicator::all_gather_async(Tensor& t) {
+  check_cpu(t, "all_gather_async");
+  TESSERA_CHECK(t.numel() % size_ == 0, "all_gather_async: {} elements do not split into {} equal blocks", t.numel(),
+                size_);
+  MPI_Request req;
+  // In place: this rank's block is already where the result puts it.
+  check_mpi(MPI_Iallgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, t.raw_data(), count_of(t, "all_gather_async") / size_,
+                           mpi_type(t.dtype(), "all_gather_async"), comm_, &req),
+            "all_gather_async");
+  return std::make_unique<MpiRequest>("all_gather_async (wait)", req, t, 1.0);
 }
 
 Tensor MpiCommunicator::all_gather(const Tensor& t) {
@@ -344,6 +372,14 @@ void check_row_shares(const std::vector<std::int64_t>& rows, int ranks, std::int
   for (const std::int64_t r : rows) TESSERA_CHECK(r >= 0, "reduce_scatter: a negative row count ({})", r);
   const std::int64_t sum = std::accumulate(rows.begin(), rows.end(), std::int64_t{0});
   TESSERA_CHECK(sum == total, "reduce_scatter: row counts add up to {}, the tensor has {} rows", sum, total);
+}
+
+void check_equal_blocks(const char* op, const Tensor& whole, const Tensor& block, int ranks) {
+  TESSERA_CHECK(whole.defined() && block.defined() && whole.dtype() == block.dtype() &&
+                    whole.device() == block.device() && whole.numel() == block.numel() * ranks,
+                "{}: {} does not split into {} blocks of {}", op,
+                whole.defined() ? whole.describe() : std::string("an undefined tensor"), ranks,
+                block.defined() ? block.describe() : std::string("an undefined tensor"));
 }
 
 std::optional<std::pair<int, int>> ranks_sharing_a_gpu(Communicator& comm, const std::array<std::int32_t, 4>& uuid) {
