@@ -160,10 +160,11 @@ class Collective final : public tessera::cuda_emulator::StreamWork {
     recv_bytes_ = kind == Kind::all_gather ? all : block;
     receives_ = kind != Kind::reduce || rank_ == root;
     reads_ = kind != Kind::broadcast || rank_ == root;
-    // In place (send inside recv): a broadcast's root only reads; the others' reads are of what they write.
+    // In place (the buffers overlap): a broadcast's root only reads; the others' reads are (in
+    // part) of what they write.
     const auto* s = static_cast<const unsigned char*>(send);
     const auto* r = static_cast<const unsigned char*>(recv);
-    in_place_ = s >= r && s < r + std::max<std::size_t>(recv_bytes_, 1);
+    in_place_ = s < r + std::max<std::size_t>(recv_bytes_, 1) && r < s + std::max<std::size_t>(send_bytes_, 1);
     writes_ = receives_ && !(kind == Kind::broadcast && rank_ == root && send == recv);
   }
 

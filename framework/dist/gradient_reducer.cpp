@@ -23,12 +23,11 @@ GradientReducer::GradientReducer(std::vector<ag::Var> params, Communicator& grou
     Bucket& bucket = buckets_[b];
     for (std::size_t k : bucket.params) bucket.elements += params_[k].value().numel();
     // On the parameters' device: CUDA buckets travel over NCCL, CPU ones over MPI. Reduce-scattered
-    // ones in equal blocks, their padding zero (it stays so: nothing writes it).
+    // ones in equal blocks, their padding zero (it stays so: only sums and copies of zeros land there).
     const Device device = params_[bucket.params.front()].value().device();
     const std::int64_t block = (bucket.elements + group_.size() - 1) / group_.size();
     const bool scatter = mode_ == ReduceMode::reduce_scatter;
     bucket.flat = Tensor::zeros({scatter ? block * group_.size() : bucket.elements}, bucket.flat.dtype(), device);
-    if (scatter) bucket.shard = Tensor::zeros({block}, bucket.flat.dtype(), device);
     for (std::size_t k : bucket.params) params_[k].set_grad_ready_hook([this, b] { on_ready(b); });
   }
 }
@@ -73,7 +72,7 @@ void GradientReducer::launch(Bucket& b) {
     if (mode_ == ReduceMode::reduce_scatter) p.zero_grad();
     offset += p.value().numel();
   }
-  b.request = mode_ == ReduceMode::reduce_scatter ? group_.reduce_scatter_async(b.flat, b.shard, ReduceOp::sum)
+  b.request = mode_ == ReduceMode::reduce_scatter ? group_.reduce_scatter_async(b.flat, ReduceOp::sum)
                                                   : group_.all_reduce_async(b.flat, ReduceOp::sum);
 }
 
@@ -83,7 +82,7 @@ double GradientReducer::finish() {
   for (Bucket& b : buckets_) {
     b.request->wait();
     b.request.reset();
-    if (mode_ == ReduceMode::reduce_scatter) continue;  // the sum of this rank's block is in b.shard
+    if (mode_ == ReduceMode::reduce_scatter) continue;  // this rank's block of b.flat holds its sum
     std::int64_t offset = 0;
     for (std::size_t k : b.params) {
       ag::Var& p = params_[k];

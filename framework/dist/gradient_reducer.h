@@ -15,8 +15,8 @@
 namespace tessera::dist {
 
 // all_reduce: every rank gets the summed gradients. reduce_scatter: each bucket is padded to size()
-// equal blocks and rank r gets the sum of block r only (shard()); the parameters' gradients are
-// dropped.
+// equal blocks and rank r gets the sum of block r only, in its block of buffer(); the parameters'
+// gradients are dropped once copied into the bucket.
 enum class ReduceMode { all_reduce, reduce_scatter };
 
 class GradientReducer {
@@ -40,11 +40,11 @@ class GradientReducer {
   // elements (without padding).
   const std::vector<std::size_t>& bucket_params(std::size_t b) const { return buckets_[b].params; }
   std::int64_t bucket_elements(std::size_t b) const { return buckets_[b].elements; }
-  // reduce_scatter: the bucket's whole buffer (size() equal blocks; this rank's gradient sum is
-  // shard(b), its block of the buffer is free for the caller between finish() and the next arm())
-  // and this rank's summed block.
+  // reduce_scatter: the bucket's whole buffer, size() equal blocks (zero padding after the
+  // parameters). After finish() this rank's block holds its gradient sum; between finish() and
+  // the next arm() the caller may use the buffer.
   Tensor& buffer(std::size_t b) { return buckets_[b].flat; }
-  const Tensor& shard(std::size_t b) const { return buckets_[b].shard; }
+  const Tensor& buffer(std::size_t b) const { return buckets_[b].flat; }
   Communicator& group() const { return group_; }
 
  private:
@@ -53,7 +53,6 @@ class GradientReducer {
     std::size_t ready = 0;
     std::int64_t elements = 0;  // of the parameters; flat may hold padding after them
     Tensor flat;
-    Tensor shard;  // reduce_scatter: this rank's block of the sum
     std::unique_ptr<Request> request;
   };
   void on_ready(std::size_t bucket);

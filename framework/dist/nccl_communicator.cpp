@@ -139,21 +139,23 @@ std::unique_ptr<Request> NcclCommunicator::all_reduce_async(Tensor& t, ReduceOp 
   return std::make_unique<NcclRequest>(static_cast<cudaStream_t>(stream_), t);
 }
 
-std::unique_ptr<Request> NcclCommunicator::reduce_scatter_async(const Tensor& in, Tensor& out, ReduceOp op) {
-  check_gpu(in, "reduce_scatter_async");
-  check_equal_blocks("reduce_scatter_async", in, out, size_);  // NCCL cannot check: it would read past `in`
+std::unique_ptr<Request> NcclCommunicator::reduce_scatter_async(Tensor& t, ReduceOp op) {
+  check_gpu(t, "reduce_scatter_async");
+  check_equal_blocks("reduce_scatter_async", t, size_);  // NCCL cannot check: it would read past `t`
+  const std::int64_t block = t.numel() / size_;
   after_compute();
-  check_nccl(ncclReduceScatter(in.raw_data(), out.raw_data(), static_cast<std::size_t>(out.numel()),
-                               nccl_type(in.dtype(), "reduce_scatter_async"), nccl_op(op), comm_,
+  // In place, as NCCL allows: the receive buffer is this rank's block of the send buffer.
+  void* mine = static_cast<char*>(t.raw_data()) + static_cast<std::size_t>(block * rank_) * dtype_size(t.dtype());
+  check_nccl(ncclReduceScatter(t.raw_data(), mine, static_cast<std::size_t>(block),
+                               nccl_type(t.dtype(), "reduce_scatter_async"), nccl_op(op), comm_,
                                static_cast<cudaStream_t>(stream_)),
              "reduce_scatter_async");
-  return std::make_unique<NcclRequest>(static_cast<cudaStream_t>(stream_), in);
+  return std::make_unique<NcclRequest>(static_cast<cudaStream_t>(stream_), t);
 }
 
 std::unique_ptr<Request> NcclCommunicator::all_gather_async(Tensor& t) {
   check_gpu(t, "all_gather_async");
-  TESSERA_CHECK(t.numel() % size_ == 0, "all_gather_async: {} elements do not split into {} equal blocks", t.numel(),
-                size_);
+  check_equal_blocks("all_gather_async", t, size_);
   const std::int64_t block = t.numel() / size_;
   after_compute();
   // In place, as NCCL allows: the send buffer is this rank's block of the receive buffer.

@@ -66,9 +66,6 @@ void check_key_combinations(const RunConfig& cfg) {
         "train.adam_eps = 0: Adam divides by sqrt(v) + eps, so a weight whose gradients have all been 0 so far (a "
         "unit no example reached) would get 0 / 0 = NaN: give a positive value (1e-9, the paper's)");
   // Each of these is being built; until it is, a run that asks for it stops here.
-  check(cfg, {"parallel.zero", "train.device"}, cfg.parallel.zero == 0 || cfg.train.device == Device::cpu,
-        "parallel.zero = 1 trains on the CPU only so far (its NCCL reduce-scatter and all-gather are built but "
-        "untested on a GPU): set parallel.zero: 0 for train.device: cuda");
   check(cfg, {"train.recompute"}, cfg.train.recompute == Recompute::none,
         "train.recompute = layer is not available in this build yet");
   check(cfg, {"parallel.vocab_parallel"}, !cfg.parallel.vocab_parallel,

@@ -28,35 +28,35 @@ ShardedAdam::ShardedAdam(std::vector<ag::Var> params, dist::GradientReducer& red
   }
 }
 
-Tensor ShardedAdam::own_block(std::size_t bucket) const {
-  return reducer_.buffer(bucket).narrow_rows(block_start_[bucket], m_[bucket].numel());
-}
-
 Tensor ShardedAdam::flat_param(std::size_t param) const {
   return params_[param].value().reshape({params_[param].value().numel()});
 }
 
 Tensor ShardedAdam::gradient(const Piece& piece) const {
-  return reducer_.shard(piece.bucket).narrow_rows(piece.block_offset, piece.length);
+  return reducer_.buffer(piece.bucket).narrow_rows(block_start_[piece.bucket] + piece.block_offset, piece.length);
 }
 
 void ShardedAdam::step(double lr) {
   ++t_;
   dist::Communicator& group = reducer_.group();
   std::vector<std::unique_ptr<dist::Request>> gathers(reducer_.buckets());
-  std::size_t next_piece = 0;
-  for (std::size_t b = 0; b < reducer_.buckets(); ++b) {
-    // This rank's weights into its block of the bucket's buffer (its gradients were reduced out of it).
-    Tensor block = own_block(b);
-    for (; next_piece < pieces_.size() && pieces_[next_piece].bucket == b; ++next_piece) {
-      const Piece& p = pieces_[next_piece];
-      block.narrow_rows(p.block_offset, p.length).copy_from(flat_param(p.param).narrow_rows(p.param_offset, p.length));
+  for (std::size_t b = 0, first = 0; b < reducer_.buckets(); ++b) {
+    std::size_t end = first;
+    while (end < pieces_.size() && pieces_[end].bucket == b) ++end;
+    // The parameters' elements in this rank's block, updated where they are.
+    std::vector<kernels::AdamParam> live;
+    for (std::size_t i = first; i < end; ++i) {
+      const Piece& p = pieces_[i];
+      live.push_back({flat_param(p.param).narrow_rows(p.param_offset, p.length), gradient(p),
+                      m_[b].narrow_rows(p.block_offset, p.length), v_[b].narrow_rows(p.block_offset, p.length),
+                      Tensor()});
     }
-    if (block.numel() > 0)
-      kernels::adam_update({{block, reducer_.shard(b).narrow_rows(0, block.numel()), m_[b], v_[b], Tensor()}},
-                           {lr, opt_.beta1, opt_.beta2, opt_.eps, t_});
+    kernels::adam_update(live, {lr, opt_.beta1, opt_.beta2, opt_.eps, t_});
+    // Then into the block in place of their gradients, and to every rank.
+    for (std::size_t i = first; i < end; ++i) gradient(pieces_[i]).copy_from(live[i - first].weight);
     gathers[b] = group.all_gather_async(reducer_.buffer(b));
     for (std::size_t earlier = 0; earlier < b; ++earlier) gathers[earlier]->test();  // MPI progresses in calls
+    first = end;
   }
   // Every rank's updated blocks back into the parameters.
   for (std::size_t b = 0; b < reducer_.buckets(); ++b) {

@@ -26,11 +26,13 @@ class ShardedAdam {
     std::int64_t param_offset, block_offset, length;
   };
   const std::vector<Piece>& pieces() const { return pieces_; }
-  // The summed gradient of a piece (a view into the reducer's block: scaling it scales that).
+  // The summed gradient of a piece: a view into this rank's block of the reducer's buffer (scaling
+  // it scales that), valid from the reducer's finish() to step().
   Tensor gradient(const Piece& piece) const;
 
-  // Adam on this rank's blocks at learning rate `lr`; each bucket's all-gather starts once its
-  // block is updated, while the next bucket's is. Collective over the data-parallel group.
+  // Adam on this rank's blocks at learning rate `lr`, the parameters updated in place and copied
+  // into the block over their gradients; each bucket's all-gather starts once its block is
+  // updated, while the next bucket's is. Collective over the data-parallel group.
   void step(double lr);
   long steps() const { return t_; }
   std::size_t state_bytes() const;  // this rank's moments
@@ -46,7 +48,6 @@ class ShardedAdam {
   void set_state(long steps, const std::vector<Tensor>& first, const std::vector<Tensor>& second);
 
  private:
-  Tensor own_block(std::size_t bucket) const;  // this rank's real elements of the bucket's buffer
   Tensor flat_param(std::size_t param) const;  // a parameter's value as one row
 
   std::vector<ag::Var> params_;

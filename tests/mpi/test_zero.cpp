@@ -26,6 +26,32 @@ dist::MpiCommunicator& world() {
   return *w;
 }
 
+// In place, equal blocks: rank r's block gets every rank's block r summed (or averaged); the
+// all-gather brings every rank's block to every rank.
+TEST(ZeroCollectives, InPlaceReduceScatterAndAllGather) {
+  const int r = world().rank(), n = world().size();
+  for (const dist::ReduceOp op : {dist::ReduceOp::sum, dist::ReduceOp::average}) {
+    std::vector<double> v(static_cast<std::size_t>(2 * n));
+    for (std::size_t i = 0; i < v.size(); ++i) v[i] = 10.0 * r + static_cast<double>(i);
+    Tensor t = Tensor::from(v, {2 * n});
+    world().reduce_scatter_async(t, op)->wait();
+    const double ranks_sum = 10.0 * n * (n - 1) / 2, by = op == dist::ReduceOp::average ? n : 1;
+    for (int i = 2 * r; i < 2 * r + 2; ++i)
+      EXPECT_DOUBLE_EQ(t.to_doubles()[static_cast<std::size_t>(i)], (ranks_sum + n * i) / by) << i;
+  }
+  std::vector<double> mine(static_cast<std::size_t>(2 * n), -1.0), all;
+  for (int k = 0; k < n; ++k) all.insert(all.end(), {static_cast<double>(k), k + 0.5});
+  mine[static_cast<std::size_t>(2 * r)] = r;
+  mine[static_cast<std::size_t>(2 * r + 1)] = r + 0.5;
+  Tensor g = Tensor::from(mine, {2 * n});
+  std::unique_ptr<dist::Request> request = world().all_gather_async(g);
+  request->wait();
+  EXPECT_EQ(g.to_doubles(), all);
+  Tensor odd = Tensor::zeros({2 * n + 1}, DType::f64);
+  EXPECT_THROW(world().reduce_scatter_async(odd, dist::ReduceOp::sum), Error);
+  EXPECT_THROW(world().all_gather_async(odd), Error);
+}
+
 models::TransformerConfig tiny_f64_config() {
   models::TransformerConfig c;
   c.src_vocab = c.tgt_vocab = 24;

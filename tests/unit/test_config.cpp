@@ -909,11 +909,6 @@ TEST(RunConfig, KeyCombinationsAreCheckedInOnePlaceNamingWhereEachWasSet) {
                 .find("data.synthetic_max_len = 1024 needs model.max_positions >= 1025"),
             std::string::npos);
   EXPECT_EQ(error_of("", {"data.task=copy"}), "");
-  // ZeRO-1 trains on the CPU only so far.
-  EXPECT_EQ(error_of("", {"data.task=copy", "parallel.zero=1"}), "");
-  EXPECT_NE(error_of("", {"data.task=copy", "parallel.zero=1", "train.device=cuda"})
-                .find("--set parallel.zero=1, --set train.device=cuda: parallel.zero = 1 trains on the CPU only"),
-            std::string::npos);
 }
 
 }  // namespace
