@@ -1,8 +1,9 @@
 #!/bin/sh
 # parallel.zero 1 (ZeRO-1: Adam's moments sharded over the data-parallel ranks) under mpirun:
 #  - at dp=2, dp=4 and tp=2 x dp=2 it gives zero 0's losses at each of 20 steps (float32, 1e-5; the
-#    norm 2e-4) and its final weights (1e-5, but the key
-#    projections' biases: see same_weights), and each rank logs 1/dp of zero 0's optimizer bytes;
+#    norm 2e-4) and final weights (1e-5, but the key projections' biases: see same_weights), and
+#    each rank logs 1/dp of zero 0's optimizer bytes;
+#  - so it does with train.accumulate 2, and with parallel.overlap false;
 #  - its checkpoints hold the whole moments, zero 0's (1e-6), in the same layout;
 #  - they resume bit-exactly in the same layout, and a zero 1 <-> 0, dp 2 -> 4 and tp 2 -> 1 resume
 #    continues with the uninterrupted run's losses;
@@ -43,6 +44,14 @@ for layout in "1 2" "1 4" "2 2"; do
 done
 h5ls -r "$work/tp2_dp2_z1/checkpoint_00000010.h5" | grep -q '^/optimizer/exp_avg/encoder\.layers\.0\.fc1\.weight  *Dataset {256, 64}$' ||
   fail "the zero 1 checkpoint does not hold the whole fc1 moment"
+
+# Gradients accumulated over two batches, and buckets reduce-scattered after backward
+# (parallel.overlap false): zero 0's updates still.
+train acc_z0 1 2 0 --set train.accumulate=2
+train acc_z1 1 2 1 --set train.accumulate=2
+same_losses "$work/acc_z0/metrics.jsonl" "$work/acc_z1/metrics.jsonl" 1
+train serial_z1 1 2 1 --set parallel.overlap=false
+same_losses "$work/tp1_dp2_z0/metrics.jsonl" "$work/serial_z1/metrics.jsonl" 1
 
 # Resumes from step 10 to 20, against the run that never stopped.
 resume() {  # resume NAME FROM TP DP ZERO REFERENCE

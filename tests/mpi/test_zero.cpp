@@ -16,6 +16,7 @@
 #include "models/transformer.h"
 #include "optim/adam.h"
 #include "optim/sharded_adam.h"
+#include "tiny_model.h"
 #include "train/parallel_step.h"
 
 namespace tessera {
@@ -50,18 +51,6 @@ TEST(ZeroCollectives, InPlaceReduceScatterAndAllGather) {
   Tensor odd = Tensor::zeros({2 * n + 1}, DType::f64);
   EXPECT_THROW(world().reduce_scatter_async(odd, dist::ReduceOp::sum), Error);
   EXPECT_THROW(world().all_gather_async(odd), Error);
-}
-
-models::TransformerConfig tiny_f64_config() {
-  models::TransformerConfig c;
-  c.src_vocab = c.tgt_vocab = 24;
-  c.encoder_layers = c.decoder_layers = 2;
-  c.d_model = 16;
-  c.d_ff = 32;
-  c.heads = 4;
-  c.dropout = 0.0;
-  c.dtype = DType::f64;
-  return c;
 }
 
 // This data-parallel rank's share of sentences [first, first + n): loss / global tokens, backward.
@@ -114,7 +103,7 @@ void expect_sharded_equals_whole(int tp, int groups) {
   auto data_group = job->split(job->rank() % tp, job->rank());
   ASSERT_EQ(data_group->size(), dp);
   const auto examples = data::make_synthetic(data::SyntheticTask::reverse, 60, 3, 9, 20, 5);
-  const models::TransformerConfig config = tiny_f64_config();
+  const models::TransformerConfig config = tiny_config();
   const models::Transformer whole_model(config, 3, tensor_group.get()), sharded_model(config, 3, tensor_group.get());
   const optim::AdamOptions opt{.lr = 0.0, .beta1 = 0.9, .beta2 = 0.98, .eps = 1e-9};
   dist::GradientReducer all_reduce(whole_model.parameters(), *data_group, 2048);  // several buckets
