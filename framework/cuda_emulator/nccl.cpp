@@ -139,8 +139,9 @@ bool usable(ncclComm_t comm, const void* buffer, std::size_t bytes) {
 // change: on a GPU, other work touching them unordered is a race.
 class Collective final : public tessera::cuda_emulator::StreamWork {
  public:
-  enum class Kind { all_reduce, reduce, broadcast };
-  // root: the reduce's or broadcast's (ignored for all_reduce).
+  enum class Kind { all_reduce, reduce, broadcast, reduce_scatter, all_gather };
+  // root: the reduce's or broadcast's (ignored by the others). count: elements of each rank's
+  // block for reduce_scatter (its output) and all_gather (its input), of the whole buffer else.
   Collective(const char* name, Kind kind, const void* send, void* recv, std::size_t count, ncclDataType_t type,
              ncclRedOp_t op, int root, MPI_Comm comm)
       : name_(name),
@@ -151,40 +152,28 @@ class Collective final : public tessera::cuda_emulator::StreamWork {
         type_(type),
         op_(op),
         root_(root),
-        comm_(comm),
-        bytes_(count * size_of(type)) {
+        comm_(comm) {
     MPI_Comm_rank(comm, &rank_);
     MPI_Comm_size(comm, &size_);
+    const std::size_t block = count * size_of(type), all = block * static_cast<std::size_t>(size_);
+    send_bytes_ = kind == Kind::reduce_scatter ? all : block;
+    recv_bytes_ = kind == Kind::all_gather ? all : block;
     receives_ = kind != Kind::reduce || rank_ == root;
     reads_ = kind != Kind::broadcast || rank_ == root;
-    writes_ = receives_ && !(kind == Kind::broadcast && rank_ == root && send == recv);  // a root in place only reads
+    // In place (the buffers overlap): a broadcast's root only reads; the others' reads are (in
+    // part) of what they write.
+    const auto* s = static_cast<const unsigned char*>(send);
+    const auto* r = static_cast<const unsigned char*>(recv);
+    in_place_ = s < r + std::max<std::size_t>(recv_bytes_, 1) && r < s + std::max<std::size_t>(send_bytes_, 1);
+    writes_ = receives_ && !(kind == Kind::broadcast && rank_ == root && send == recv);
   }
 
   void start() override {
-    const int n = static_cast<int>(count_);
     DeviceAccess access;
-    if (reads_ && bytes_ > 0)
-      sent_.assign(static_cast<const unsigned char*>(send_), static_cast<const unsigned char*>(send_) + bytes_);
-    int rc = MPI_SUCCESS;
-    if (kind_ == Kind::broadcast) {
-      result_ = rank_ == root_ ? sent_ : std::vector<unsigned char>(bytes_);
-      rc = MPI_Ibcast(result_.data(), static_cast<int>(bytes_), MPI_BYTE, root_, comm_, &request_);
-    } else {
-      const void* in = sent_.data();
-      void* out = nullptr;
-      if (type_ == ncclBfloat16) {  // reduced as float32
-        widened_in_ = widen_bf16(sent_.data(), count_);
-        widened_out_.resize(receives_ ? count_ : 0);
-        in = widened_in_.data();
-        out = widened_out_.data();
-      } else {
-        result_.resize(receives_ ? bytes_ : 0);
-        out = result_.data();
-      }
-      rc = kind_ == Kind::all_reduce ? MPI_Iallreduce(in, out, n, mpi_type(type_), mpi_op(op_), comm_, &request_)
-                                     : MPI_Ireduce(in, out, n, mpi_type(type_), mpi_op(op_), root_, comm_, &request_);
-    }
-    if (writes_ && bytes_ > 0) std::memset(recv_, 0xff, bytes_);  // NaN until it completes
+    if (reads_ && send_bytes_ > 0)
+      sent_.assign(static_cast<const unsigned char*>(send_), static_cast<const unsigned char*>(send_) + send_bytes_);
+    const int rc = kind_ == Kind::broadcast || kind_ == Kind::all_gather ? start_copy() : start_reduction();
+    if (writes_ && recv_bytes_ > 0) std::memset(recv_, 0xff, recv_bytes_);  // NaN until it completes
     started_ = rc == MPI_SUCCESS;
   }
 
@@ -205,38 +194,80 @@ class Collective final : public tessera::cuda_emulator::StreamWork {
       if (!done) return false;
     }
     DeviceAccess access;
-    std::string failure;
-    if (!started_) {
-      failure = "MPI failed to start it";
-    } else if (writes_ &&
-               !std::all_of(static_cast<const unsigned char*>(recv_), static_cast<const unsigned char*>(recv_) + bytes_,
-                            [](unsigned char b) { return b == 0xff; })) {
-      failure =
-          "device memory it writes was written while it was in flight (by work not ordered after it on its "
-          "stream: a race on a GPU)";
-    } else if (reads_ && (!writes_ || send_ != recv_) && bytes_ > 0 && std::memcmp(send_, sent_.data(), bytes_) != 0) {
-      failure =
-          "device memory it reads was changed while it was in flight (by work not ordered after it on its "
-          "stream: a race on a GPU)";
-    }
+    const std::string failure = check_untouched();
     if (!failure.empty()) {
       tessera::cuda_emulator::report_failure(cudaErrorLaunchFailure, (std::string(name_) + ": " + failure).c_str());
       return true;
     }
-    if (writes_) {
-      if (type_ == ncclBfloat16 && kind_ != Kind::broadcast) {  // reduced as float32
-        if (op_ == ncclAvg)
-          for (float& x : widened_out_) x /= static_cast<float>(size_);
-        narrow_bf16(widened_out_, recv_);
-      } else {
-        if (bytes_ > 0) std::memcpy(recv_, result_.data(), bytes_);
-        if (op_ == ncclAvg) divide(recv_, count_, type_, size_);
-      }
-    }
+    if (writes_) write_result();
     return true;
   }
 
  private:
+  // Broadcast and all-gather move bytes.
+  int start_copy() {
+    if (kind_ == Kind::broadcast) {
+      result_ = rank_ == root_ ? sent_ : std::vector<unsigned char>(recv_bytes_);
+      return MPI_Ibcast(result_.data(), static_cast<int>(recv_bytes_), MPI_BYTE, root_, comm_, &request_);
+    }
+    result_.resize(recv_bytes_);
+    return MPI_Iallgather(sent_.data(), static_cast<int>(send_bytes_), MPI_BYTE, result_.data(),
+                          static_cast<int>(send_bytes_), MPI_BYTE, comm_, &request_);
+  }
+
+  // The reductions, bfloat16 widened to float32.
+  int start_reduction() {
+    const std::size_t in_count = send_bytes_ / size_of(type_), out_count = receives_ ? recv_bytes_ / size_of(type_) : 0;
+    const void* in = sent_.data();
+    void* out = nullptr;
+    if (type_ == ncclBfloat16) {
+      widened_in_ = widen_bf16(sent_.data(), in_count);
+      widened_out_.resize(out_count);
+      in = widened_in_.data();
+      out = widened_out_.data();
+    } else {
+      result_.resize(receives_ ? recv_bytes_ : 0);
+      out = result_.data();
+    }
+    const int n = static_cast<int>(in_count);
+    switch (kind_) {
+      case Kind::all_reduce:
+        return MPI_Iallreduce(in, out, n, mpi_type(type_), mpi_op(op_), comm_, &request_);
+      case Kind::reduce:
+        return MPI_Ireduce(in, out, n, mpi_type(type_), mpi_op(op_), root_, comm_, &request_);
+      default:
+        return MPI_Ireduce_scatter_block(in, out, static_cast<int>(count_), mpi_type(type_), mpi_op(op_), comm_,
+                                         &request_);
+    }
+  }
+
+  // What its buffers must still hold when it completes; empty when they do.
+  std::string check_untouched() const {
+    if (!started_) return "MPI failed to start it";
+    if (writes_ &&
+        !std::all_of(static_cast<const unsigned char*>(recv_), static_cast<const unsigned char*>(recv_) + recv_bytes_,
+                     [](unsigned char b) { return b == 0xff; }))
+      return "device memory it writes was written while it was in flight (by work not ordered after it on its "
+             "stream: a race on a GPU)";
+    if (reads_ && !(writes_ && in_place_) && send_bytes_ > 0 && std::memcmp(send_, sent_.data(), send_bytes_) != 0)
+      return "device memory it reads was changed while it was in flight (by work not ordered after it on its "
+             "stream: a race on a GPU)";
+    return {};
+  }
+
+  void write_result() {
+    const std::size_t out_count = recv_bytes_ / size_of(type_);
+    const bool reduction = kind_ != Kind::broadcast && kind_ != Kind::all_gather;
+    if (type_ == ncclBfloat16 && reduction) {  // reduced as float32
+      if (op_ == ncclAvg)
+        for (float& x : widened_out_) x /= static_cast<float>(size_);
+      narrow_bf16(widened_out_, recv_);
+      return;
+    }
+    if (recv_bytes_ > 0) std::memcpy(recv_, result_.data(), recv_bytes_);
+    if (reduction && op_ == ncclAvg) divide(recv_, out_count, type_, size_);
+  }
+
   const char* name_;
   Kind kind_;
   const void* send_;
@@ -246,11 +277,11 @@ class Collective final : public tessera::cuda_emulator::StreamWork {
   ncclRedOp_t op_;
   int root_;
   MPI_Comm comm_;
-  std::size_t bytes_;
+  std::size_t send_bytes_ = 0, recv_bytes_ = 0;
   int rank_ = 0, size_ = 1;
-  bool receives_ = false, reads_ = false, writes_ = false, started_ = false, queried_ = false;
+  bool receives_ = false, reads_ = false, writes_ = false, in_place_ = false, started_ = false, queried_ = false;
   std::vector<unsigned char> sent_;    // what it reads, as at its start
-  std::vector<unsigned char> result_;  // what it will write (not bfloat16)
+  std::vector<unsigned char> result_;  // what it will write (not bfloat16 reductions)
   std::vector<float> widened_in_, widened_out_;
   MPI_Request request_ = MPI_REQUEST_NULL;
 };
@@ -383,6 +414,42 @@ ncclResult_t ncclBroadcast(const void* sendbuff, void* recvbuff, std::size_t cou
       stream,
       std::make_unique<Collective>("ncclBroadcast", Collective::Kind::broadcast, sendbuff, recvbuff, count, datatype,
                                    ncclSum, root, comm->mpi),
+      comm->last);
+  return ncclSuccess;
+}
+
+ncclResult_t ncclReduceScatter(const void* sendbuff, void* recvbuff, std::size_t recvcount, ncclDataType_t datatype,
+                               ncclRedOp_t op, ncclComm_t comm, cudaStream_t stream) {
+  if (comm == nullptr || comm->mpi == MPI_COMM_NULL) return ncclInvalidArgument;
+  int size = 0;
+  MPI_Comm_size(comm->mpi, &size);
+  const std::size_t bytes = recvcount * size_of(datatype);
+  if (mpi_type(datatype) == MPI_DATATYPE_NULL || mpi_op(op) == MPI_OP_NULL) return ncclInvalidArgument;
+  if (!usable(comm, sendbuff, bytes * static_cast<std::size_t>(size)) || !usable(comm, recvbuff, bytes))
+    return ncclInvalidArgument;
+  if (recvcount * static_cast<std::size_t>(size) > static_cast<std::size_t>(INT32_MAX)) return ncclInvalidArgument;
+  comm->last = tessera::cuda_emulator::enqueue(
+      stream,
+      std::make_unique<Collective>("ncclReduceScatter", Collective::Kind::reduce_scatter, sendbuff, recvbuff, recvcount,
+                                   datatype, op, 0, comm->mpi),
+      comm->last);
+  return ncclSuccess;
+}
+
+ncclResult_t ncclAllGather(const void* sendbuff, void* recvbuff, std::size_t sendcount, ncclDataType_t datatype,
+                           ncclComm_t comm, cudaStream_t stream) {
+  if (comm == nullptr || comm->mpi == MPI_COMM_NULL) return ncclInvalidArgument;
+  int size = 0;
+  MPI_Comm_size(comm->mpi, &size);
+  const std::size_t bytes = sendcount * size_of(datatype);
+  if (size_of(datatype) == 0 || !usable(comm, sendbuff, bytes) ||
+      !usable(comm, recvbuff, bytes * static_cast<std::size_t>(size)))
+    return ncclInvalidArgument;
+  if (bytes * static_cast<std::size_t>(size) > static_cast<std::size_t>(INT32_MAX)) return ncclInvalidArgument;
+  comm->last = tessera::cuda_emulator::enqueue(
+      stream,
+      std::make_unique<Collective>("ncclAllGather", Collective::Kind::all_gather, sendbuff, recvbuff, sendcount,
+                                   datatype, ncclSum, 0, comm->mpi),
       comm->last);
   return ncclSuccess;
 }

@@ -40,6 +40,12 @@ class Communicator {
   // The element-wise reduction of every rank's `t`, split along dim 0 into `rows[r]` rows for
   // rank r (sum(rows) == t.size(0)); returns this rank's part.
   virtual Tensor reduce_scatter(const Tensor& t, const std::vector<std::int64_t>& rows, ReduceOp op) = 0;
+  // Non-blocking and in place, in equal blocks (ZeRO's gradient buckets): `t` holds size() blocks;
+  // block rank() receives the reduction of every rank's block rank(), the others are left undefined.
+  virtual std::unique_ptr<Request> reduce_scatter_async(Tensor& t, ReduceOp op) = 0;
+  // Non-blocking and in place: `t` holds size() equal blocks, block rank() this rank's; every rank
+  // ends with every rank's block (ZeRO's updated parameters).
+  virtual std::unique_ptr<Request> all_gather_async(Tensor& t) = 0;
   // In place: every rank ends with root's tensor.
   virtual void broadcast(Tensor& t, int root) = 0;
   virtual void barrier() = 0;
@@ -67,6 +73,9 @@ std::int64_t row_elements(const Tensor& t);
 // Throws unless `rows` gives each of `ranks` ranks a share (none negative) of `total` rows: what
 // reduce_scatter's callers must pass.
 void check_row_shares(const std::vector<std::int64_t>& rows, int ranks, std::int64_t total);
+// Throws unless `t` splits into `ranks` equal blocks: what reduce_scatter_async and
+// all_gather_async's callers must pass (`op` names the call).
+void check_equal_blocks(const char* op, const Tensor& t, int ranks);
 
 // Every rank's int32 sequences (of any lengths), in rank order, on every rank of `comm`: their
 // lengths, then their ids, in two all_gathers (so at most 2^31 - 1 ids in all).

@@ -26,6 +26,10 @@ class DeviceCommunicator final : public Communicator {
   Tensor reduce_scatter(const Tensor& t, const std::vector<std::int64_t>& rows, ReduceOp op) override {
     return engine(t).reduce_scatter(t, rows, op);
   }
+  std::unique_ptr<Request> reduce_scatter_async(Tensor& t, ReduceOp op) override {
+    return engine(t).reduce_scatter_async(t, op);
+  }
+  std::unique_ptr<Request> all_gather_async(Tensor& t) override { return engine(t).all_gather_async(t); }
   void broadcast(Tensor& t, int root) override { engine(t).broadcast(t, root); }
   void barrier() override { nccl_->barrier(); }
   std::unique_ptr<Communicator> split(int color, int key) override;

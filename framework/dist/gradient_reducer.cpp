@@ -4,8 +4,9 @@
 
 namespace tessera::dist {
 
-GradientReducer::GradientReducer(std::vector<ag::Var> params, Communicator& group, std::size_t bucket_bytes)
-    : params_(std::move(params)), group_(group) {
+GradientReducer::GradientReducer(std::vector<ag::Var> params, Communicator& group, std::size_t bucket_bytes,
+                                 ReduceMode mode)
+    : params_(std::move(params)), group_(group), mode_(mode) {
   std::size_t bytes = 0;
   for (std::size_t k = params_.size(); k-- > 0;) {
     const ag::Var& p = params_[k];
@@ -19,12 +20,15 @@ GradientReducer::GradientReducer(std::vector<ag::Var> params, Communicator& grou
     bytes += p.value().nbytes();
   }
   for (std::size_t b = 0; b < buckets_.size(); ++b) {
-    std::int64_t n = 0;
-    for (std::size_t k : buckets_[b].params) n += params_[k].value().numel();
-    // On the parameters' device: CUDA buckets travel over NCCL, CPU ones over MPI.
-    buckets_[b].flat =
-        Tensor::zeros({n}, buckets_[b].flat.dtype(), params_[buckets_[b].params.front()].value().device());
-    for (std::size_t k : buckets_[b].params) params_[k].set_grad_ready_hook([this, b] { on_ready(b); });
+    Bucket& bucket = buckets_[b];
+    for (std::size_t k : bucket.params) bucket.elements += params_[k].value().numel();
+    // On the parameters' device: CUDA buckets travel over NCCL, CPU ones over MPI. Reduce-scattered
+    // ones in equal blocks, their padding zero (it stays so: only sums and copies of zeros land there).
+    const Device device = params_[bucket.params.front()].value().device();
+    const std::int64_t block = (bucket.elements + group_.size() - 1) / group_.size();
+    const bool scatter = mode_ == ReduceMode::reduce_scatter;
+    bucket.flat = Tensor::zeros({scatter ? block * group_.size() : bucket.elements}, bucket.flat.dtype(), device);
+    for (std::size_t k : bucket.params) params_[k].set_grad_ready_hook([this, b] { on_ready(b); });
   }
 }
 
@@ -58,15 +62,18 @@ void GradientReducer::launch(Bucket& b) {
   if (b.request) return;
   std::int64_t offset = 0;
   for (std::size_t k : b.params) {
-    const ag::Var& p = params_[k];
+    ag::Var& p = params_[k];
     Tensor slot = b.flat.narrow_rows(offset, p.value().numel());
     if (p.grad().defined())
       slot.copy_from(p.grad().reshape({p.value().numel()}));
     else
       zero_bytes(slot.raw_data(), slot.device(), slot.nbytes());
+    // Reduce-scattered, the whole gradient is needed no more: its memory goes back during backward.
+    if (mode_ == ReduceMode::reduce_scatter) p.zero_grad();
     offset += p.value().numel();
   }
-  b.request = group_.all_reduce_async(b.flat, ReduceOp::sum);
+  b.request = mode_ == ReduceMode::reduce_scatter ? group_.reduce_scatter_async(b.flat, ReduceOp::sum)
+                                                  : group_.all_reduce_async(b.flat, ReduceOp::sum);
 }
 
 double GradientReducer::finish() {
@@ -74,13 +81,14 @@ double GradientReducer::finish() {
   for (Bucket& b : buckets_) launch(b);
   for (Bucket& b : buckets_) {
     b.request->wait();
+    b.request.reset();
+    if (mode_ == ReduceMode::reduce_scatter) continue;  // this rank's block of b.flat holds its sum
     std::int64_t offset = 0;
     for (std::size_t k : b.params) {
       ag::Var& p = params_[k];
       p.set_grad(b.flat.narrow_rows(offset, p.value().numel()).reshape(p.shape()).clone());
       offset += p.value().numel();
     }
-    b.request.reset();
   }
   armed_ = false;
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

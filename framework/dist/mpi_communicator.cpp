@@ -5,6 +5,8 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
+#include <functional>
 #include <limits>
 #include <mutex>
 #include <numeric>
@@ -91,22 +93,25 @@ void watchdog_loop() {
 
 class MpiRequest final : public Request {
  public:
-  MpiRequest(MPI_Request req, Tensor t, double scale) : req_(req), tensor_(std::move(t)), scale_(scale) {}
+  // `name` (a string literal) names the waits; `finished` runs once it has completed; `t` (the
+  // buffer) is kept alive while MPI uses it.
+  MpiRequest(const char* name, MPI_Request req, Tensor t, std::function<void()> finished = nullptr)
+      : name_(name), req_(req), tensor_(std::move(t)), finished_(std::move(finished)) {}
   ~MpiRequest() override {
     if (done_) return;
-    CollectiveWatch mark("all_reduce_async (wait on release)");  // unwinding past a dead peer ends too
+    CollectiveWatch mark(name_);  // unwinding past a dead peer ends too
     MPI_Wait(&req_, MPI_STATUS_IGNORE);
   }
   void wait() override {
     if (done_) return;
-    CollectiveWatch mark("all_reduce_async (wait)");
-    check_mpi(MPI_Wait(&req_, MPI_STATUS_IGNORE), "all_reduce_async");
+    CollectiveWatch mark(name_);
+    check_mpi(MPI_Wait(&req_, MPI_STATUS_IGNORE), name_);
     finish();
   }
   bool test() override {
     if (done_) return true;
     int flag = 0;
-    check_mpi(MPI_Test(&req_, &flag, MPI_STATUS_IGNORE), "all_reduce_async");
+    check_mpi(MPI_Test(&req_, &flag, MPI_STATUS_IGNORE), name_);
     if (flag) finish();
     return done_;
   }
@@ -114,11 +119,12 @@ class MpiRequest final : public Request {
  private:
   void finish() {
     done_ = true;
-    if (scale_ != 1.0) scale_in_place(tensor_, scale_);
+    if (finished_) finished_();
   }
+  const char* name_;
   MPI_Request req_;
-  Tensor tensor_;  // keeps the buffer alive while MPI uses it
-  double scale_;
+  Tensor tensor_;
+  std::function<void()> finished_;
   bool done_ = false;
 };
 
@@ -234,7 +240,37 @@ std::unique_ptr<Request> MpiCommunicator::all_reduce_async(Tensor& t, ReduceOp o
   check_mpi(MPI_Iallreduce(MPI_IN_PLACE, t.raw_data(), count_of(t, "all_reduce_async"),
                            mpi_type(t.dtype(), "all_reduce_async"), MPI_SUM, comm_, &req),
             "all_reduce_async");
-  return std::make_unique<MpiRequest>(req, t, op == ReduceOp::average ? 1.0 / size_ : 1.0);
+  std::function<void()> average;
+  if (op == ReduceOp::average) average = [t, n = size_]() mutable { scale_in_place(t, 1.0 / n); };
+  return std::make_unique<MpiRequest>("all_reduce_async (wait)", req, t, std::move(average));
+}
+
+std::unique_ptr<Request> MpiCommunicator::reduce_scatter_async(Tensor& t, ReduceOp op) {
+  check_cpu(t, "reduce_scatter_async");
+  check_equal_blocks("reduce_scatter_async", t, size_);
+  const std::int64_t block = t.numel() / size_;
+  MPI_Request req;
+  // In place MPI leaves the result at the start of the buffer: it moves to this rank's block after.
+  check_mpi(MPI_Ireduce_scatter_block(MPI_IN_PLACE, t.raw_data(), count_of(t, "reduce_scatter_async") / size_,
+                                      mpi_type(t.dtype(), "reduce_scatter_async"), MPI_SUM, comm_, &req),
+            "reduce_scatter_async");
+  auto place = [t, block, rank = rank_, n = size_, average = op == ReduceOp::average]() mutable {
+    Tensor mine = t.narrow_rows(block * rank, block);
+    if (rank > 0) std::memmove(mine.raw_data(), t.raw_data(), mine.nbytes());
+    if (average) scale_in_place(mine, 1.0 / n);
+  };
+  return std::make_unique<MpiRequest>("reduce_scatter_async (wait)", req, t, std::move(place));
+}
+
+std::unique_ptr<Request> MpiCommunicator::all_gather_async(Tensor& t) {
+  check_cpu(t, "all_gather_async");
+  check_equal_blocks("all_gather_async", t, size_);
+  MPI_Request req;
+  // In place: this rank's block is already where the result puts it.
+  check_mpi(MPI_Iallgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, t.raw_data(), count_of(t, "all_gather_async") / size_,
+                           mpi_type(t.dtype(), "all_gather_async"), comm_, &req),
+            "all_gather_async");
+  return std::make_unique<MpiRequest>("all_gather_async (wait)", req, t);
 }
 
 Tensor MpiCommunicator::all_gather(const Tensor& t) {
@@ -344,6 +380,11 @@ void check_row_shares(const std::vector<std::int64_t>& rows, int ranks, std::int
   for (const std::int64_t r : rows) TESSERA_CHECK(r >= 0, "reduce_scatter: a negative row count ({})", r);
   const std::int64_t sum = std::accumulate(rows.begin(), rows.end(), std::int64_t{0});
   TESSERA_CHECK(sum == total, "reduce_scatter: row counts add up to {}, the tensor has {} rows", sum, total);
+}
+
+void check_equal_blocks(const char* op, const Tensor& t, int ranks) {
+  TESSERA_CHECK(t.defined() && t.dim() == 1 && t.numel() % ranks == 0, "{}: {} does not split into {} equal blocks", op,
+                t.defined() ? t.describe() : std::string("an undefined tensor"), ranks);
 }
 
 std::optional<std::pair<int, int>> ranks_sharing_a_gpu(Communicator& comm, const std::array<std::int32_t, 4>& uuid) {

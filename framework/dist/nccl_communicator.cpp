@@ -139,6 +139,34 @@ std::unique_ptr<Request> NcclCommunicator::all_reduce_async(Tensor& t, ReduceOp 
   return std::make_unique<NcclRequest>(static_cast<cudaStream_t>(stream_), t);
 }
 
+std::unique_ptr<Request> NcclCommunicator::reduce_scatter_async(Tensor& t, ReduceOp op) {
+  check_gpu(t, "reduce_scatter_async");
+  check_equal_blocks("reduce_scatter_async", t, size_);  // NCCL cannot check: it would read past `t`
+  const std::int64_t block = t.numel() / size_;
+  after_compute();
+  // In place, as NCCL allows: the receive buffer is this rank's block of the send buffer.
+  void* mine = static_cast<char*>(t.raw_data()) + static_cast<std::size_t>(block * rank_) * dtype_size(t.dtype());
+  check_nccl(ncclReduceScatter(t.raw_data(), mine, static_cast<std::size_t>(block),
+                               nccl_type(t.dtype(), "reduce_scatter_async"), nccl_op(op), comm_,
+                               static_cast<cudaStream_t>(stream_)),
+             "reduce_scatter_async");
+  return std::make_unique<NcclRequest>(static_cast<cudaStream_t>(stream_), t);
+}
+
+std::unique_ptr<Request> NcclCommunicator::all_gather_async(Tensor& t) {
+  check_gpu(t, "all_gather_async");
+  check_equal_blocks("all_gather_async", t, size_);
+  const std::int64_t block = t.numel() / size_;
+  after_compute();
+  // In place, as NCCL allows: the send buffer is this rank's block of the receive buffer.
+  const void* mine =
+      static_cast<const char*>(t.raw_data()) + static_cast<std::size_t>(block * rank_) * dtype_size(t.dtype());
+  check_nccl(ncclAllGather(mine, t.raw_data(), static_cast<std::size_t>(block),
+                           nccl_type(t.dtype(), "all_gather_async"), comm_, static_cast<cudaStream_t>(stream_)),
+             "all_gather_async");
+  return std::make_unique<NcclRequest>(static_cast<cudaStream_t>(stream_), t);
+}
+
 Tensor NcclCommunicator::all_gather(const Tensor& t) {
   check_gpu(t, "all_gather");
   TESSERA_CHECK(t.dim() >= 1, "all_gather: needs a tensor with a first dimension, got a scalar");

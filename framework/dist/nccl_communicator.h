@@ -25,6 +25,8 @@ class NcclCommunicator final : public Communicator {
   std::unique_ptr<Request> all_reduce_async(Tensor& t, ReduceOp op) override;
   Tensor all_gather(const Tensor& t) override;
   Tensor reduce_scatter(const Tensor& t, const std::vector<std::int64_t>& rows, ReduceOp op) override;
+  std::unique_ptr<Request> reduce_scatter_async(Tensor& t, ReduceOp op) override;
+  std::unique_ptr<Request> all_gather_async(Tensor& t) override;
   void broadcast(Tensor& t, int root) override;
   void barrier() override;
   std::unique_ptr<Communicator> split(int color, int key) override;

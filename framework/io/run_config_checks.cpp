@@ -65,8 +65,6 @@ void check_key_combinations(const RunConfig& cfg) {
   check(cfg, {"train.adam_eps"}, cfg.train.adam_eps > 0,
         "train.adam_eps = 0: Adam divides by sqrt(v) + eps, so a weight whose gradients have all been 0 so far (a "
         "unit no example reached) would get 0 / 0 = NaN: give a positive value (1e-9, the paper's)");
-  // Each of these is being built; until it is, a run that asks for it stops here.
-  check(cfg, {"parallel.zero"}, cfg.parallel.zero == 0, "parallel.zero = 1 is not available in this build yet");
   if (cfg.data.synthetic())
     check_synthetic_keys(cfg);
   else

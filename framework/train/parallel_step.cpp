@@ -31,9 +31,10 @@ void synchronize_replicated_gradients(const models::Transformer& model, dist::Co
 }
 
 double clip_gradient_norm(const std::vector<Tensor>& replicated, const std::vector<Tensor>& sharded,
-                          dist::Communicator& tensor_group, double clip) {
+                          dist::Communicator& tensor_group, double clip, dist::Communicator* blocks) {
   Tensor sq =
       Tensor::from(std::vector<double>{kernels::sum_of_squares(replicated), kernels::sum_of_squares(sharded)}, {2});
+  if (blocks != nullptr) blocks->all_reduce(sq, dist::ReduceOp::sum);
   tensor_group.all_reduce(sq, dist::ReduceOp::sum);
   const double norm = std::sqrt(sq.data<double>()[0] / tensor_group.size() + sq.data<double>()[1]);
   if (clip > 0 && norm > clip) {
@@ -51,6 +52,24 @@ double clip_gradients(const models::Transformer& model, dist::Communicator& tens
     (model.shard_dim(i) == dist::ShardDim::replicated ? replicated : sharded).push_back(params[i].grad());
   }
   return clip_gradient_norm(replicated, sharded, tensor_group, clip);
+}
+
+void synchronize_replicated_blocks(const models::Transformer& model, const optim::ShardedAdam& adam,
+                                   dist::Communicator& tensor_group) {
+  if (tensor_group.size() == 1) return;
+  for (const optim::ShardedAdam::Piece& piece : adam.pieces()) {
+    if (model.shard_dim(piece.param) != dist::ShardDim::replicated) continue;
+    Tensor g = adam.gradient(piece);
+    tensor_group.broadcast(g, 0);
+  }
+}
+
+double clip_gradient_blocks(const models::Transformer& model, const optim::ShardedAdam& adam,
+                            dist::Communicator& tensor_group, dist::Communicator& data_group, double clip) {
+  std::vector<Tensor> replicated, sharded;
+  for (const optim::ShardedAdam::Piece& piece : adam.pieces())
+    (model.shard_dim(piece.param) == dist::ShardDim::replicated ? replicated : sharded).push_back(adam.gradient(piece));
+  return clip_gradient_norm(replicated, sharded, tensor_group, clip, &data_group);
 }
 
 }  // namespace tessera::train

@@ -43,8 +43,6 @@ Run::Run(const io::RunConfig& cfg, ProcessGrid& grid, const std::string& resume_
       vocabularies_(data::checkpoint_vocabularies(cfg, task_.src_codec, task_.tgt_codec)),
       model_(models::training_model_config(cfg, task_.src_codec.size(), task_.tgt_codec.size()), cfg.train.seed,
              grid.tensor.get()),
-      adam_(model_.parameters(),
-            {.lr = 0.0, .beta1 = cfg.train.adam_beta1, .beta2 = cfg.train.adam_beta2, .eps = cfg.train.adam_eps}),
       batcher_(make_batcher()) {
   // The same data on every rank: each says it, one prints it.
   if (task_.train.empty()) throw EveryRankError("data: no training pairs left after filtering");
@@ -55,10 +53,36 @@ Run::Run(const io::RunConfig& cfg, ProcessGrid& grid, const std::string& resume_
   // The failure tests' "step 0": the data preparation (a hang or a SIGTERM during it).
   if (fault::injected("HANG", grid_.rank, "0")) fault::hang();
   if (fault::injected("SIGNAL", grid_.rank, "0")) std::raise(SIGTERM);
-  if (grid_.data->size() > 1)
-    reducer_ = std::make_unique<dist::GradientReducer>(model_.parameters(), *grid_.data,
-                                                       static_cast<std::size_t>(cfg.parallel.bucket_mb * 1024 * 1024));
+  make_optimizer();
   print_setup();
+  if (grid_.root() && reducer_)
+    metrics_.write(fmt::format("{{\"optimizer_state_bytes\": {}, \"zero\": {}, \"data_parallel\": {}}}\n",
+                               optimizer_state_bytes(), sharded_adam_ ? 1 : 0, grid_.data->size()));
+}
+
+// Adam, with whole moments, or with parallel.zero 1 over data-parallel replicas sharded as the
+// gradient buckets are reduce-scattered (with one replica there is nothing to shard).
+void Run::make_optimizer() {
+  const optim::AdamOptions opt{
+      .lr = 0.0, .beta1 = cfg_.train.adam_beta1, .beta2 = cfg_.train.adam_beta2, .eps = cfg_.train.adam_eps};
+  const bool zero = cfg_.parallel.zero == 1 && grid_.data->size() > 1;
+  if (grid_.data->size() > 1)
+    reducer_ = std::make_unique<dist::GradientReducer>(
+        model_.parameters(), *grid_.data, static_cast<std::size_t>(cfg_.parallel.bucket_mb * 1024 * 1024),
+        zero ? dist::ReduceMode::reduce_scatter : dist::ReduceMode::all_reduce);
+  if (zero)
+    sharded_adam_ = std::make_unique<optim::ShardedAdam>(model_.parameters(), *reducer_, opt);
+  else
+    adam_.emplace(model_.parameters(), opt);
+}
+
+// The bytes of Adam's moments on this rank.
+std::size_t Run::optimizer_state_bytes() const {
+  if (sharded_adam_) return sharded_adam_->state_bytes();
+  std::size_t bytes = 0;
+  for (const std::vector<Tensor>* moments : {&adam_->first_moments(), &adam_->second_moments()})
+    for (const Tensor& m : *moments) bytes += m.nbytes();
+  return bytes;
 }
 
 void Run::print_setup() const {
@@ -76,6 +100,12 @@ void Run::print_setup() const {
     fmt::print("parallel: {} processes = {} tensor-parallel x {} data-parallel ({} parameters per rank){}\n",
                grid_.size, grid_.tensor->size(), grid_.data->size(), model_.num_parameters(),
                reducer_ ? fmt::format("; {} gradient buckets", reducer_->buckets()) : std::string());
+  if (reducer_)
+    fmt::print("optimizer: Adam, {:.1f} MiB of moments per rank{}\n",
+               static_cast<double>(optimizer_state_bytes()) / (1024.0 * 1024.0),
+               sharded_adam_
+                   ? fmt::format(" (parallel.zero 1: sharded over {} data-parallel ranks)", grid_.data->size())
+                   : std::string());
 }
 
 // The paper's training step: batch -> forward -> loss -> backward (buckets all-reduced as they
@@ -224,17 +254,25 @@ void Run::all_reduce_gradients(Tensor& loss_sums) {
     window_.add_waits(comm, imbalance);
     grid_.data->all_reduce(loss_sums, dist::ReduceOp::sum);
   }
-  synchronize_replicated_gradients(model_, *grid_.tensor);
+  if (sharded_adam_)
+    synchronize_replicated_blocks(model_, *sharded_adam_, *grid_.tensor);
+  else
+    synchronize_replicated_gradients(model_, *grid_.tensor);
 }
 
 // Clips the gradients to the global norm (returned), then Adam steps at the schedule's rate.
 double Run::update_weights(const Tensor& loss_sums, std::int64_t tokens) {
   window_.add_losses(loss_sums.data<double>()[0], loss_sums.data<double>()[1]);
-  const double grad_norm = clip_gradients(model_, *grid_.tensor, cfg_.train.clip_norm);
+  const double grad_norm =
+      sharded_adam_ ? clip_gradient_blocks(model_, *sharded_adam_, *grid_.tensor, *grid_.data, cfg_.train.clip_norm)
+                    : clip_gradients(model_, *grid_.tensor, cfg_.train.clip_norm);
   if (!std::isfinite(grad_norm))
     stop_on_non_finite_gradients(grad_norm, loss_sums.data<double>()[0] / static_cast<double>(tokens));
   lr_ = learning_rate(cfg_, step_);
-  adam_.step(lr_);
+  if (sharded_adam_)
+    sharded_adam_->step(lr_);
+  else
+    adam_->step(lr_);
   return grad_norm;
 }
 

@@ -7,6 +7,7 @@
 #include <limits>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -18,6 +19,7 @@
 #include "models/decoding.h"
 #include "models/transformer.h"
 #include "optim/adam.h"
+#include "optim/sharded_adam.h"
 #include "train/metrics_log.h"
 #include "train/process_grid.h"
 #include "train/step_log.h"
@@ -73,6 +75,9 @@ class Run {
   TrainResult finish(TrainResult result, const Stop& stop);
   TrainResult stopped_by_signal(int sig, TrainResult result);
   [[noreturn]] void stop_on_non_finite_gradients(double gnorm, double loss) const;
+  std::int64_t whole_model_parameters() const;
+  void make_optimizer();
+  std::size_t optimizer_state_bytes() const;
   void print_setup() const;
   data::Batcher make_batcher() const;
   double elapsed_seconds() const;
@@ -84,6 +89,8 @@ class Run {
   std::string save_step_checkpoint();
   void write_checkpoint(const std::string& path, bool with_state) const;
   io::Checkpoint snapshot(bool with_state) const;
+  void add_optimizer_state(io::Checkpoint& c) const;
+  void restore_optimizer(const io::Checkpoint& c, const std::string& path);
   io::Checkpoint read_checkpoint(const std::string& path) const;
   void check_replicas_read_alike(const io::Checkpoint& c, const std::string& path) const;
   void set_aside_later_checkpoints(std::int64_t step) const;
@@ -115,10 +122,12 @@ class Run {
   data::TaskData task_;
   std::map<std::string, std::string> vocabularies_;  // stored in every checkpoint
   models::Transformer model_;
-  optim::Adam adam_;
   data::Batcher batcher_;
   std::unique_ptr<dist::GradientReducer> reducer_;  // data parallelism only
-  MetricsLog metrics_;                              // rank 0's
+  // One of the two: whole moments, or (parallel.zero 1 with data parallelism) this rank's blocks.
+  std::optional<optim::Adam> adam_;
+  std::unique_ptr<optim::ShardedAdam> sharded_adam_;
+  MetricsLog metrics_;  // rank 0's
   LogWindow window_;
   Clock::time_point start_;
   std::int64_t step_ = 0, first_step_ = 0, last_saved_step_ = -1;

@@ -30,9 +30,7 @@ void Run::resume(const std::string& path) {
   warn_config_changes(c.config_yaml, path);
   std::vector<ag::Var> params = model_.parameters();
   io::assign_weights(c, path, params);
-  adam_.set_state(static_cast<long>(c.state->optimizer_step),
-                  io::match_parameters(c.exp_avg, params, path, "/optimizer/exp_avg"),
-                  io::match_parameters(c.exp_avg_sq, params, path, "/optimizer/exp_avg_sq"));
+  restore_optimizer(c, path);
   const io::TrainingState& s = *c.state;
   seed_ = s.dropout_seed;
   batcher_seed_ = s.shuffle_seed;
@@ -153,19 +151,15 @@ io::Checkpoint Run::snapshot(bool with_state) const {
   c.vocabularies = vocabularies_;
   // This rank's tensors (its blocks under tensor parallelism); no copies on the CPU, copies
   // to the host from the GPU.
-  const std::vector<ag::Var>& params = adam_.params();
-  for (const ag::Var& p : params) c.model.emplace(p.name(), p.value().to(Device::cpu));
+  for (const ag::Var& p : model_.parameters()) c.model.emplace(p.name(), p.value().to(Device::cpu));
   if (!with_state) return c;
-  for (std::size_t i = 0; i < params.size(); ++i) {
-    c.exp_avg.emplace(params[i].name(), adam_.first_moments()[i].to(Device::cpu));
-    c.exp_avg_sq.emplace(params[i].name(), adam_.second_moments()[i].to(Device::cpu));
-  }
+  add_optimizer_state(c);
   c.state = io::TrainingState{.step = step_,
                               .epoch = batcher_.epoch(),
                               .position = batcher_.position(),
                               .shuffle_seed = batcher_seed_,
                               .dropout_seed = seed_,
-                              .optimizer_step = adam_.steps(),
+                              .optimizer_step = sharded_adam_ ? sharded_adam_->steps() : adam_->steps(),
                               .learning_rate = lr_,
                               .elapsed_seconds = elapsed_seconds(),
                               .best_valid = best_valid_,
@@ -174,6 +168,33 @@ io::Checkpoint Run::snapshot(bool with_state) const {
                               .last_validated_step = last_validated_step_,
                               .train_fingerprint = task_.train_fingerprint};
   return c;
+}
+
+// Adam's moments into a checkpoint, whole whatever the layout: under ZeRO-1 gathered over the
+// data-parallel group (collective), kept by its rank 0, the one that writes.
+void Run::add_optimizer_state(io::Checkpoint& c) const {
+  const std::vector<ag::Var>& params = model_.parameters();
+  optim::ShardedAdam::Moments gathered;
+  if (sharded_adam_) gathered = sharded_adam_->gather_moments(grid_.data->rank() == 0);
+  if (sharded_adam_ && grid_.data->rank() != 0) return;
+  const std::vector<Tensor>& first = sharded_adam_ ? gathered.first : adam_->first_moments();
+  const std::vector<Tensor>& second = sharded_adam_ ? gathered.second : adam_->second_moments();
+  for (std::size_t i = 0; i < params.size(); ++i) {
+    c.exp_avg.emplace(params[i].name(), first[i].to(Device::cpu));
+    c.exp_avg_sq.emplace(params[i].name(), second[i].to(Device::cpu));
+  }
+}
+
+// The checkpoint's whole moments into Adam, or this rank's blocks of them under ZeRO-1.
+void Run::restore_optimizer(const io::Checkpoint& c, const std::string& path) {
+  const std::vector<ag::Var>& params = model_.parameters();
+  std::vector<Tensor> first = io::match_parameters(c.exp_avg, params, path, "/optimizer/exp_avg");
+  std::vector<Tensor> second = io::match_parameters(c.exp_avg_sq, params, path, "/optimizer/exp_avg_sq");
+  const auto steps = static_cast<long>(c.state->optimizer_step);
+  if (sharded_adam_)
+    sharded_adam_->set_state(steps, first, second);
+  else
+    adam_->set_state(steps, std::move(first), std::move(second));
 }
 
 // Resuming from an earlier checkpoint than the run's latest (after a divergence, say) starts a new

@@ -122,6 +122,32 @@ TEST_F(EmulatedNccl, CollectivesOnOneStreamRunInOrder) {
   EXPECT_EQ(__bfloat162float(avg[1]), 1.0f);
 }
 
+TEST_F(EmulatedNccl, ReduceScatterAndInPlaceAllGather) {
+  // x = {r + 1, r + 2, r + 3, r + 4} on rank r: rank r gets the sums of block r (2 elements).
+  const int r = world_rank();
+  x_.write({r + 1.0f, r + 2.0f, r + 3.0f, r + 4.0f});
+  DeviceArray<float> block(2);
+  ASSERT_EQ(ncclReduceScatter(x_.data, block.data, 2, ncclFloat32, ncclSum, comm_, stream_), ncclSuccess);
+  ASSERT_EQ(cudaStreamSynchronize(stream_), cudaSuccess);
+  EXPECT_EQ(block.read(), r == 0 ? std::vector<float>({3, 5}) : std::vector<float>({7, 9}));
+  // In place: the receive buffer is this rank's block of the send buffer.
+  ASSERT_EQ(ncclReduceScatter(x_.data, x_.data + 2 * r, 2, ncclFloat32, ncclSum, comm_, stream_), ncclSuccess);
+  ASSERT_EQ(cudaStreamSynchronize(stream_), cudaSuccess);
+  const std::vector<float> summed = x_.read();
+  EXPECT_EQ(std::vector<float>(summed.begin() + 2 * r, summed.begin() + 2 * r + 2), block.read());
+  // bfloat16, averaged through float32.
+  DeviceArray<__nv_bfloat16> h(2), h_block(1);
+  h.write({__float2bfloat16(static_cast<float>(r)), __float2bfloat16(2.0f * static_cast<float>(r))});
+  ASSERT_EQ(ncclReduceScatter(h.data, h_block.data, 1, ncclBfloat16, ncclAvg, comm_, stream_), ncclSuccess);
+  ASSERT_EQ(cudaStreamSynchronize(stream_), cudaSuccess);
+  EXPECT_EQ(__bfloat162float(h_block.read()[0]), r == 0 ? 0.5f : 1.0f);
+  // In place: each rank's block of y is its own; both end with both blocks.
+  y_.write({r == 0 ? 10.0f : -1.0f, r == 0 ? 11.0f : -1.0f, r == 1 ? 20.0f : -1.0f, r == 1 ? 21.0f : -1.0f});
+  ASSERT_EQ(ncclAllGather(y_.data + 2 * r, y_.data, 2, ncclFloat32, comm_, stream_), ncclSuccess);
+  ASSERT_EQ(cudaStreamSynchronize(stream_), cudaSuccess);
+  EXPECT_EQ(y_.read(), std::vector<float>({10, 11, 20, 21}));
+}
+
 TEST_F(EmulatedNccl, WorkTouchingABufferInFlightIsReported) {
   // A kernel writing the buffer an all-reduce will write, unordered: reported when it completes.
   all_reduce_x(stream_);

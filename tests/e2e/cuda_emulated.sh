@@ -4,6 +4,7 @@
 #  - one GPU gives the CPU's losses and gradient norms at each of 6 steps (float32, dropout on:
 #    the same Philox masks); train.recompute: layer gives none's, also at tp=2 x dp=2;
 #  - tp=2, dp=2 and tp=2 x dp=2 on GPUs (NCCL over MPI) give one GPU's, and tp=2 vocabulary-parallel;
+#    and so does dp=2 with parallel.zero 1 (its weights and moments those of dp=2 without);
 #  - a rank that hangs ends a dp=2 or tp=2 GPU job through the collective timeout;
 #  - two ranks sharing one GPU are refused, the error printed once;
 #  - a checkpoint written at tp=2 on GPUs resumes on the CPU in one process, with one GPU's losses;
@@ -45,6 +46,14 @@ same_losses "$work/gpu_tp2_dp2/metrics.jsonl" "$work/gpu_tp2_dp2_recompute/metri
 # logits' gather through the CUDA kernels and NCCL.
 run gpu_vp2 2 --set model.dropout=0 --set train.device=cuda --set parallel.tensor=2 --set parallel.vocab_parallel=true
 same_losses "$work/gpu/metrics.jsonl" "$work/gpu_vp2/metrics.jsonl" 1
+# parallel.zero 1 on GPUs (NCCL's reduce-scatter and all-gather, in place): dp=2's losses, weights
+# (1e-5) and checkpointed moments (1e-6).
+run gpu_dp2_zero1 2 --set model.dropout=0 --set train.device=cuda --set parallel.data=2 --set parallel.zero=1 \
+  --set parallel.bucket_mb=0.05
+same_losses "$work/gpu_tp1_dp2/metrics.jsonl" "$work/gpu_dp2_zero1/metrics.jsonl" 1
+same_weights "$work/gpu_tp1_dp2/model.h5" "$work/gpu_dp2_zero1/model.h5" 1e-5 /model || fail "zero 1 on GPUs: weights differ"
+same_weights "$work/gpu_tp1_dp2/checkpoint_00000003.h5" "$work/gpu_dp2_zero1/checkpoint_00000003.h5" 1e-6 /optimizer ||
+  fail "zero 1 on GPUs: the checkpoints' moments differ"
 
 # A rank that stops responding (injected: rank 1 sleeps at step 3) while the other waits for an
 # NCCL collective (dp=2: the gradient all-reduce; tp=2: the forward's), or (injected: rank 1 sleeps

@@ -30,3 +30,11 @@ run() {
   if [ "$np" -eq 1 ]; then launch=""; else launch="mpirun -np $np --oversubscribe"; fi
   $launch "$tessera" train $common "$@" --set output.dir="$work/$name" > "$work/$name.log" 2>&1 || { cat "$work/$name.log"; fail "$name"; }
 }
+# same_weights A B TOL GROUP: every dataset of GROUP (/model, /optimizer) in the two checkpoints
+# within TOL (absolute; the checksums may differ), but the key projections' biases: their gradient
+# is 0 in exact arithmetic, so Adam's normalized steps on rounding noise move them by noise.
+same_weights() {
+  h5diff -d "$3" "$1" "$2" "$4" "$4" | sed -n 's/^dataset: <\([^>]*\)> and .*/\1/p' | grep -v 'k_proj\.bias$' \
+    > "$work/differ.txt" || true
+  [ ! -s "$work/differ.txt" ] || { echo "$2: differs from $1 beyond $3 in:"; cat "$work/differ.txt"; return 1; }
+}

@@ -26,6 +26,7 @@
 #include "models/translator.h"
 #include "nn/column_parallel_linear.h"
 #include "nn/row_parallel_linear.h"
+#include "tiny_model.h"
 
 namespace tessera {
 namespace {
@@ -137,18 +138,6 @@ TEST(MpiCollectives, BroadcastAndSplit) {
 }
 
 // ---- the model: tensor x data parallel == one process, float64
-
-models::TransformerConfig tiny_config() {
-  models::TransformerConfig c;
-  c.src_vocab = c.tgt_vocab = 24;
-  c.encoder_layers = c.decoder_layers = 2;
-  c.d_model = 16;
-  c.d_ff = 32;
-  c.heads = 4;
-  c.dropout = 0.0;
-  c.dtype = DType::f64;
-  return c;
-}
 
 struct Grads {
   double loss = 0;
