@@ -90,33 +90,17 @@ Batcher::Batcher(const ExampleSet* examples, BatcherOptions opt) : examples_(exa
 void Batcher::plan_epoch() {
   const ExampleSet& ex = *examples_;
   const std::int64_t n = ex.size();
-  std::vector<std::int64_t> order(static_cast<std::size_t>(n));
-  std::iota(order.begin(), order.end(), std::int64_t{0});
+  TESSERA_CHECK(n <= std::numeric_limits<std::uint32_t>::max(), "Batcher: {} pairs, over the 2^32 - 1 it orders", n);
+  order_.resize(static_cast<std::size_t>(n));
+  std::iota(order_.begin(), order_.end(), std::uint32_t{0});
   std::mt19937_64 rng(splitmix64(opt_.seed ^ splitmix64(static_cast<std::uint64_t>(epoch_))));
-  if (opt_.shuffle) fisher_yates(order, rng);
+  if (opt_.shuffle) fisher_yates(order_, rng);
 
   plan_.clear();
-  // Greedy cut of consecutive examples: a row joins the batch while rows * max(Ls, Lt) stays
-  // within the budget; a longer example than the budget gets a batch of its own.
-  auto cut = [&](std::vector<std::int64_t>::const_iterator first, std::vector<std::int64_t>::const_iterator last) {
-    std::vector<std::int64_t> cur;
-    std::int64_t width = 0;
-    for (auto it = first; it != last; ++it) {
-      const std::int64_t w = std::max({width, src_len(ex, *it), tgt_len(ex, *it)});
-      if (!cur.empty() && (static_cast<std::int64_t>(cur.size()) + 1) * w > opt_.batch_tokens) {
-        plan_.push_back(std::move(cur));
-        cur.clear();
-        width = std::max(src_len(ex, *it), tgt_len(ex, *it));
-      } else {
-        width = w;
-      }
-      cur.push_back(*it);
-    }
-    if (!cur.empty()) plan_.push_back(std::move(cur));
-  };
-
+  const auto count = static_cast<std::uint32_t>(n);
   if (!opt_.shuffle) {
-    cut(order.cbegin(), order.cend());
+    cut(0, count);
+    plan_.shrink_to_fit();
     return;
   }
   // Windows of about `window` batches' worth of tokens (by each example's max(Ls, Lt)), each
@@ -124,25 +108,44 @@ void Batcher::plan_epoch() {
   const std::int64_t window_tokens = opt_.window > std::numeric_limits<std::int64_t>::max() / opt_.batch_tokens
                                          ? std::numeric_limits<std::int64_t>::max()
                                          : opt_.window * opt_.batch_tokens;
-  auto by_length = [&](std::int64_t a, std::int64_t b) {
+  auto by_length = [&](std::uint32_t a, std::uint32_t b) {
     if (ex.src_size(a) != ex.src_size(b)) return ex.src_size(a) < ex.src_size(b);
     return ex.tgt_size(a) < ex.tgt_size(b);
   };
-  std::size_t begin = 0;
-  while (begin < order.size()) {
-    std::size_t end = begin;
+  std::uint32_t begin = 0;
+  while (begin < count) {
+    std::uint32_t end = begin;
     std::int64_t tokens = 0;
-    while (end < order.size() && tokens < window_tokens) {
-      tokens += std::max(src_len(ex, order[end]), tgt_len(ex, order[end]));
+    while (end < count && tokens < window_tokens) {
+      tokens += std::max(src_len(ex, order_[end]), tgt_len(ex, order_[end]));
       ++end;
     }
-    const auto first = order.begin() + static_cast<std::ptrdiff_t>(begin);
-    const auto last = order.begin() + static_cast<std::ptrdiff_t>(end);
-    std::stable_sort(first, last, by_length);
-    cut(first, last);
+    std::stable_sort(order_.begin() + begin, order_.begin() + end, by_length);
+    cut(begin, end);
     begin = end;
   }
+  plan_.shrink_to_fit();
   fisher_yates(plan_, rng);
+}
+
+// Greedy cut of order_[first, last): a row joins the batch while rows * max(Ls, Lt) stays within
+// the budget; a longer example than the budget gets a batch of its own.
+void Batcher::cut(std::uint32_t first, std::uint32_t last) {
+  const ExampleSet& ex = *examples_;
+  std::uint32_t start = first;
+  std::int64_t width = 0;
+  for (std::uint32_t at = first; at < last; ++at) {
+    const std::int64_t own = std::max(src_len(ex, order_[at]), tgt_len(ex, order_[at]));
+    const std::int64_t w = std::max(width, own);
+    if (at > start && static_cast<std::int64_t>(at - start + 1) * w > opt_.batch_tokens) {
+      plan_.push_back({start, at});
+      start = at;
+      width = own;
+    } else {
+      width = w;
+    }
+  }
+  if (last > start) plan_.push_back({start, last});
 }
 
 bool Batcher::next(Batch& out) {
@@ -152,7 +155,8 @@ bool Batcher::next(Batch& out) {
     plan_epoch();
     return false;
   }
-  out = make_batch(*examples_, plan_[static_cast<std::size_t>(position_)]);
+  const Span batch = plan_[static_cast<std::size_t>(position_)];
+  out = make_batch(*examples_, std::vector<std::int64_t>(order_.begin() + batch.begin, order_.begin() + batch.end));
   ++position_;
   return true;
 }

@@ -44,10 +44,17 @@ class Batcher {
   std::int64_t batches_per_epoch() const;
 
  private:
+  // The epoch's batches, compactly (a corpus of 20M pairs takes 80 MB here, on every rank): the
+  // examples in batch order, 4 bytes each, and each batch as a span of that order.
+  struct Span {
+    std::uint32_t begin, end;
+  };
   void plan_epoch();
+  void cut(std::uint32_t first, std::uint32_t last);
   const ExampleSet* examples_;
   BatcherOptions opt_;
-  std::vector<std::vector<std::int64_t>> plan_;  // the epoch's batches as example indices
+  std::vector<std::uint32_t> order_;
+  std::vector<Span> plan_;
   std::int64_t epoch_ = 0, position_ = 0;
 };
 

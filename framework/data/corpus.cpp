@@ -239,10 +239,10 @@ bool ParallelReader::next(ParallelText& chunk, std::int64_t max_pairs) {
   return !chunk.src.empty();
 }
 
-std::int64_t ParallelReader::skip_rest() {
+std::int64_t ParallelReader::skip(std::int64_t max_pairs) {
   std::int64_t pairs = 0;
   std::string s, t;
-  while (next_pair(s, t)) ++pairs;
+  while (pairs < max_pairs && next_pair(s, t)) ++pairs;
   return pairs;
 }
 

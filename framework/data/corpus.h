@@ -4,6 +4,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -87,7 +88,9 @@ class ParallelReader {
   // none are left.
   bool next(ParallelText& chunk, std::int64_t max_pairs);
   // Reads the rest through, keeping nothing (the checks above only); returns how many pairs.
-  std::int64_t skip_rest();
+  std::int64_t skip_rest() { return skip(std::numeric_limits<std::int64_t>::max()); }
+  // The same for the next `max_pairs` pairs at most.
+  std::int64_t skip(std::int64_t max_pairs);
   // A 64-bit hash of every pair read so far, in order (lines as returned: without "\n" or "\r"):
   // what an encoded copy of the text is checked against (a changed line changes it).
   std::uint64_t fingerprint() const { return fingerprint_; }

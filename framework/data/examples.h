@@ -5,7 +5,7 @@
 
 #include <cstdint>
 #include <initializer_list>
-#include <optional>
+#include <memory>
 #include <span>
 #include <string>
 #include <vector>
@@ -13,27 +13,7 @@
 namespace tessera::data {
 
 class ExampleSet;
-
-// An encoded corpus kept on disk, so that a later start need not encode the text again: what it
-// was made from (`key`, a hash of the text, the vocabularies and the length limit) and the pairs
-// encoding dropped.
-struct ExampleFileInfo {
-  std::uint64_t key = 0;
-  std::int64_t empty = 0, too_long = 0;
-};
-
-// Writes `set` to `path` in our binary form (host byte order, recorded; a checksum at the end) by
-// way of a temporary file (`path`.<host>.<pid>.<random>.tmp) renamed over it: an error or a crash
-// never leaves a half-written `path`, and two writers of one path leave one whole file. Temporary
-// files of `path` that killed writers left are removed first (of this machine's writers, those
-// whose process is gone; of any, those a day old). Throws naming the file and the reason.
-void write_example_file(const std::string& path, const ExampleSet& set, const ExampleFileInfo& info);
-
-// The pairs in `path` when it is a whole, undamaged file of this form made from `key`; otherwise
-// nullopt, with `why` saying what is wrong with it (missing, another key, truncated, a checksum
-// that does not match, ...). Throws only for want of memory.
-std::optional<ExampleSet> read_example_file(const std::string& path, std::uint64_t key, ExampleFileInfo& info,
-                                            std::string& why);
+struct ExampleFileInfo;
 
 // One training pair as token ids, without bos/eos (the batcher adds them).
 struct Example {
@@ -44,17 +24,25 @@ struct Example {
 // Many pairs, their ids back to back: 16-bit while every id fits (vocabularies up to 65,536 ids,
 // i.e. every usual one), 32-bit from the first id that does not. Pair i's source is ids
 // [end(2i-1), end(2i)) and its target [end(2i), end(2i+1)), end(-1) being 0.
+// Held in this process's memory, or read in place from a mapped corpus file (data/example_file.h),
+// which the ranks of a machine share through the page cache.
 class ExampleSet {
  public:
   ExampleSet() = default;
   ExampleSet(std::initializer_list<Example> examples);
   explicit ExampleSet(const std::vector<Example>& examples);
 
-  // Appends a pair. Throws on a negative id, leaving the set as it was.
+  // The pairs of `pairs` sequence ends and their ids (uint16_t, or int32_t when `wide`), read in
+  // place; `owner` keeps the memory they lie in (a file mapping) alive as long as any copy of the set.
+  // The caller has checked that the ends ascend and stay within the ids. Such a set is read-only.
+  static ExampleSet in_place(std::shared_ptr<const void> owner, const std::int64_t* ends, std::int64_t pairs,
+                             const void* ids, bool wide);
+
+  // Appends a pair. Throws on a negative id, leaving the set as it was, and on a set read in place.
   void add(std::span<const std::int32_t> src, std::span<const std::int32_t> tgt);
   void add(const Example& e) { add(e.src, e.tgt); }
 
-  std::int64_t size() const { return ends_.size() / 2; }
+  std::int64_t size() const { return owner_ ? in_place_pairs_ : ends_.size() / 2; }
   bool empty() const { return size() == 0; }
   std::int64_t src_size(std::int64_t i) const { return end(2 * i) - end(2 * i - 1); }
   std::int64_t tgt_size(std::int64_t i) const { return end(2 * i + 1) - end(2 * i); }
@@ -66,6 +54,8 @@ class ExampleSet {
 
   void shrink_to_fit();                            // releases the spare room of the last chunks
   std::int64_t bytes() const;                      // heap bytes held by the ids and ends (capacity)
+  std::int64_t in_place_bytes() const;             // bytes of the ids and ends read in place (0: none)
+  bool in_place() const { return owner_ != nullptr; }
   bool wide() const { return wide_ids_; }          // 32-bit ids
   bool operator==(const ExampleSet& other) const;  // the same pairs, whatever the widths
 
@@ -78,7 +68,6 @@ class ExampleSet {
 
  private:
   friend void write_example_file(const std::string&, const ExampleSet&, const ExampleFileInfo&);
-  friend std::optional<ExampleSet> read_example_file(const std::string&, std::uint64_t, ExampleFileInfo&, std::string&);
 
   // An array grown in chunks of 2^20 elements: appending never moves what is there, so a set of
   // gigabytes grows without the doubled peak (and the copy) of one growing std::vector.
@@ -99,8 +88,9 @@ class ExampleSet {
     std::int64_t size_ = 0;
   };
 
-  std::int64_t end(std::int64_t k) const { return k < 0 ? 0 : ends_[k]; }
-  std::int64_t ids() const { return end(ends_.size() - 1); }
+  std::int64_t end(std::int64_t k) const { return k < 0 ? 0 : owner_ ? in_place_ends_[k] : ends_[k]; }
+  std::int64_t ids() const { return end((owner_ ? 2 * in_place_pairs_ : ends_.size()) - 1); }
+  std::int32_t id(std::int64_t k) const;
   void copy_ids(std::int64_t begin, std::int64_t end, std::int32_t* out) const;
   void widen();
 
@@ -108,6 +98,11 @@ class ExampleSet {
   Chunked<std::uint16_t> narrow_;  // the ids while all fit in 16 bits
   Chunked<std::int32_t> wide_;     // all of them once one does not
   bool wide_ids_ = false;
+  // Read in place: what keeps the memory alive, and the arrays in it.
+  std::shared_ptr<const void> owner_;
+  const std::int64_t* in_place_ends_ = nullptr;
+  const void* in_place_ids_ = nullptr;
+  std::int64_t in_place_pairs_ = 0;
 };
 
 }  // namespace tessera::data

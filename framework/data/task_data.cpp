@@ -24,6 +24,7 @@
 #include "data/corpus.h"
 #include "data/examples.h"
 #include "data/synthetic.h"
+#include "data/training_pairs.h"
 #include "dist/launcher.h"
 #include "dist/mpi_communicator.h"
 #include "io/checkpoint.h"
@@ -271,14 +272,42 @@ EncodedPairs encode_files(const TextCodec& src_codec, const TextCodec& tgt_codec
   return out;
 }
 
-namespace {
+RangeCounts encode_file_range(const TextCodec& src_codec, const TextCodec& tgt_codec, const std::string& src_path,
+                              const std::string& tgt_path, std::int64_t max_len, std::int64_t first, std::int64_t last,
+                              const std::function<void(const data::Example&)>& keep) {
+  TESSERA_CHECK(max_len >= 1, "encode_file_range: max_len {} must be at least 1", max_len);
+  data::ParallelReader reader(src_path, tgt_path);
+  RangeCounts out;
+  out.lines = reader.skip(first);
+  const std::int64_t round = std::int64_t{1} << 16;  // some 12 MB of text at a time
+  data::ParallelText text;
+  while (out.lines < last && reader.next(text, std::min(round, last - out.lines))) {
+    const auto n = static_cast<std::int64_t>(text.src.size());
+    for (const EncodedPair& e : encode_range(src_codec, tgt_codec, text, max_len, 0, n)) {
+      if (e.fate == kEmpty) {
+        ++out.empty;
+      } else if (e.fate == kTooLong) {
+        ++out.too_long;
+      } else {
+        keep(e.example);
+      }
+    }
+    out.lines += n;
+  }
+  out.lines += reader.skip_rest();
+  out.text_fingerprint = reader.fingerprint();
+  return out;
+}
 
-data::ExampleSet report(EncodedPairs&& e, const std::string& what, std::int64_t max_len) {
-  fmt::print("data: {} {} pairs kept ({:.1f} MB, {}-bit ids), {} empty and {} longer than data.max_len={} skipped\n",
-             e.examples.size(), what, static_cast<double>(e.examples.bytes()) / 1e6, e.examples.wide() ? 32 : 16,
-             e.empty, e.too_long, max_len);
+data::ExampleSet report_pairs(EncodedPairs&& e, const std::string& what, std::int64_t max_len) {
+  const data::ExampleSet& set = e.examples;
+  fmt::print("data: {} {} pairs kept ({:.1f} MB{}, {}-bit ids), {} empty and {} longer than data.max_len={} skipped\n",
+             set.size(), what, static_cast<double>(set.in_place() ? set.in_place_bytes() : set.bytes()) / 1e6,
+             set.in_place() ? " mapped" : "", set.wide() ? 32 : 16, e.empty, e.too_long, max_len);
   return std::move(e.examples);
 }
+
+namespace {
 
 // For the failure tests (common/fault_injection.h): the text may change while a start reads it.
 void pause_for_text_change_fault() {
@@ -289,13 +318,16 @@ void pause_for_text_change_fault() {
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
 }
 
-// Of the vocabularies' bytes as a checkpoint stores them (0 for synthetic tasks).
+}  // namespace
+
 std::uint64_t vocabularies_fingerprint(const io::RunConfig& cfg, const TaskData& t) {
   std::uint64_t h = 0;
   for (const auto& [name, bytes] : checkpoint_vocabularies(cfg, t.src_codec, t.tgt_codec))
     h = hash_combine(hash_combine(h, name), bytes);
   return h;
 }
+
+namespace {
 
 // The vocabulary at `path`, or, when `key` left it to us and it does not exist yet, one trained
 // on `inputs` into `path`. `resumed_from`: the checkpoint a resume reads vocabularies from, if it
@@ -357,104 +389,6 @@ TextCodec load_or_train_vocab(const io::RunConfig& cfg, const std::string& path,
   TextCodec codec = TextCodec::sentencepiece(train());
   fmt::print("data: trained a {} {} vocabulary of {} entries into {}\n", side, vo.model_type, codec.size(), path);
   return codec;
-}
-
-}  // namespace
-
-namespace {
-
-// Part of every cache file's key: raise it when a change here (or in data::Vocab::encode) encodes
-// the same text differently.
-constexpr std::uint64_t kEncodedCacheVersion = 1;
-
-// Why cached pairs do not fit this run (ids past its vocabularies, sides past data.max_len), or "".
-// Behind the checksum this takes only a damaged file the checksum missed, or a bug.
-std::string misfit(const data::ExampleSet& set, const TaskData& t, std::int64_t max_len) {
-  const data::ExampleSet::Extent e = set.extent();
-  if (e.max_src_id >= t.src_codec.size() || e.max_tgt_id >= t.tgt_codec.size())
-    return fmt::format("its ids (up to {} and {}) do not fit the vocabularies ({} and {} entries)", e.max_src_id,
-                       e.max_tgt_id, t.src_codec.size(), t.tgt_codec.size());
-  if (std::max(e.longest_src, e.longest_tgt) > max_len)
-    return fmt::format("it holds a sequence of {} tokens, over data.max_len = {}",
-                       std::max(e.longest_src, e.longest_tgt), max_len);
-  return "";
-}
-
-// The training pairs, encoded, or read from the cache (data.cache): one file per text,
-// vocabularies and max_len, named by their hash, so that runs may share a folder. A file that is
-// missing, damaged or not readable on every rank means encoding the text as without a cache;
-// failing to write one is a note, not an error (the run has its pairs).
-data::ExampleSet encode_training_pairs(const io::RunConfig& cfg, const TaskData& t, dist::Communicator* world) {
-  const std::string train_src = cfg.data.train_src, train_tgt = cfg.data.train_tgt;
-  const std::int64_t max_len = cfg.data.max_len;
-  const bool root = world == nullptr || world->rank() == 0;
-  const int ranks = world != nullptr ? world->size() : 1;
-  // Rank 0 alone read the text through at the start: its fingerprint is everyone's. The encoding
-  // reads the files again, on every rank: text that changed meanwhile (a copy still being made),
-  // or that differs between ranks, would give pairs that are not the hashed text's (nor each
-  // other's).
-  const std::uint64_t fingerprint = t.train_fingerprint;
-  const auto encode = [&] {
-    EncodedPairs e = encode_files(t.src_codec, t.tgt_codec, train_src, train_tgt, max_len, world);
-    if (const std::int32_t other = dist::count_ranks(e.text_fingerprint != fingerprint, world); other > 0)
-      throw EveryRankError(fmt::format(
-          "data: the training text ('{}', '{}') changed while this start read it{}: start again once the files are "
-          "in place",
-          train_src, train_tgt,
-          ranks > 1 ? fmt::format(", or differs between machines ({} of {} ranks read other text than rank 0 "
-                                  "first did)",
-                                  other, ranks)
-                    : ""));
-    return e;
-  };
-  if (!cfg.data.cache) return report(encode(), "training", max_len);
-
-  std::uint64_t key = hash_combine(hash_combine(kEncodedCacheVersion, TESSERA_SENTENCEPIECE_VERSION), fingerprint);
-  key = hash_combine(key, static_cast<std::uint64_t>(max_len));
-  key = hash_combine(key, vocabularies_fingerprint(cfg, t));
-  const std::string dir = cfg.data.cache_dir.empty() ? cfg.output.dir : cfg.data.cache_dir;
-  const std::string path = (std::filesystem::path(dir) / fmt::format("encoded_train_{:016x}.bin", key)).string();
-
-  const auto t0 = std::chrono::steady_clock::now();
-  data::ExampleFileInfo info;
-  std::string why;
-  std::optional<data::ExampleSet> cached = data::read_example_file(path, key, info, why);
-  if (cached) {
-    why = misfit(*cached, t, max_len);
-    if (!why.empty()) cached.reset();
-  }
-  if (const std::int32_t missing = dist::count_ranks(!cached, world); missing == 0) {
-    fmt::print("data: read the encoded training pairs from {} ({:.1f}s; the same text, vocabularies and max_len)\n",
-               path, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
-    EncodedPairs read;  // kept_lines stays empty: only validation pairs need them
-    read.examples = std::move(*cached);
-    read.empty = info.empty;
-    read.too_long = info.too_long;
-    return report(std::move(read), "training", max_len);
-  } else if (cached) {  // this rank's is fine (rank 0's in a folder the others do not see, say): it is kept
-    fmt::print("data: {} is not readable on every rank ({} of {} do not find it whole): encoding the text\n", path,
-               missing, ranks);
-  } else if (std::error_code ec; std::filesystem::exists(path, ec) || ec) {
-    fmt::print("data: not using {}: {}; encoding the text again\n", path, why);
-  }
-  const bool have_it = cached.has_value();
-  cached.reset();  // not held while encoding
-  EncodedPairs encoded = encode();
-  // The others wait for rank 0's write (seconds to minutes on a shared filesystem) without the
-  // collectives' timeout.
-  dist::root_first(world, [&] {
-    if (!root || have_it) return;
-    try {
-      std::error_code ec;
-      std::filesystem::create_directories(dir, ec);
-      if (ec) fail("cannot create folder '{}': {}", dir, ec.message());
-      write_example_file(path, encoded.examples, {.key = key, .empty = encoded.empty, .too_long = encoded.too_long});
-      fmt::print("data: kept the encoded training pairs in {} for later starts\n", path);
-    } catch (const std::exception& e) {
-      fmt::print("data: note: the encoded training pairs are not kept for later starts: {}\n", e.what());
-    }
-  });
-  return report(std::move(encoded), "training", max_len);
 }
 
 // A resumed run's vocabularies are those its checkpoint holds (`stored`, of the config's kind: joint
@@ -521,10 +455,11 @@ TaskData load_task_data(const io::RunConfig& cfg, dist::Communicator* world, con
   const bool root = world == nullptr || world->rank() == 0;
   data::ParallelText valid;
   std::uint64_t text_fingerprint = 0;  // rank 0's
+  std::int64_t text_lines = 0;
   dist::root_first(world, [&] {
     if (root) {
       data::ParallelReader reader(train_src, train_tgt);
-      reader.skip_rest();
+      text_lines = reader.skip_rest();
       text_fingerprint = reader.fingerprint();
       pause_for_text_change_fault();
     }
@@ -564,6 +499,7 @@ TaskData load_task_data(const io::RunConfig& cfg, dist::Communicator* world, con
       fmt::format("the validation text ('{}', '{}')", cfg.data.valid_src, cfg.data.valid_tgt));
   const std::int64_t max_len = cfg.data.max_len;
   t.train_fingerprint = dist::broadcast_u64(text_fingerprint, world);
+  t.train_lines = static_cast<std::int64_t>(dist::broadcast_u64(static_cast<std::uint64_t>(text_lines), world));
   // The validation pairs first: a set that filtering empties is said before the corpus is encoded.
   EncodedPairs v = encode_pairs(t.src_codec, t.tgt_codec, valid, max_len, world);
   if (v.examples.empty())
@@ -572,7 +508,7 @@ TaskData load_task_data(const io::RunConfig& cfg, dist::Communicator* world, con
         "side) and {} longer than data.max_len = {}",
         valid.src.size(), cfg.data.valid_src, cfg.data.valid_tgt, v.empty, v.too_long, max_len));
   for (std::int64_t line : v.kept_lines) t.valid_refs.push_back(valid.tgt[static_cast<std::size_t>(line)]);
-  t.valid = report(std::move(v), "validation", max_len);
+  t.valid = report_pairs(std::move(v), "validation", max_len);
   t.train = encode_training_pairs(cfg, t, world);
   return t;
 }

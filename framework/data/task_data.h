@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -39,6 +40,7 @@ struct TaskData {
   // Of the training text (data::ParallelReader::fingerprint, rank 0's read, on every rank); 0 for
   // synthetic tasks.
   std::uint64_t train_fingerprint = 0;
+  std::int64_t train_lines = 0;  // the training text's pairs of lines (rank 0's read, on every rank)
 };
 
 // The SentencePiece models a translation run uses: data.vocab (and data.vocab_tgt when not
@@ -82,6 +84,24 @@ EncodedPairs encode_pairs(const TextCodec& src_codec, const TextCodec& tgt_codec
 EncodedPairs encode_files(const TextCodec& src_codec, const TextCodec& tgt_codec, const std::string& src_path,
                           const std::string& tgt_path, std::int64_t max_len, dist::Communicator* world = nullptr,
                           std::int64_t pairs_per_round = 0);
+
+// Encodes pairs [first, last) (0-based lines) of the parallel text, a round at a time by the OpenMP
+// threads, handing each one kept to `keep` in order, and reads the rest of the text through: the
+// fingerprint is of the whole text. Throws like read_parallel.
+struct RangeCounts {
+  std::int64_t empty = 0, too_long = 0;  // of the range
+  std::int64_t lines = 0;                // of the whole text
+  std::uint64_t text_fingerprint = 0;
+};
+RangeCounts encode_file_range(const TextCodec& src_codec, const TextCodec& tgt_codec, const std::string& src_path,
+                              const std::string& tgt_path, std::int64_t max_len, std::int64_t first, std::int64_t last,
+                              const std::function<void(const data::Example&)>& keep);
+
+// Logs how many pairs were kept and skipped, and the ids' bytes (in memory or mapped); returns them.
+data::ExampleSet report_pairs(EncodedPairs&& e, const std::string& what, std::int64_t max_len);
+
+// Of the vocabularies' bytes as a checkpoint stores them (0 for synthetic tasks).
+std::uint64_t vocabularies_fingerprint(const io::RunConfig& cfg, const TaskData& t);
 
 // The text files' kinds (set, not a folder, pipe or device): ConfigError. Before any work:
 // run_training calls it (after io::check_key_combinations) before it makes the run folder.

@@ -48,8 +48,9 @@ void define_keys(Keys& k, RunConfig& c) {
   k.integer("data.max_len", c.data.max_len, 128, 1, 65536,
             "pairs longer than this (subword tokens) are skipped and counted; below model.max_positions");
   k.boolean("data.cache", c.data.cache, true,
-            "keep the encoded training pairs on disk: a later start (a resume) with the same text, "
-            "vocabularies and max_len reads them instead of encoding again");
+            "keep the encoded training pairs in one file every rank maps (shared in the page cache); a later "
+            "start with the same text, vocabularies and max_len maps it instead of encoding again. false: each "
+            "rank holds them in memory");
   k.string("data.cache_dir", c.data.cache_dir, "", {},
            "folder for those files (encoded_train_<hash>.bin); empty: output.dir. Runs with the same data.vocab "
            "may share one");

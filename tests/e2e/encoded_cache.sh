@@ -1,7 +1,9 @@
 #!/bin/sh
 # data.cache: the first start keeps the encoded training pairs in output.dir; a resume reads them
 # instead of encoding, and trains exactly as one that encodes; another text, max_len or vocabulary
-# makes another file; runs share a data.cache_dir; a damaged file is not used (and is written anew);
+# makes another file; runs share a data.cache_dir; a damaged file (truncated, a flipped byte, of
+# format version 1) is not used (and is written anew, the same bytes); two ranks that encode a share
+# each write the bytes one process writes;
 # a folder that cannot be written or searched costs a note, not the run; text that changes during
 # the start is refused; data.cache: false neither reads nor writes one; under mpirun every rank
 # reads it, or all encode.
@@ -81,6 +83,23 @@ grep -qx "data: not using $cache: it has $((size - 1)) bytes where its header sa
 grep -qx "data: kept the encoded training pairs in $cache for later starts" "$work/damaged.log" ||
   fail "the damaged file was not written anew"
 [ "$(wc -c < "$cache")" -eq "$size" ] || fail "the file written anew has $(wc -c < "$cache") bytes, not $size"
+cp "$cache" "$work/cache.good"
+# A flipped byte among the ids (the checksum rank 0 checks at each start), and a file of the form
+# before version 2: not used, said why, and written anew, the same bytes.
+last=$(tail -c 1 "$cache" | od -An -tu1 | tr -d ' ')
+printf "$(printf '\\%03o' $(((last + 1) % 256)))" | dd of="$cache" bs=1 seek=$((size - 1)) conv=notrunc 2> /dev/null
+cmp -s "$cache" "$work/cache.good" && fail "the byte was not flipped"
+train "$work/run" flipped --set train.max_steps=8 --resume
+grep -qx "data: not using $cache: its ids' checksum does not match them (damaged); encoding the text again" \
+  "$work/flipped.log" || { cat "$work/flipped.log"; fail "a flipped byte was not found, saying so"; }
+cmp "$cache" "$work/cache.good" || fail "the file written anew after a flipped byte differs"
+{ printf 'TESSIDS1'; head -c 200 /dev/zero; } > "$cache"
+train "$work/run" version1 --set train.max_steps=8 --resume
+v1="it is of format version 1 (an older Tessera's); this one reads version 2"
+grep -qx "data: not using $cache: $v1; encoding the text again" \
+  "$work/version1.log" || { cat "$work/version1.log"; fail "a file of version 1 was not refused, saying so"; }
+cmp "$cache" "$work/cache.good" || fail "the file written anew after version 1 differs"
+[ -z "$(find "$work/run" -name '*.tmp')" ] || fail "temporary files left: $(find "$work/run" -name '*.tmp')"
 
 # A cache folder that cannot be made: a note, and the run goes on.
 train "$work/run" unwritable --set train.max_steps=9 --set data.cache_dir=/proc/tessera_no_such --resume
@@ -135,6 +154,16 @@ if command -v mpirun > /dev/null; then
   [ "$(grep -c "^data: read the encoded training pairs from $cache (" "$work/mpi.log")" -eq 1 ] ||
     { cat "$work/mpi.log"; fail "under mpirun the ranks did not read the cached pairs (once in the log)"; }
   grep -q "^step 11 " "$work/mpi.log" || fail "the mpirun resume did not train"
+  # Two ranks encode a share each into parts that rank 0 joins: the very bytes one process wrote.
+  OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 mpirun -np 2 --oversubscribe \
+    "$tessera" train --config "$work/a/config.yaml" --set train.max_steps=1 --set parallel.data=2 \
+    --set output.dir="$work/np2" --set data.cache_dir="$work/np2_cache" > "$work/np2.log" 2>&1 ||
+    { cat "$work/np2.log"; fail "mpirun encoding failed"; }
+  one=$(sed -n "s|^data: kept the encoded training pairs in \(.*\) for later starts$|\1|p" "$work/shared_a.log")
+  two=$(caches "$work/np2_cache")
+  [ -n "$one" ] && [ -n "$two" ] && cmp "$one" "$two" || fail "two ranks encoded other bytes than one ($one, $two)"
+  [ "$(basename "$one")" = "$(basename "$two")" ] || fail "two ranks' file has another name"
+  grep -q "^step 1 " "$work/np2.log" || fail "the run that encoded in two ranks did not train"
   # All or none: ranks in two folders, a relative data.cache_dir. Rank 0 keeps the file in its own;
   # then rank 1 does not find it and both encode; with a copy in rank 1's folder both read it.
   mkdir -p "$work/w0" "$work/w1"
@@ -147,12 +176,19 @@ if command -v mpirun > /dev/null; then
       { cat "$work/$name.log"; fail "mpirun $name failed"; }
   }
   mpmd m1
-  [ "$(caches "$work/w0/rel" | wc -l)" -eq 1 ] && [ ! -e "$work/w1/rel" ] || fail "rank 0 did not keep its file alone"
+  # (Each rank first wrote its share into its own folder; rank 0 did not find rank 1's: a note.)
+  part_note="the encoded part '.*' cannot be read: No such file or directory (is the folder one every rank shares?)"
+  grep -q "^data: note: the encoded training pairs are not kept for later starts: $part_note$" \
+    "$work/m1.log" || { cat "$work/m1.log"; fail "m1: no note on the part rank 0 could not read"; }
+  [ "$(caches "$work/w0/rel" | wc -l)" -eq 1 ] && [ -z "$(caches "$work/w1/rel")" ] ||
+    fail "rank 0 did not keep its file alone"
+  left=$(find "$work/w0" "$work/w1" -name '*.tmp')
+  [ -z "$left" ] || fail "m1 left parts: $left"
   mpmd m2
   grep -q "^data: rel/encoded_train_[0-9a-f]*\.bin is not readable on every rank (1 of 2 do not find it whole): encoding the text$" \
     "$work/m2.log" || { cat "$work/m2.log"; fail "a file rank 1 does not have was used"; }
   grep -q "^step 1 " "$work/m2.log" || fail "m2 did not train"
-  cp -r "$work/w0/rel" "$work/w1/rel"
+  mkdir -p "$work/w1/rel" && cp "$work"/w0/rel/encoded_train_*.bin "$work/w1/rel/"
   mpmd m3
   grep -q "^data: read the encoded training pairs from rel/" "$work/m3.log" ||
     { cat "$work/m3.log"; fail "with the file on both ranks, it was not read"; }

@@ -9,9 +9,12 @@
 #include <filesystem>
 #include <fstream>
 #include <random>
+#include <sstream>
+#include <sys/stat.h>
 
 #include "autograd/ops.h"
 #include "data/batching.h"
+#include "data/example_file.h"
 #include "data/synthetic.h"
 #include "data/task_data.h"
 #include "data/vocab.h"
@@ -119,6 +122,39 @@ TEST(MpiCollectives, AllGatherSequences) {
   for (int k = 0; k < world().size(); ++k)
     for (int i = 0; i < k; ++i) expect.push_back(std::vector<std::int32_t>(static_cast<std::size_t>(i), 10 * k + i));
   EXPECT_EQ(all, expect);
+}
+
+// The corpus file rank 0 writes is mapped by every rank, read-only and shared (MAP_SHARED: one
+// copy in the page cache for the ranks of a machine), the same file (inode) on each, with the
+// pairs written; only rank 0 checks the ids' checksum, and every rank the index.
+TEST(CorpusFile, EveryRankMapsTheOneFileShared) {
+  const std::string dir = "/tmp/tessera_mpi_corpus_" + std::to_string(dist::broadcast_u64(::getpid(), &world()));
+  const std::string path = dir + "/pairs.bin";
+  const data::ExampleSet set = data::make_synthetic(data::SyntheticTask::reverse, 5000, 1, 30, 40, 3);
+  if (world().rank() == 0) {
+    std::filesystem::create_directories(dir);
+    data::write_example_file(path, set, {.key = 9, .empty = 1, .too_long = 2, .extent = {}});
+  }
+  world().barrier();
+  data::ExampleFileInfo info;
+  std::string why;
+  const std::optional<data::ExampleSet> mapped = data::read_example_file(path, 9, info, why, world().rank() == 0);
+  ASSERT_TRUE(mapped.has_value()) << why;
+  EXPECT_TRUE(mapped->in_place());
+  EXPECT_EQ(*mapped, set);
+  EXPECT_EQ(mapped->bytes(), 0);  // no copy of the ids on the heap
+  std::ifstream maps("/proc/self/maps");
+  std::string line, perms;
+  for (std::string l; std::getline(maps, l);)
+    if (l.size() >= path.size() && l.compare(l.size() - path.size(), path.size(), path) == 0) line = l;
+  ASSERT_FALSE(line.empty()) << "rank " << world().rank() << " has no mapping of " << path;
+  std::istringstream(line) >> perms >> perms;  // address range, then the permissions
+  EXPECT_EQ(perms, "r--s");
+  struct stat st {};
+  ASSERT_EQ(::stat(path.c_str(), &st), 0);
+  EXPECT_EQ(dist::count_ranks(dist::broadcast_u64(st.st_ino, &world()) != st.st_ino, &world()), 0);
+  world().barrier();
+  if (world().rank() == 0) std::filesystem::remove_all(dir);
 }
 
 TEST(MpiCollectives, BroadcastAndSplit) {

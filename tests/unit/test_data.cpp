@@ -12,14 +12,20 @@
 #include <fstream>
 #include <iterator>
 #include <map>
+#include <numeric>
 #include <optional>
+#include <random>
 #include <set>
+#include <tuple>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "common/error.h"
 #include "data/batching.h"
 #include "data/corpus.h"
+#include "data/random.h"
+#include "data/example_file.h"
 #include "data/examples.h"
 #include "data/synthetic.h"
 #include "data/vocab.h"
@@ -643,9 +649,9 @@ TEST(ExampleSet, RefusesNegativeIdsAndLeavesTheSetAsItWas) {
 namespace {
 
 std::optional<ExampleSet> read_back(const std::string& path, std::uint64_t key, ExampleFileInfo& info,
-                                    std::string& why) {
+                                    std::string& why, bool check_ids = true) {
   why.clear();
-  return read_example_file(path, key, info, why);
+  return read_example_file(path, key, info, why, check_ids);
 }
 
 // Overwrites the bytes at `offset` of `path`.
@@ -655,20 +661,35 @@ void patch(const std::string& path, std::int64_t offset, const std::string& byte
   f.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
 }
 
-// Replaces the file's checksum (its last 4 bytes) by the CRC-32 of the rest.
-void rewrite_checksum(const std::string& path) {
+std::string file_bytes(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
-  std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  bytes.resize(bytes.size() - 4);
-  const auto crc = static_cast<std::uint32_t>(
-      crc32_z(crc32_z(0, nullptr, 0), reinterpret_cast<const Bytef*>(bytes.data()), bytes.size()));
-  patch(path, static_cast<std::int64_t>(bytes.size()), std::string(reinterpret_cast<const char*>(&crc), 4));
+  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+
+template <typename T>
+std::string as_bytes(T value) {
+  return std::string(reinterpret_cast<const char*>(&value), sizeof value);
+}
+
+// The header's layout (docs/data.md): pairs at 32, the index's checksum at 88, the header's at 120.
+constexpr std::int64_t kHeader = 128, kPairsAt = 32, kIndexSumAt = 88, kHeaderSumAt = 120;
+
+// Makes the header's checksums match damage done on purpose (as a collision would): of the index
+// (`pairs` pairs) and of the header.
+void rewrite_checksums(const std::string& path, std::int64_t pairs) {
+  const std::string bytes = file_bytes(path);
+  StreamChecksum index;
+  index.update(bytes.data() + kHeader, static_cast<std::size_t>(16 * pairs));
+  patch(path, kIndexSumAt, as_bytes(index.value()));
+  StreamChecksum header;
+  header.update(file_bytes(path).data(), kHeaderSumAt);
+  patch(path, kHeaderSumAt, as_bytes(header.value()));
 }
 
 }  // namespace
 
-// Every width and size comes back as it was, with the counts of the pairs encoding dropped: a
-// large set's ends and ids straddle the storage's chunks.
+// Every width and size comes back as it was, read in place, with the counts of the pairs encoding
+// dropped and the extent: a large set's ends and ids straddle the storage's chunks.
 TEST(ExampleFile, RoundTripsEverySet) {
   TempDir dir;
   std::vector<Example> large;
@@ -679,30 +700,44 @@ TEST(ExampleFile, RoundTripsEverySet) {
                                         ExampleSet(large)};
   for (std::size_t k = 0; k < sets.size(); ++k) {
     const std::string path = dir.path("set" + std::to_string(k) + ".bin");
-    write_example_file(path, sets[k], {.key = 42 + k, .empty = 3, .too_long = static_cast<std::int64_t>(k)});
+    write_example_file(path, sets[k],
+                       {.key = 42 + k, .empty = 3, .too_long = static_cast<std::int64_t>(k), .extent = {}});
     ExampleFileInfo info;
     std::string why;
     const std::optional<ExampleSet> back = read_back(path, 42 + k, info, why);
     ASSERT_TRUE(back.has_value()) << k << ": " << why;
+    EXPECT_TRUE(back->in_place());
+    EXPECT_EQ(back->bytes(), 0);
     EXPECT_EQ(*back, sets[k]) << k;
     EXPECT_EQ(back->wide(), sets[k].wide()) << k;
     EXPECT_EQ(back->to_vector(), sets[k].to_vector()) << k;
     EXPECT_EQ(info.key, 42 + k);
     EXPECT_EQ(info.empty, 3);
     EXPECT_EQ(info.too_long, static_cast<std::int64_t>(k));
+    const ExampleSet::Extent e = sets[k].extent();
+    const ExampleSet::Extent& got = info.extent;
+    EXPECT_EQ(std::tie(got.max_src_id, got.max_tgt_id, got.longest_src, got.longest_tgt),
+              std::tie(e.max_src_id, e.max_tgt_id, e.longest_src, e.longest_tgt));
   }
-  // Sixteen-bit ids take two bytes each: 56 header + 16 a pair + 2 an id + 4 checksum.
-  EXPECT_EQ(fs::file_size(dir.path("set1.bin")), 56u + 16 * 2 + 2 * 5 + 4);
-  EXPECT_EQ(fs::file_size(dir.path("set2.bin")), 56u + 16 * 2 + 4 * 4 + 4);
+  // Sixteen-bit ids take two bytes each: a header of 128, 16 a pair, 2 an id.
+  EXPECT_EQ(fs::file_size(dir.path("set1.bin")), 128u + 16 * 2 + 2 * 5);
+  EXPECT_EQ(fs::file_size(dir.path("set2.bin")), 128u + 16 * 2 + 4 * 4);
+  // The mapping outlives the file's name: a set read in place stays whole when the file is replaced.
+  ExampleFileInfo info;
+  std::string why;
+  const std::optional<ExampleSet> kept = read_back(dir.path("set1.bin"), 43, info, why);
+  ASSERT_TRUE(kept.has_value()) << why;
+  write_example_file(dir.path("set1.bin"), sets[2], {.key = 43, .empty = 0, .too_long = 0, .extent = {}});
+  EXPECT_EQ(*kept, sets[1]);
 }
 
-// A file that is missing, of another key, truncated, damaged or not ours is not used, and `why`
-// says which; none of them throws.
+// A file that is missing, of another version or key, truncated, damaged or not ours is not used,
+// and `why` says which; none of them throws.
 TEST(ExampleFile, RefusesWhatItCannotTrust) {
   TempDir dir;
-  const ExampleSet set = {{{4, 5, 6}, {7}}, {{8}, {9, 10}}};
+  const ExampleSet set = {{{4, 5, 6}, {7}}, {{8}, {9, 10}}};  // 2 pairs, 7 ids: 128 + 32 + 14 bytes
   const std::string path = dir.path("pairs.bin");
-  const auto fresh = [&] { write_example_file(path, set, {.key = 7}); };
+  const auto fresh = [&] { write_example_file(path, set, {.key = 7, .empty = 0, .too_long = 0, .extent = {}}); };
   ExampleFileInfo info;
   std::string why;
   const auto refused = [&](std::uint64_t key) { return !read_back(path, key, info, why).has_value(); };
@@ -716,46 +751,60 @@ TEST(ExampleFile, RefusesWhatItCannotTrust) {
 
   fs::resize_file(path, fs::file_size(path) - 1);
   EXPECT_TRUE(refused(7));
-  EXPECT_EQ(why, "it has 105 bytes where its header says 106 (truncated or damaged)");
+  EXPECT_EQ(why, "it has 173 bytes where its header says 174 (truncated or damaged)");
+
+  // A flipped byte of the ids: found by the ids' checksum, which the other ranks leave to rank 0.
+  fresh();
+  patch(path, kHeader + 32 + 2, std::string(1, '\x55'));
+  EXPECT_TRUE(refused(7));
+  EXPECT_EQ(why, "its ids' checksum does not match them (damaged)");
+  EXPECT_TRUE(read_back(path, 7, info, why, /*check_ids=*/false).has_value()) << why;
 
   fresh();
-  patch(path, 56 + 16 * 2 + 2, std::string(1, '\x55'));  // inside the ids
+  patch(path, kHeader + 16, std::string(1, '\x02'));  // the third sequence end: 5 -> 2, before the one before it
   EXPECT_TRUE(refused(7));
-  EXPECT_EQ(why, "its checksum does not match its content (damaged)");
-
-  fresh();
-  patch(path, 56 + 16, std::string(1, '\x02'));  // the third sequence end: 5 -> 2, before the one before it
-  EXPECT_TRUE(refused(7));
-  EXPECT_EQ(why, "its checksum does not match its content (damaged)");
-  // The same damage behind a checksum that matches it (as a collision would give): the ends' order
-  // is checked too.
-  rewrite_checksum(path);
+  EXPECT_EQ(why, "its index's checksum does not match it (damaged)");
+  EXPECT_FALSE(read_back(path, 7, info, why, /*check_ids=*/false).has_value());  // every rank checks the index
+  // The same damage behind checksums that match it: the ends' order is checked too.
+  rewrite_checksums(path, 2);
   EXPECT_TRUE(refused(7));
   EXPECT_EQ(why, "its sequence ends are out of order (damaged)");
   fresh();
-  patch(path, 56 + 24, std::string(1, '\x09'));  // the last end: 7 -> 9, past the 7 ids
-  rewrite_checksum(path);
+  patch(path, kHeader + 24, std::string(1, '\x09'));  // the last end: 7 -> 9, past the 7 ids
+  rewrite_checksums(path, 2);
   EXPECT_TRUE(refused(7));
   EXPECT_EQ(why, "its sequence ends are out of order (damaged)");
   fresh();
-  patch(path, 56 + 24, std::string(1, '\x06'));  // the last end: 7 -> 6, one id left over
-  rewrite_checksum(path);
+  patch(path, kHeader + 24, std::string(1, '\x06'));  // the last end: 7 -> 6, one id left over
+  rewrite_checksums(path, 2);
   EXPECT_TRUE(refused(7));
   EXPECT_EQ(why, "its sequence ends do not cover its ids (damaged)");
 
   fresh();
-  patch(path, 24, std::string(1, '\x03'));  // the pair count
+  patch(path, kPairsAt, std::string(1, '\x03'));  // the pair count
   EXPECT_TRUE(refused(7));
-  EXPECT_EQ(why, "it has 106 bytes where its header says 122 (truncated or damaged)");
-
+  EXPECT_EQ(why, "its header's checksum does not match it (damaged)");
+  rewrite_checksums(path, 0);
+  EXPECT_TRUE(refused(7));
+  EXPECT_EQ(why, "it has 174 bytes where its header says 190 (truncated or damaged)");
   fresh();
-  patch(path, 24, std::string(8, '\xff'));  // a negative pair count
+  patch(path, kPairsAt, std::string(8, '\xff'));  // a negative pair count
+  rewrite_checksums(path, 0);
   EXPECT_TRUE(refused(7));
   EXPECT_EQ(why, "its header is damaged");
 
+  // Another version of the form: the cache before it, and a later one.
+  dir.file("pairs.bin", "TESSIDS1" + std::string(100, '\0'));
+  EXPECT_TRUE(refused(7));
+  EXPECT_EQ(why, "it is of format version 1 (an older Tessera's); this one reads version 2");
+  fresh();
+  patch(path, 8, as_bytes(std::uint32_t{3}));
+  EXPECT_TRUE(refused(7));
+  EXPECT_EQ(why, "it is of format version 3; this Tessera reads version 2");
+
   dir.file("pairs.bin", std::string(200, 'x'));
   EXPECT_TRUE(refused(7));
-  EXPECT_EQ(why, "it is not a file of encoded pairs (or of another version of this form)");
+  EXPECT_EQ(why, "it is not a Tessera corpus file");
   dir.file("pairs.bin", "short");
   EXPECT_TRUE(refused(7));
   EXPECT_EQ(why, "it is truncated (5 bytes)");
@@ -763,6 +812,31 @@ TEST(ExampleFile, RefusesWhatItCannotTrust) {
   fs::create_directory(path);
   EXPECT_TRUE(refused(7));
   EXPECT_FALSE(why.empty());
+}
+
+// Shares written by parts (one a rank) and joined make the very bytes one writer of the whole set
+// makes, for any number of parts (an empty one too); a part that is missing is named.
+TEST(ExampleFile, PartsJoinToTheBytesOfOneWriter) {
+  TempDir dir;
+  const ExampleSet set = varied_examples(3000);
+  write_example_file(dir.path("whole.bin"), set, {.key = 5, .empty = 6, .too_long = 9, .extent = {}});
+  const std::vector<std::vector<std::int64_t>> splits = {{0, 3000}, {0, 1499, 3000}, {0, 10, 10, 3000}};
+  for (const std::vector<std::int64_t>& cuts : splits) {
+    std::vector<std::string> prefixes;
+    for (std::size_t p = 0; p + 1 < cuts.size(); ++p) {
+      prefixes.push_back(dir.path(fmt::format("joined.bin.part{}", p)));
+      ExamplePartWriter part(prefixes.back(), 2);
+      for (std::int64_t i = cuts[p]; i < cuts[p + 1]; ++i) part.add(set[i].src, set[i].tgt);
+      part.finish(p == 0 ? 6 : 0, p + 2 == cuts.size() ? 9 : 0);
+    }
+    join_example_parts(dir.path("joined.bin"), prefixes, 5);
+    EXPECT_EQ(file_bytes(dir.path("joined.bin")), file_bytes(dir.path("whole.bin"))) << cuts.size() - 1 << " parts";
+    for (const std::string& prefix : prefixes) remove_example_part(prefix);
+  }
+  EXPECT_EQ(files_in(dir.path("")), (std::vector<std::string>{"joined.bin", "whole.bin"}));
+  const std::string missing = dir.path("no_such.part0");
+  EXPECT_EQ(error_of([&] { join_example_parts(dir.path("joined.bin"), {missing}, 5); }),
+            fmt::format("the encoded part '{}.ends.tmp' cannot be read: No such file or directory", missing));
 }
 
 // A write that fails names the file and why, and leaves no file behind; a write over an old file
@@ -774,7 +848,7 @@ TEST(ExampleFile, WritesWholeFilesOrNone) {
   EXPECT_EQ(error_of([&] { write_example_file(missing, set, {}); }),
             fmt::format("cannot write encoded pairs to '{}': No such file or directory", missing));
   const std::string path = dir.path("pairs.bin");
-  write_example_file(path, ExampleSet({{{1, 2, 3}, {4, 5, 6}}}), {.key = 1});
+  write_example_file(path, ExampleSet({{{1, 2, 3}, {4, 5, 6}}}), {.key = 1, .empty = 0, .too_long = 0, .extent = {}});
   // What killed writers of this file left goes (a process of this machine that is gone; any writer's
   // of a day ago); a live writer's, other files' and other names stay.
   char host[256] = {};
@@ -790,7 +864,7 @@ TEST(ExampleFile, WritesWholeFilesOrNone) {
   fs::last_write_time(dir.path(old_elsewhere), fs::file_time_type::clock::now() - std::chrono::hours(25));
   dir.file("other.bin.x.123.abc.tmp", "half");
   dir.file("pairs.bin.tmp", "not a leftover's name");
-  write_example_file(path, set, {.key = 2});
+  write_example_file(path, set, {.key = 2, .empty = 0, .too_long = 0, .extent = {}});
   std::vector<std::string> expected = {live, new_elsewhere, "other.bin.x.123.abc.tmp", "pairs.bin", "pairs.bin.tmp"};
   std::sort(expected.begin(), expected.end());
   EXPECT_EQ(files_in(dir.path("")), expected);
@@ -953,6 +1027,79 @@ TEST(Batch, DeterministicForSeedAndVariesAcrossEpochsAndSeeds) {
     first_len.push_back(static_cast<std::size_t>(ex.src_size(batch[0])));
   EXPECT_GT(first_len.size(), 50u);
   EXPECT_FALSE(std::is_sorted(first_len.begin(), first_len.end()));
+}
+
+namespace {
+
+// The batches as the batcher planned them before it kept its plan compactly (a vector of index
+// vectors): the compact plan must give the very same ones.
+std::vector<std::vector<std::int64_t>> reference_epoch(const ExampleSet& ex, const BatcherOptions& opt,
+                                                       std::int64_t epoch) {
+  const auto mix = [](std::uint64_t x) {
+    x += 0x9E3779B97F4A7C15ull;
+    x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+    x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+    return x ^ (x >> 31);
+  };
+  std::vector<std::int64_t> order(static_cast<std::size_t>(ex.size()));
+  std::iota(order.begin(), order.end(), std::int64_t{0});
+  std::mt19937_64 rng(mix(opt.seed ^ mix(static_cast<std::uint64_t>(epoch))));
+  const auto shuffle = [&](auto& v) {
+    for (std::size_t i = v.size(); i > 1; --i) std::swap(v[i - 1], v[static_cast<std::size_t>(uniform_below(rng, i))]);
+  };
+  shuffle(order);
+  const auto len = [&](std::int64_t i) { return std::max(ex.src_size(i), ex.tgt_size(i)) + 1; };
+  std::vector<std::vector<std::int64_t>> plan;
+  std::size_t begin = 0;
+  while (begin < order.size()) {
+    std::size_t end = begin;
+    for (std::int64_t tokens = 0; end < order.size() && tokens < opt.window * opt.batch_tokens; ++end)
+      tokens += len(order[end]);
+    const auto at = [&](std::size_t k) { return order.begin() + static_cast<std::ptrdiff_t>(k); };
+    std::stable_sort(at(begin), at(end), [&](std::int64_t a, std::int64_t b) {
+      return std::pair(ex.src_size(a), ex.tgt_size(a)) < std::pair(ex.src_size(b), ex.tgt_size(b));
+    });
+    std::vector<std::int64_t> cur;
+    std::int64_t width = 0;
+    for (std::size_t k = begin; k < end; ++k) {
+      const std::int64_t w = std::max(width, len(order[k]));
+      if (!cur.empty() && static_cast<std::int64_t>(cur.size() + 1) * w > opt.batch_tokens) {
+        plan.push_back(std::exchange(cur, {}));
+        width = len(order[k]);
+      } else {
+        width = w;
+      }
+      cur.push_back(order[k]);
+    }
+    if (!cur.empty()) plan.push_back(cur);
+    begin = end;
+  }
+  shuffle(plan);
+  return plan;
+}
+
+}  // namespace
+
+// The same batches as before the plan was kept in 4-byte indices, from pairs in memory or read in
+// place from a corpus file.
+TEST(Batch, CompactPlanGivesTheBatchesOfBefore) {
+  TempDir dir;
+  const ExampleSet ex = varied_examples(2500);
+  write_example_file(dir.path("pairs.bin"), ex, {.key = 1, .empty = 0, .too_long = 0, .extent = {}});
+  ExampleFileInfo info;
+  std::string why;
+  const std::optional<ExampleSet> mapped = read_example_file(dir.path("pairs.bin"), 1, info, why);
+  ASSERT_TRUE(mapped.has_value()) << why;
+  BatcherOptions opt;
+  opt.batch_tokens = 600;
+  opt.seed = 5;
+  opt.window = 7;
+  Batcher in_memory(&ex, opt), in_place(&*mapped, opt);
+  for (std::int64_t epoch = 0; epoch < 2; ++epoch) {
+    const auto want = reference_epoch(ex, opt, epoch);
+    EXPECT_EQ(epoch_batches(in_memory), want) << "epoch " << epoch;
+    EXPECT_EQ(epoch_batches(in_place), want) << "epoch " << epoch;
+  }
 }
 
 TEST(Batch, SeekResumesExactly) {
