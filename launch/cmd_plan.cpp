@@ -47,7 +47,7 @@ void print_breakdown(const io::RunConfig& cfg, const PlanOptions& o) {
              format_bytes(e.activation_bytes_no_recompute), format_bytes(e.activation_bytes_recompute));
   fmt::print("  logits            {:>10}  (logits and their gradient, {} x {}, the output layer's gradient)\n",
              format_bytes(e.logits_bytes), e.tokens_per_rank, v.tgt);
-  const double overhead = l.gpu ? plan::kGpuOverheadBytes : plan::kHostOverheadBytes;
+  const double overhead = plan::outside_tensors_bytes(e, l.gpu);
   fmt::print("  peak              {:>10}  ({:.0f} bytes) at backward's {}; with {} outside tensors: {}\n",
              format_bytes(e.peak_bytes), e.peak_bytes, e.peak_at_start ? "start" : "end", format_bytes(overhead),
              format_bytes(e.peak_bytes + overhead));
@@ -70,7 +70,7 @@ void print_layouts(const io::RunConfig& cfg, const PlanOptions& o, std::int64_t 
       "\nlayouts of base and big (vocabulary 37000) on {} GPUs of {} GiB at batch_tokens {}, {} (peak per rank with "
       "{} for the CUDA context):\n",
       gpus, o.gpu_memory_gib, cfg.train.batch_tokens, cfg.train.precision == io::Precision::bf16 ? "bf16" : "fp32",
-      format_bytes(plan::kGpuOverheadBytes));
+      format_bytes(plan::outside_tensors_bytes({}, true)));
   fmt::print("{:<6}{:>7}{:>6}{:>6}{:>11}{:>11}{:>20}  {:<12}{:>9}\n", "model", "tensor", "data", "zero", "vocab_par",
              "peak", "with recompute", "fits", "step ms");
   for (const char* name : {"base", "big"}) {
@@ -89,7 +89,7 @@ void print_layouts(const io::RunConfig& cfg, const PlanOptions& o, std::int64_t 
           const plan::MemoryEstimate none = plan::estimate_memory(m, l, cfg.train.batch_tokens);
           l.recompute = true;
           const plan::MemoryEstimate layer = plan::estimate_memory(m, l, cfg.train.batch_tokens);
-          const double extra = plan::kGpuOverheadBytes;
+          const double extra = plan::outside_tensors_bytes(none, true);
           const bool fits_none = none.peak_bytes + extra <= memory, fits_layer = layer.peak_bytes + extra <= memory;
           l.recompute = !fits_none && fits_layer;
           const double step_ms = 1e3 * plan::estimate_step(m, l, cfg.train.batch_tokens, o.hw).step_s;

@@ -2,6 +2,7 @@
 
 #include <fmt/core.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -84,7 +85,7 @@ MemoryEstimate estimate_with(const io::RunConfig& cfg, const VocabularySizes& v)
 }
 
 double needed_bytes(const io::RunConfig& cfg, const MemoryEstimate& e) {
-  return e.peak_bytes + (cfg.train.device == Device::cuda ? kGpuOverheadBytes : kHostOverheadBytes);
+  return e.peak_bytes + outside_tensors_bytes(e, cfg.train.device == Device::cuda);
 }
 
 // The prediction with `change` applied to a copy of the config; nullopt where this build refuses
@@ -135,6 +136,11 @@ std::vector<std::string> settings_that_fit(const io::RunConfig& cfg, const Vocab
 }
 
 }  // namespace
+
+double outside_tensors_bytes(const MemoryEstimate& e, bool gpu) {
+  constexpr double kMiB = 1024.0 * 1024.0;
+  return gpu ? 768 * kMiB : 256 * kMiB + std::min(512 * kMiB, e.peak_bytes / 2);
+}
 
 VocabularySizes planned_vocabulary_sizes(const io::RunConfig& cfg) {
   if (cfg.data.synthetic()) {
