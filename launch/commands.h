@@ -129,5 +129,6 @@ Command add_score_command(CLI::App& parent);
 Command add_vocab_command(CLI::App& parent);
 Command add_bench_command(CLI::App& parent);
 Command add_average_command(CLI::App& parent);
+Command add_plan_command(CLI::App& parent);
 
 }  // namespace tessera::launch

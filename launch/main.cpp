@@ -107,7 +107,8 @@ int run_tessera(int argc, char** argv) {
                                         tessera::cpu::blas_description() + ")");
   app.require_subcommand(1);
   const std::vector<Command> commands = {add_train_command(app), add_translate_command(app), add_score_command(app),
-                                         add_vocab_command(app), add_average_command(app),   add_bench_command(app)};
+                                         add_vocab_command(app), add_average_command(app),   add_bench_command(app),
+                                         add_plan_command(app)};
   if (const auto mistake = check_command_line(app, argc, argv)) {
     tessera::print_to_stderr("{}\n", mistake->message);
     return static_cast<int>(mistake->exit_code);

@@ -9,6 +9,8 @@
 // - SAVE=RANK, SAVE_HANG=RANK, LOAD_HANG=RANK: a tensor-parallel checkpoint save fails (a full disk),
 //   or the rank stops responding in a tensor-parallel save or load.
 // - DECODE_HANG=RANK: the rank of an mpirun job stops responding before it decodes.
+// - MEMORY_AVAILABLE_MB=MB: the memory train's pre-flight check takes this machine (or GPU) to have
+//   free, instead of MemAvailable, the cgroup limit or the GPU's free memory.
 // - TEXT_READ=FILE: rank 0 creates FILE once it has read the training text and waits (at most
 //   60 s) until FILE is gone, so a test can change the text in between.
 #pragma once

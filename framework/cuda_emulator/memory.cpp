@@ -3,6 +3,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -128,6 +129,14 @@ cudaError_t cudaMalloc(void** ptr, std::size_t bytes) {
   a.live[reinterpret_cast<std::uintptr_t>(p)] = Allocation{size, pages, page_bytes};
   a.live_bytes += page_bytes;
   *ptr = p;
+  return cudaSuccess;
+}
+
+cudaError_t cudaMemGetInfo(std::size_t* free, std::size_t* total) {
+  Arena& a = arena();
+  std::lock_guard lock(a.mutex);
+  *free = kDeviceBytes - std::min(a.live_bytes, kDeviceBytes);
+  *total = kDeviceBytes;
   return cudaSuccess;
 }
 

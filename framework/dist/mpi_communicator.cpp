@@ -341,15 +341,24 @@ std::unique_ptr<Communicator> MpiCommunicator::split(int color, int key) {
   return std::make_unique<MpiCommunicator>(sub);
 }
 
-int MpiCommunicator::local_rank() const {
+namespace {
+// This process's index among this machine's ranks of `comm`, or (`size`) their number.
+int of_local_ranks(MPI_Comm comm, int rank, bool size) {
   MPI_Comm local;
-  CollectiveWatch mark("local_rank (MPI_Comm_split_type)");
-  check_mpi(MPI_Comm_split_type(comm_, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &local), "local_rank");
+  CollectiveWatch mark(size ? "local_size (MPI_Comm_split_type)" : "local_rank (MPI_Comm_split_type)");
+  check_mpi(MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &local), "local ranks");
   int r = 0;
-  MPI_Comm_rank(local, &r);
+  if (size)
+    MPI_Comm_size(local, &r);
+  else
+    MPI_Comm_rank(local, &r);
   MPI_Comm_free(&local);
   return r;
 }
+}  // namespace
+
+int MpiCommunicator::local_rank() const { return of_local_ranks(comm_, rank_, false); }
+int MpiCommunicator::local_size() const { return of_local_ranks(comm_, rank_, true); }
 
 std::vector<std::vector<std::int32_t>> all_gather_sequences(Communicator& comm,
                                                             const std::vector<std::vector<std::int32_t>>& mine) {

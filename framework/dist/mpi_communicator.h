@@ -84,6 +84,7 @@ class MpiCommunicator final : public Communicator {
   MPI_Comm comm() const { return comm_; }
   // Ranks on this machine and this process's index among them (MPI_COMM_TYPE_SHARED).
   int local_rank() const;  // collective: every rank of the communicator calls it
+  int local_size() const;  // likewise
 
  private:
   MPI_Comm comm_;

@@ -109,6 +109,9 @@ void define_keys(Keys& k, RunConfig& c) {
   k.choice("train.recompute", c.train.recompute, "none", {{"none", Recompute::none}, {"layer", Recompute::layer}},
            "layer: keep only each encoder and decoder layer's inputs and run the layer again in backward, with "
            "the same dropout masks (less memory, about a third more compute, the same gradients bit for bit)");
+  k.boolean("train.memory_check", c.train.memory_check, true,
+            "before any data work, compare the predicted peak memory per rank (as `tessera plan` computes it) with "
+            "what the rank can use, and stop with settings that fit when it is over (false: skip)");
   // ---- decoding
   k.integer("decode.beam", c.decode.beam, 4, 1, 1000, "beam size (1: greedy)");
   k.real("decode.length_penalty", c.decode.length_penalty, 0.6, 0.0, 10.0,

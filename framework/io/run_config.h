@@ -59,6 +59,7 @@ struct TrainConfig {
   Precision precision = Precision::fp32;
   bool tf32 = false;
   Recompute recompute = Recompute::none;
+  bool memory_check = true;
 };
 
 struct DecodeConfig {

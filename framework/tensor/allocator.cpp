@@ -20,6 +20,21 @@
 #endif
 
 namespace tessera {
+
+// Blocks under 4 KiB: multiples of 64 bytes (aligned_alloc's rule). Larger ones round up to a size
+// class (eight classes per power of two, at most 12.5% larger), so that the slightly different
+// shapes of successive batches reuse the same blocks: with exact sizes, every new batch shape
+// missed the cache, the cache filled with sizes never asked for again, and the steady state was
+// page faults (a training run slowed 3x over ten minutes).
+std::size_t allocation_block_size(std::size_t bytes) {
+  constexpr std::size_t kSmall = 4096;
+  if (bytes <= kSmall) return (bytes + kTensorAlignment - 1) / kTensorAlignment * kTensorAlignment;
+  std::size_t pow2 = kSmall;
+  while (pow2 * 2 <= bytes) pow2 *= 2;
+  const std::size_t step = pow2 / 8;
+  return (bytes + step - 1) / step * step;
+}
+
 namespace {
 
 // Caches freed blocks by size class for the next allocation of that class. `System` supplies the
@@ -28,7 +43,7 @@ namespace {
 template <typename System>
 class BlockCache {
  public:
-  explicit BlockCache(std::size_t limit) : limit_(limit) {}
+  BlockCache(std::size_t limit, std::size_t cap) : limit_(limit), cap_(cap) {}
 
   void* allocate(std::size_t bytes) {
     const std::size_t size = block_size(bytes);
@@ -44,13 +59,12 @@ class BlockCache {
         return p;
       }
     }
-    void* p = System::allocate(size);
+    void* p = within_cap(size) ? System::allocate(size) : nullptr;
     if (p == nullptr) {  // give the cache back to the system and try once more
       release();
-      p = System::allocate(size);
+      p = within_cap(size) ? System::allocate(size) : nullptr;
     }
-    TESSERA_CHECK(p != nullptr, "allocate: {} bytes of {} memory failed ({} bytes in use): {}", bytes, System::kName,
-                  stats().in_use, System::last_error());
+    if (p == nullptr) throw_out_of_memory(bytes);
     std::lock_guard<std::mutex> lock(mutex_);
     sizes_[p] = size;
     ++stats_.system_allocations;
@@ -96,18 +110,28 @@ class BlockCache {
   }
 
  private:
-  // Blocks under 4 KiB: multiples of 64 bytes (aligned_alloc's rule). Larger ones round up to a
-  // size class (eight classes per power of two, at most 12.5% larger), so that the slightly
-  // different shapes of successive batches reuse the same blocks: with exact sizes, every new
-  // batch shape missed the cache, the cache filled with sizes never asked for again, and the
-  // steady state was page faults (a training run slowed 3x over ten minutes).
-  static std::size_t block_size(std::size_t bytes) {
-    constexpr std::size_t kSmall = 4096;
-    if (bytes <= kSmall) return (bytes + kTensorAlignment - 1) / kTensorAlignment * kTensorAlignment;
-    std::size_t pow2 = kSmall;
-    while (pow2 * 2 <= bytes) pow2 *= 2;
-    const std::size_t step = pow2 / 8;
-    return (bytes + step - 1) / step * step;
+  static std::size_t block_size(std::size_t bytes) { return allocation_block_size(bytes); }
+
+  // Whether a new block of `size` keeps what is reserved within the cap (0: no cap).
+  bool within_cap(std::size_t size) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return cap_ == 0 || stats_.reserved() + size <= cap_;
+  }
+
+  [[noreturn]] void throw_out_of_memory(std::size_t bytes) {
+    const auto size = [](std::size_t b) {
+      const auto v = static_cast<double>(b);
+      return v >= 1024.0 * 1024 * 1024 ? fmt::format("{:.2f} GiB", v / (1024.0 * 1024 * 1024))
+                                       : fmt::format("{:.1f} MiB", v / (1024.0 * 1024));
+    };
+    const MemoryStats s = stats();
+    const std::string why = cap_ != 0 && s.reserved() + block_size(bytes) > cap_
+                                ? fmt::format("over the cap of {} ({})", size(cap_), System::kCapVariable)
+                                : System::last_error();
+    throw OutOfMemory(fmt::format(
+        "out of {} memory: allocating {} bytes ({}) failed: {}; the allocator holds {} in use, {} reserved, peak {} "
+        "in use",
+        System::kName, bytes, size(bytes), why, size(s.in_use), size(s.reserved()), size(s.peak_in_use)));
   }
 
   void note_in_use(std::size_t size) {
@@ -120,6 +144,7 @@ class BlockCache {
   std::unordered_map<void*, std::size_t> sizes_;
   MemoryStats stats_;
   std::size_t limit_;
+  std::size_t cap_;
 };
 
 // The cache limit in bytes from `env_name` (megabytes: decimal digits, spaces around allowed, up to
@@ -144,6 +169,7 @@ std::size_t cache_limit(const char* env_name, std::size_t default_mb) {
 
 struct HostSystem {
   static constexpr const char* kName = "host";
+  static constexpr const char* kCapVariable = "TESSERA_HOST_MEMORY_LIMIT_MB";
   static void* allocate(std::size_t size) { return std::aligned_alloc(kTensorAlignment, size); }
   static void release(void* p, std::size_t size) {
     ASAN_UNPOISON_MEMORY_REGION(p, size);
@@ -160,7 +186,8 @@ struct HostSystem {
 };
 
 BlockCache<HostSystem>& host_cache() {
-  static auto* cache = new BlockCache<HostSystem>(cache_limit("TESSERA_HOST_CACHE_MB", 512));  // never destroyed:
+  static auto* cache = new BlockCache<HostSystem>(cache_limit("TESSERA_HOST_CACHE_MB", 512),  // never destroyed:
+                                                  cache_limit(HostSystem::kCapVariable, 0));
   return *cache;  // tensors may outlive statics
 }
 
@@ -171,6 +198,7 @@ BlockCache<HostSystem>& host_cache() {
 // tensors alive until its event completes.)
 struct DeviceSystem {
   static constexpr const char* kName = "CUDA device";
+  static constexpr const char* kCapVariable = "TESSERA_DEVICE_MEMORY_LIMIT_MB";
   static void* allocate(std::size_t size) {
     void* p = nullptr;
     last_ = cudaMalloc(&p, size);
@@ -188,7 +216,8 @@ struct DeviceSystem {
 
 BlockCache<DeviceSystem>& device_cache() {
   // No limit of its own: on out-of-memory the cache is released and the allocation retried.
-  static auto* cache = new BlockCache<DeviceSystem>(cache_limit("TESSERA_DEVICE_CACHE_MB", std::size_t{1} << 40));
+  static auto* cache = new BlockCache<DeviceSystem>(cache_limit("TESSERA_DEVICE_CACHE_MB", std::size_t{1} << 40),
+                                                    cache_limit(DeviceSystem::kCapVariable, 0));
   return *cache;
 }
 #endif
@@ -197,6 +226,7 @@ BlockCache<DeviceSystem>& device_cache() {
 
 MemoryStats host_memory_stats() { return host_cache().stats(); }
 void release_cached_host_memory() { host_cache().release(); }
+void reset_peak_host_memory() { host_cache().reset_peak(); }
 
 MemoryStats device_memory_stats() {
 #ifdef TESSERA_WITH_CUDA
@@ -215,6 +245,19 @@ void release_cached_device_memory() {
 void reset_peak_device_memory() {
 #ifdef TESSERA_WITH_CUDA
   device_cache().reset_peak();
+#endif
+}
+
+std::size_t device_free_memory() {
+#ifdef TESSERA_WITH_CUDA
+  std::size_t free = 0, total = 0;
+  if (cudaMemGetInfo(&free, &total) != cudaSuccess) {
+    cudaGetLastError();
+    return 0;
+  }
+  return free;
+#else
+  return 0;
 #endif
 }
 

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <string>
 
+#include "common/error.h"
 #include "tensor/dtype.h"
 
 namespace tessera {
@@ -21,9 +22,18 @@ inline constexpr std::size_t kTensorAlignment = 64;
 // 5 minutes on one thread: 4096 MB gave 68 steps, 23.8 s system time, 5.1 GB resident; 512 MB
 // gave 72 steps, 15.9 s, 2.2 GB; the peak held by live tensors was 1.35 GiB in both).
 void* allocate(std::size_t bytes, Device device);
+// The block an allocation of `bytes` takes (and counts in MemoryStats): its size class.
+std::size_t allocation_block_size(std::size_t bytes);
 void deallocate(void* ptr, Device device) noexcept;
 // Copies bytes between any two devices (host<->device through the CUDA runtime).
 void copy_bytes(void* dst, Device dst_device, const void* src, Device src_device, std::size_t bytes);
+// An allocation the system (or the cap below) refused: training names the rank and the step.
+// TESSERA_HOST_MEMORY_LIMIT_MB / TESSERA_DEVICE_MEMORY_LIMIT_MB cap what the allocator reserves
+// (in use + cached) from the system, as a smaller machine would (tests).
+class OutOfMemory : public Error {
+ public:
+  using Error::Error;
+};
 struct MemoryStats {
   std::size_t in_use = 0;              // bytes held by live tensors
   std::size_t peak_in_use = 0;         // high-water mark of in_use
@@ -33,11 +43,14 @@ struct MemoryStats {
 };
 MemoryStats host_memory_stats();
 void release_cached_host_memory();
+void reset_peak_host_memory();  // peak_in_use = in_use (tests that measure one step)
 // GPU memory comes from the same kind of cache (no cudaMalloc or cudaFree once a training step's
 // shapes have been seen; TESSERA_DEVICE_CACHE_MB bounds what it keeps). All zero without CUDA.
 MemoryStats device_memory_stats();
 void release_cached_device_memory();
 void reset_peak_device_memory();
+// The current GPU's free memory as the CUDA runtime reports it (cudaMemGetInfo); 0 without CUDA.
+std::size_t device_free_memory();
 
 // Sets every byte to 0 (asynchronously on the GPU's default stream).
 void zero_bytes(void* dst, Device device, std::size_t bytes);

@@ -71,6 +71,7 @@ ProcessGrid make_process_grid(const io::RunConfig& cfg, std::string_view command
       "every rank the same config file and command line");
   hang_if_injected_at("local");
   g.local_rank = world->mpi()->local_rank();
+  g.local_size = world->mpi()->local_size();
   if (processes != g.size)
     throw io::ConfigError(
         fmt::format("{}: parallel.tensor ({}) x parallel.data ({}) = {} processes, but this run has {} ({})",

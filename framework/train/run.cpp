@@ -123,9 +123,7 @@ TrainResult Run::train() {
     if (update.batches.empty()) break;
     ++step_;
     if (fault::injected("HANG", grid_.rank, std::to_string(step_))) fault::hang();
-    Tensor loss_sums = forward_backward(update);
-    all_reduce_gradients(loss_sums);
-    const double grad_norm = update_weights(loss_sums, update.tokens);
+    const double grad_norm = train_step(update);
     agree_to_stop(stop);
     const bool logged = log_due(stop);
     if (logged) log_step(grad_norm, update.epoch, stop);
@@ -138,6 +136,23 @@ TrainResult Run::train() {
     print_stop_reason(stop);
   }
   return finish(std::move(result), stop);
+}
+
+// Forward, backward, the gradients' all-reduce and the update; returns the gradient norm. Memory
+// runs out before the update changes a weight (it allocates nothing), so the step is not half
+// applied and the checkpoints on disk hold the run.
+double Run::train_step(const Update& update) {
+  try {
+    Tensor loss_sums = forward_backward(update);
+    all_reduce_gradients(loss_sums);
+    return update_weights(loss_sums, update.tokens);
+  } catch (const OutOfMemory& e) {
+    fail(
+        "rank {}, step {}: {}. The step changed no weight: the checkpoints saved hold the run; resume with --resume "
+        "and less memory per step (`tessera plan` shows what fits: a smaller train.batch_tokens with "
+        "train.accumulate, train.recompute: layer, parallel.zero: 1)",
+        grid_.rank, step_, e.what());
+  }
 }
 
 // A stop signal during the data preparation (minutes on a large corpus): this session has trained

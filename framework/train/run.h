@@ -63,6 +63,7 @@ class Run {
   bool stopped_before_first_step(TrainResult& result);
   Stop limits_reached_before_this_session(TrainResult& result);
   Update next_update(Stop& stop);
+  double train_step(const Update& update);
   Tensor forward_backward(const Update& update);
   void all_reduce_gradients(Tensor& loss_sums);
   double update_weights(const Tensor& loss_sums, std::int64_t tokens);

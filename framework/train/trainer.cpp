@@ -2,6 +2,7 @@
 
 #include <fmt/core.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <memory>
 #include <optional>
@@ -12,6 +13,7 @@
 #include "dist/launcher.h"
 #include "kernels/dispatch.h"
 #include "models/from_config.h"
+#include "plan/preflight.h"
 #include "train/process_grid.h"
 #include "train/run.h"
 #include "train/run_folder.h"
@@ -41,6 +43,23 @@ void check_before_any_work(const io::RunConfig& cfg, const ProcessGrid& grid) {
     throw io::ConfigError(
         fmt::format("{}: output.dir = '{}': {}", cfg.where({"output.dir"}), dir.string(), ec.message()));
   data::check_data_files(cfg);  // before the folder is made or the config printed
+}
+
+// The predicted peak memory per rank against what the tightest rank can use (every rank decides
+// alike), before minutes of vocabulary training and encoding end in the kernel's OOM killer.
+void check_memory_fits(const io::RunConfig& cfg, const ProcessGrid& grid) {
+  if (!cfg.train.memory_check) return;
+  plan::MemoryBudget budget = plan::rank_memory_budget(cfg.train.device == Device::cuda, grid.local_size);
+  Tensor budgets = Tensor::zeros({grid.size}, DType::f64);
+  budgets.data<double>()[grid.rank] = budget.bytes;
+  if (grid.size > 1) grid.world->all_reduce(budgets, dist::ReduceOp::sum);
+  const std::vector<double> all = budgets.to_doubles();
+  const auto tightest = static_cast<int>(std::min_element(all.begin(), all.end()) - all.begin());
+  if (tightest != grid.rank) budget = {all[static_cast<std::size_t>(tightest)], fmt::format("on rank {}", tightest)};
+  const plan::MemoryCheck check = plan::check_memory(cfg, budget);
+  if (check.verdict == plan::Verdict::over)
+    throw EveryRankError("train: out of memory before the first step: " + check.message);
+  if (check.verdict == plan::Verdict::near) fmt::print("train: warning: {}\n", check.message);
 }
 
 // --resume alone: the latest checkpoint_<step>.h5 of `dir` (into `saved`, all of them), or "" to
@@ -108,6 +127,7 @@ TrainResult run_training(const io::RunConfig& cfg, const TrainOptions& options) 
   ProcessGrid grid =
       make_process_grid(cfg, fmt::format("--resume {} {}", options.resume ? "on" : "off", options.resume_path));
   check_before_any_work(cfg, grid);
+  check_memory_fits(cfg, grid);
   const fs::path dir(cfg.output.dir);
   // One train per folder, locked before the folder is looked at: a train that ended in between would
   // be taken for none (and trained over), or resumed from an older checkpoint. A new folder is
