@@ -88,6 +88,9 @@ ProcessGrid make_process_grid(const io::RunConfig& cfg, std::string_view command
         std::unique_ptr<dist::MpiCommunicator>(static_cast<dist::MpiCommunicator*>(world.release())));
 #endif
   }
+  g.hosts = dist::gather_hosts(*world, g.local_rank);
+  if (const std::string spanning = dist::tensor_groups_spanning_hosts(g.hosts, tp); !spanning.empty() && g.root())
+    fmt::print(stderr, "tessera: warning: {}\n", spanning);
   hang_if_injected_at("split");
   g.tensor = world->split(/*color=*/g.rank / tp, /*key=*/g.rank);
   g.data = world->split(/*color=*/g.rank % tp, /*key=*/g.rank);

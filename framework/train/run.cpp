@@ -76,6 +76,7 @@ void Run::print_setup() const {
     fmt::print("parallel: {} processes = {} tensor-parallel x {} data-parallel ({} parameters per rank){}\n",
                grid_.size, grid_.tensor->size(), grid_.data->size(), model_.num_parameters(),
                reducer_ ? fmt::format("; {} gradient buckets", reducer_->buckets()) : std::string());
+  if (grid_.hosts.hosts() > 1) fmt::print("hosts: {}\n", dist::describe_hosts(grid_.hosts));
 }
 
 // The whole model's parameter count: under tensor parallelism this rank holds all of the
