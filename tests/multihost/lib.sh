@@ -1,9 +1,10 @@
 # Sourced by the multi-host tests: test hosts made by launch/hosts/testhosts.sh (network namespaces
 # on this machine), removed again on every exit; mpirun reaching them over TCP.
-# Needs: $source (the source tree), $work (a scratch folder), $TESSERA_HOSTS_ID (a set of its own
+# Needs: $source (the source tree), $work (a scratch folder, emptied here), $TESSERA_HOSTS_ID (a set of its own
 # per test, so that tests may run side by side).
 # A machine where namespaces cannot be made skips the test: the reason printed, exit 77 (CTest's
 # SKIP_RETURN_CODE), never a pass.
+rm -rf "$work" && mkdir -p "$work"
 testhosts="$source/launch/hosts/testhosts.sh"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1
 fail() { echo "FAIL: $*"; exit 1; }

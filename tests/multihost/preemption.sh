@@ -7,7 +7,6 @@
 # Usage: preemption.sh SOURCE TESSERA WORKDIR
 set -eu
 source=$1 tessera=$2 work=$3
-rm -rf "$work" && mkdir -p "$work"
 export TESSERA_HOSTS_ID=${TESSERA_HOSTS_ID:-13}
 . "$source/tests/multihost/lib.sh"
 hosts_up 2

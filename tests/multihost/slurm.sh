@@ -9,7 +9,6 @@
 # Usage: slurm.sh SOURCE TESSERA WORKDIR (WORKDIR not under /tmp: each host has a /tmp of its own)
 set -eu
 source=$1 tessera=$2 work=$3
-rm -rf "$work" && mkdir -p "$work"
 export TESSERA_HOSTS_ID=${TESSERA_HOSTS_ID:-14}
 . "$source/tests/multihost/lib.sh"
 for p in slurmctld slurmd munged sbatch; do

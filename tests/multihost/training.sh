@@ -9,15 +9,15 @@
 # Usage: training.sh SOURCE TESSERA WORKDIR
 set -eu
 source=$1 tessera=$2 work=$3
-rm -rf "$work" && mkdir -p "$work"
 export TESSERA_HOSTS_ID=${TESSERA_HOSTS_ID:-11}
 . "$source/tests/multihost/lib.sh"
 hosts_up 2
 two_hosts="host1 slots=2\nhost2 slots=2"
 
-# The hosts themselves: names, addresses, local ranks as Open MPI counts them.
+# The hosts themselves: names, addresses, local ranks as Open MPI counts them (its warnings, such as
+# a setpgid race of the rsh launcher, go to standard error, kept apart).
 on_hosts "$two_hosts" 4 sh -c 'echo "rank $OMPI_COMM_WORLD_RANK $(hostname) local $OMPI_COMM_WORLD_LOCAL_RANK $(ip -o addr show | awk "\$2 != \"lo\" { print \$4 }" | tr "\n" " ")"' \
-  > "$work/hosts.txt" 2>&1 || { cat "$work/hosts.txt"; fail "mpirun over the test hosts"; }
+  > "$work/hosts.txt" 2> "$work/hosts.err" || { cat "$work/hosts.txt" "$work/hosts.err"; fail "mpirun over the test hosts"; }
 sort "$work/hosts.txt" > "$work/hosts.sorted"
 printf 'rank 0 host1 local 0 198.18.%s.1/24 \nrank 1 host1 local 1 198.18.%s.1/24 \nrank 2 host2 local 0 198.18.%s.2/24 \nrank 3 host2 local 1 198.18.%s.2/24 \n' \
   "$TESSERA_HOSTS_ID" "$TESSERA_HOSTS_ID" "$TESSERA_HOSTS_ID" "$TESSERA_HOSTS_ID" > "$work/hosts.expected"
