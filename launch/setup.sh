@@ -15,6 +15,7 @@ packages=(
   zlib1g-dev                 # .gz corpora
   libisal-dev                # fast CRC-32 for checkpoints
   procps                     # pgrep, used by the failure tests
+  iproute2                   # ip netns: the test hosts of the multihost tests (launch/hosts)
   python3                    # drives a pseudo-terminal in e2e.translate_buffers
 )
 packages+=("$@")             # more, named on the command line (CI's Clang build: clang libomp-dev)

@@ -57,6 +57,7 @@ void scale_in_place(Tensor& t, double f) {
 std::atomic<double> g_timeout_s{0};
 std::atomic<const char*> g_timeout_setting{""};  // named in its message
 std::atomic<void (*)()> g_timeout_cleanup{nullptr};
+std::atomic<std::string (*)()> g_timeout_explain{nullptr};
 std::atomic<std::int64_t> g_collective_start_ms{0};  // 0: not in a collective
 std::atomic<const char*> g_collective_name{""};
 std::atomic<int> g_untimed{0};  // live UntimedCollectives
@@ -80,10 +81,13 @@ void watchdog_loop() {
     const double waited = static_cast<double>(now_ms() - start) / 1000.0;
     if (waited > timeout) {
       const int rank = g_world_rank;
+      std::string (*explain)() = g_timeout_explain;
+      const std::string why = explain ? explain() : std::string();
       std::fprintf(stderr,
-                   "tessera: error on rank %d: %s has waited %.0f s (%s = %.0f): another rank has died or hangs; "
+                   "tessera: error on rank %d: %s has waited %.0f s (%s = %.0f): another rank has died or hangs%s%s; "
                    "exiting so the launcher ends the job\n",
-                   rank, g_collective_name.load(), waited, g_timeout_setting.load(), timeout);
+                   rank, g_collective_name.load(), waited, g_timeout_setting.load(), timeout, why.empty() ? "" : ": ",
+                   why.c_str());
       std::fflush(stderr);
       if (void (*cleanup)() = g_timeout_cleanup) cleanup();
       std::_Exit(1);
@@ -204,6 +208,8 @@ ErrorAgreement agree_on_error(std::uint64_t message_hash, double window_s) {
 double collective_timeout() { return g_timeout_s; }
 
 void at_collective_timeout(void (*cleanup)()) { g_timeout_cleanup = cleanup; }
+
+void at_collective_timeout_explain(std::string (*explain)()) { g_timeout_explain = explain; }
 
 std::unique_ptr<MpiCommunicator> MpiCommunicator::world() {
   CollectiveWatch mark("MPI start (MPI_Init_thread, MPI_Comm_dup)");  // each waits for every rank

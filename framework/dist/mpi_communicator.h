@@ -35,6 +35,9 @@ double collective_timeout();  // the value set, 0 when none
 // thread while the main one waits in the collective: removes what an error's unwinding would have,
 // such as translate's unfinished output file.
 void at_collective_timeout(void (*cleanup)());
+// What that watchdog adds to its message (null: nothing), e.g. which ranks still answer
+// (dist/peer_probe.h); called on its thread, before the cleanup.
+void at_collective_timeout_explain(std::string (*explain)());
 // Marks one blocking wait for a collective (MPI or NCCL) for that watchdog, while alive. Within
 // one already alive (a tensor-parallel checkpoint's parallel I/O, whose collectives include
 // barriers of our own), the outer one times the whole wait.

@@ -9,6 +9,7 @@
 #include "dist/launcher.h"
 #include "dist/local_communicator.h"
 #include "dist/mpi_communicator.h"
+#include "dist/peer_probe.h"
 #include "tensor/allocator.h"
 #ifdef TESSERA_WITH_CUDA
 #include "dist/device_communicator.h"
@@ -89,6 +90,10 @@ ProcessGrid make_process_grid(const io::RunConfig& cfg, std::string_view command
         std::unique_ptr<dist::MpiCommunicator>(static_cast<dist::MpiCommunicator*>(world.release())));
 #endif
   }
+  g.hosts = dist::gather_hosts(*world, g.local_rank);
+  dist::start_peer_probe(*world, g.hosts);  // so that a timeout names the ranks that are gone
+  if (const std::string spanning = dist::tensor_groups_spanning_hosts(g.hosts, tp); !spanning.empty() && g.root())
+    fmt::print(stderr, "tessera: warning: {}\n", spanning);
   hang_if_injected_at("split");
   g.tensor = world->split(/*color=*/g.rank / tp, /*key=*/g.rank);
   g.data = world->split(/*color=*/g.rank % tp, /*key=*/g.rank);

@@ -106,6 +106,17 @@ void Run::print_setup() const {
                sharded_adam_
                    ? fmt::format(" (parallel.zero 1: sharded over {} data-parallel ranks)", grid_.data->size())
                    : std::string());
+  if (grid_.hosts.hosts() > 1) fmt::print("hosts: {}\n", dist::describe_hosts(grid_.hosts));
+}
+
+// The whole model's parameter count: under tensor parallelism this rank holds all of the
+// replicated parameters and one of tp equal blocks of each split one (take_block).
+std::int64_t Run::whole_model_parameters() const {
+  std::int64_t replicated = 0, sharded = 0;
+  for (std::size_t i = 0; i < model_.parameters().size(); ++i)
+    (model_.shard_dim(i) == dist::ShardDim::replicated ? replicated : sharded) +=
+        model_.parameters()[i].value().numel();
+  return replicated + sharded * grid_.tensor->size();
 }
 
 // The paper's training step: batch -> forward -> loss -> backward (buckets all-reduced as they

@@ -9,7 +9,9 @@
 #include <cstring>
 #include <fstream>
 #include <map>
+#include <random>
 #include <regex>
+#include <sstream>
 
 #include "data/task_data.h"
 
@@ -63,6 +65,35 @@ void check_no_earlier_run(const fs::path& dir, dist::Communicator* world) {
       "output.dir '{}' already holds a run ({}{}): continue it with --resume, or train into another output.dir "
       "(or delete that one)",
       dir.string(), found.front(), found.size() > 1 ? fmt::format(" and {} more", found.size() - 1) : ""));
+}
+
+void check_shared_run_folder(const fs::path& dir, dist::Communicator* world, const dist::RankHosts& hosts) {
+  if (world == nullptr || world->size() < 2) return;
+  const std::uint64_t nonce = dist::broadcast_u64((std::uint64_t{std::random_device{}()} << 32) ^ std::random_device{}(), world);
+  const std::string contents = fmt::format("{:016x}", nonce);
+  const fs::path token = dir / fmt::format(".shared_folder_check.{}", contents);
+  if (world->rank() == 0) {
+    std::ofstream out(token);
+    out << contents;
+    out.close();
+    if (!out) fail("cannot write '{}': {}", token.string(), std::strerror(errno));
+  }
+  world->barrier();
+  std::ifstream in(token);
+  std::stringstream read;
+  read << in.rdbuf();
+  const std::int32_t sees = read.str() == contents ? 1 : 0;
+  const Tensor all = world->all_gather(Tensor::from(std::vector<std::int32_t>{sees}, {1}));
+  std::error_code ec;
+  if (world->rank() == 0) fs::remove(token, ec);  // after every rank has looked (the all_gather)
+  std::vector<int> blind;
+  for (int r = 0; r < world->size(); ++r)
+    if (all.data<std::int32_t>()[r] == 0) blind.push_back(r);
+  if (!blind.empty())
+    throw EveryRankError(fmt::format(
+        "output.dir '{}' is not one folder that every host shares: {} do not see the file rank 0 (on {}) wrote there "
+        "(a node-local disk?). Put output.dir on a file system every host mounts at the same path (NFS, Lustre, ...)",
+        dir.string(), dist::name_ranks_with_hosts(hosts, blind), hosts.host.empty() ? "?" : hosts.host.front()));
 }
 
 // Why --resume alone cannot go on in `dir`, which holds no checkpoint_<step>.h5 (empty: it starts

@@ -12,6 +12,7 @@
 
 #include "data/task_data.h"
 #include "dist/communicator.h"
+#include "dist/hosts.h"
 #include "io/checkpoint.h"
 #include "io/run_config.h"
 #include "train/run_folder_lock.h"
@@ -31,6 +32,13 @@ std::string weights_only_message(const std::string& path);
 // looks for itself; where the folder is not one shared folder, a rank may see a run that rank 0
 // does not, and every rank refuses alike all the same (no rank goes on alone).
 void check_no_earlier_run(const std::filesystem::path& dir, dist::Communicator* world);
+
+// Every rank must see the one output.dir rank 0 made (a shared file system): rank 0 writes a file
+// with a random name and contents there, the others read it back. Where some do not (a node-local
+// folder of the same name), every rank throws one EveryRankError naming those ranks and their hosts,
+// before any checkpoint is written into folders that differ. Collective.
+void check_shared_run_folder(const std::filesystem::path& dir, dist::Communicator* world,
+                             const dist::RankHosts& hosts);
 
 // Why --resume alone cannot go on in `dir`, which holds no checkpoint_<step>.h5 (empty: it starts
 // from scratch).

@@ -151,6 +151,7 @@ TrainResult run_training(const io::RunConfig& cfg, const TrainOptions& options) 
     });
   }
   if (grid.root()) prepare_output_dir(cfg, folder_lock, leftovers);
+  check_shared_run_folder(dir, grid.world.get(), grid.hosts);
   StopSignals signals;
   if (grid.root()) leftovers.note_new_vocabularies(cfg);
   // Every rank at once: the data loading is collective (rank 0 reads and trains the vocabulary
