@@ -11,6 +11,7 @@
 
 #include "common/error.h"
 #include "common/hash.h"
+#include "common/progress.h"
 #include "data/example_file.h"
 #include "dist/launcher.h"
 
@@ -93,10 +94,18 @@ std::string encode_share(const io::RunConfig& cfg, const TaskData& t, const std:
     if (!dir.empty()) std::filesystem::create_directories(dir, ec);
     if (ec) fail("cannot create folder '{}': {}", dir.string(), ec.message());
     ExamplePartWriter part(prefix, id_bytes);
+    // Rank 0 shows its share's progress: the others encode theirs at the same time.
+    Progress progress(ranks > 1 ? "data: encode (rank 0's share)" : "data: encode", "pairs",
+                      shares[static_cast<std::size_t>(rank)], rank == 0);
+    std::int64_t kept = 0;
     counts = encode_file_range(t.src_codec, t.tgt_codec, cfg.data.train_src, cfg.data.train_tgt, cfg.data.max_len,
-                               first, first + shares[static_cast<std::size_t>(rank)],
-                               [&](const Example& e) { part.add(e.src, e.tgt); });
+                               first, first + shares[static_cast<std::size_t>(rank)], [&](const Example& e) {
+                                 part.add(e.src, e.tgt);
+                                 if (++kept % 4096 == 0) progress.set(kept);
+                               });
     part.finish(counts.empty, counts.too_long);
+    progress.set(kept);
+    progress.finish();
     return "";
   } catch (const std::exception& e) {
     return e.what();

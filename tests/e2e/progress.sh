@@ -1,7 +1,8 @@
 #!/bin/sh
 # Progress of long work on stderr: on a terminal (a pseudo-terminal made by script(1)) translate
 # redraws done/total, rate and ETA; in a log (stderr a file) translate, score, vocab and average
-# write one closing line each; TESSERA_PROGRESS=off writes none; under mpirun rank 0 alone writes it.
+# write one closing line each, as do train's vocabulary training and corpus encoding;
+# TESSERA_PROGRESS=off writes none; under mpirun rank 0 alone writes it.
 # Usage: progress.sh TESSERA CHECKPOINT CORPUS_DIR WORKDIR
 set -eu
 tessera=$1 checkpoint=$2 corpus=$3 work=$4
@@ -45,4 +46,13 @@ cp "$checkpoint" "$work/copy.h5"
 "$tessera" average "$checkpoint" "$work/copy.h5" -o "$work/avg.h5" > /dev/null 2> "$work/avg.err" ||
   { cat "$work/avg.err"; fail "average failed"; }
 grep -q '^average: read: 2 checkpoints in' "$work/avg.err" || { cat "$work/avg.err"; fail "average's line"; }
+
+# train: the corpus encoding's closing line (the vocabulary's too), on stderr, the log on stdout.
+"$tessera" train --set data.train_src="$corpus/multi30k_300.en" --set data.train_tgt="$corpus/multi30k_300.de" \
+  --set data.valid_src="$corpus/multi30k_300.en" --set data.valid_tgt="$corpus/multi30k_300.de" \
+  --set data.vocab_size=200 --set model.layers=1 --set model.d_model=16 --set model.d_ff=32 --set model.heads=2 \
+  --set train.max_steps=1 --set train.valid_every=0 --set train.valid_max_sentences=2 --set decode.max_extra_len=2 \
+  --set output.dir="$work/run" > "$work/train.out" 2> "$work/train.err" || { cat "$work/train.err"; fail "train failed"; }
+grep -q '^data: encode: [0-9]* pairs in [0-9.]*s' "$work/train.err" || { cat "$work/train.err"; fail "no encoding line"; }
+grep -q '^vocab: train 200 pieces on' "$work/train.err" || { cat "$work/train.err"; fail "no vocabulary training line"; }
 echo PASS
