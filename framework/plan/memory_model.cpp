@@ -207,7 +207,9 @@ MemoryEstimate estimate_memory(const ModelShape& m, const Layout& l, std::int64_
   e.table_bytes = blocks(1, m.max_positions * m.d_model, x.act);
   const double held = e.parameter_bytes + e.optimizer_bytes + e.bucket_bytes + e.table_bytes;
   const double start = held + e.activation_bytes + e.logits_bytes;
-  const double end = held + e.gradient_bytes + blocks(1, vocab_rows(m.src_vocab, l) * m.d_model, kF32);
+  // The logits stay to the end: the training step's reshaped view of them holds their storage.
+  const double end = held + e.gradient_bytes + blocks(1, vocab_rows(m.src_vocab, l) * m.d_model, kF32) +
+                     blocks(1, x.tokens * vocab_local, x.act);
   e.peak_at_start = start >= end;
   e.peak_bytes = std::max(start, end);
   return e;

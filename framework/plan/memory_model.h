@@ -10,7 +10,7 @@
 // - backward's start: parameters, optimizer state, every activation, the logits, their gradient
 //   and the output layer's weight gradient;
 // - backward's end: parameters, optimizer state and every parameter's gradient, plus one
-//   embedding's dense gradient in flight.
+//   embedding's dense gradient in flight and the logits (the step's view of them keeps them).
 #pragma once
 
 #include <cstdint>

@@ -54,7 +54,8 @@ TEST(Plan, HandCheckedSmallModel) {
   // The positional table: 1024 positions x 16.
   EXPECT_EQ(e.table_bytes, 16384 * 4);
   // Backward's start: parameters, two moments, the table, activations, logits. Its end:
-  // parameters, two moments, the table, gradients, an embedding's dense gradient (1024): less.
+  // parameters, two moments, the table, gradients, an embedding's dense gradient (1024) and the
+  // logits (2048): less.
   EXPECT_TRUE(e.peak_at_start);
   EXPECT_EQ(e.peak_bytes, (3 * 6592 + 16384 + 128 + 40448 + 6656) * 4);
   EXPECT_EQ(e.tokens_per_rank, 32);
