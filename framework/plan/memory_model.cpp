@@ -36,7 +36,8 @@ Dims dims_of(const ModelShape& m, const Layout& l, std::int64_t batch_tokens) {
   d.d_local = m.d_model / l.tensor;
   d.f_local = m.d_ff / l.tensor;
   d.heads_local = m.heads / l.tensor;
-  d.tokens = ceil_div(batch_tokens, l.data);
+  // A batch's rows split over the replicas: the first takes the odd row, one sentence more than its share.
+  d.tokens = ceil_div(batch_tokens, l.data) + (l.data > 1 ? static_cast<std::int64_t>(kTypicalLength) : 0);
   d.act = l.bf16 ? 2 : kF32;
   d.dropout = m.dropout;
   d.pre_norm = m.pre_norm;
