@@ -36,7 +36,8 @@ Dims dims_of(const ModelShape& m, const Layout& l, std::int64_t batch_tokens) {
   d.d_local = m.d_model / l.tensor;
   d.f_local = m.d_ff / l.tensor;
   d.heads_local = m.heads / l.tensor;
-  d.tokens = ceil_div(batch_tokens, l.data);
+  // A batch's rows split over the replicas: the first takes the odd row, one sentence more than its share.
+  d.tokens = ceil_div(batch_tokens, l.data) + (l.data > 1 ? static_cast<std::int64_t>(kTypicalLength) : 0);
   d.act = l.bf16 ? 2 : kF32;
   d.dropout = m.dropout;
   d.pre_norm = m.pre_norm;
@@ -207,7 +208,9 @@ MemoryEstimate estimate_memory(const ModelShape& m, const Layout& l, std::int64_
   e.table_bytes = blocks(1, m.max_positions * m.d_model, x.act);
   const double held = e.parameter_bytes + e.optimizer_bytes + e.bucket_bytes + e.table_bytes;
   const double start = held + e.activation_bytes + e.logits_bytes;
-  const double end = held + e.gradient_bytes + blocks(1, vocab_rows(m.src_vocab, l) * m.d_model, kF32);
+  // The logits stay to the end: the training step's reshaped view of them holds their storage.
+  const double end = held + e.gradient_bytes + blocks(1, vocab_rows(m.src_vocab, l) * m.d_model, kF32) +
+                     blocks(1, x.tokens * vocab_local, x.act);
   e.peak_at_start = start >= end;
   e.peak_bytes = std::max(start, end);
   return e;

@@ -6,11 +6,12 @@
 // and what a backward captured besides (layer norm's mean and rstd, attention's log-sum-exp), until
 // backward passes that op. Batches are taken as full: batch_tokens / parallel.data token slots
 // per rank on each side (source and target); real batches fill a little less, so this is an upper
-// bound. The peak is the larger of two moments of a step:
+// bound (under data parallelism a rank's share of a batch's rows may hold one sentence more than
+// batch_tokens / data: 32 slots are added). The peak is the larger of two moments of a step:
 // - backward's start: parameters, optimizer state, every activation, the logits, their gradient
 //   and the output layer's weight gradient;
 // - backward's end: parameters, optimizer state and every parameter's gradient, plus one
-//   embedding's dense gradient in flight.
+//   embedding's dense gradient in flight and the logits (the step's view of them keeps them).
 #pragma once
 
 #include <cstdint>

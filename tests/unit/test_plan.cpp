@@ -54,7 +54,8 @@ TEST(Plan, HandCheckedSmallModel) {
   // The positional table: 1024 positions x 16.
   EXPECT_EQ(e.table_bytes, 16384 * 4);
   // Backward's start: parameters, two moments, the table, activations, logits. Its end:
-  // parameters, two moments, the table, gradients, an embedding's dense gradient (1024): less.
+  // parameters, two moments, the table, gradients, an embedding's dense gradient (1024) and the
+  // logits (2048): less.
   EXPECT_TRUE(e.peak_at_start);
   EXPECT_EQ(e.peak_bytes, (3 * 6592 + 16384 + 128 + 40448 + 6656) * 4);
   EXPECT_EQ(e.tokens_per_rank, 32);
@@ -64,10 +65,11 @@ TEST(Plan, BlocksRoundUpAsTheAllocatorDoes) {
   EXPECT_EQ(allocation_block_size(1), 64u);
   EXPECT_EQ(allocation_block_size(4096), 4096u);
   EXPECT_EQ(allocation_block_size(5000), 5120u);  // 4096 + one eighth steps of 512
-  // Data parallelism over 4: 8 token slots a rank, flat buckets as large as the gradients, and
-  // zero's moments a quarter each: 1648 floats = 6592 bytes, rounded up to 6656.
+  // Data parallelism over 4: 8 token slots a rank and one sentence (32) for the odd row, flat
+  // buckets as large as the gradients, and zero's moments a quarter each: 1648 floats = 6592
+  // bytes, rounded up to 6656.
   const plan::MemoryEstimate e = plan::estimate_memory(small_model(), {.tensor = 1, .data = 4, .zero = true}, 32);
-  EXPECT_EQ(e.tokens_per_rank, 8);
+  EXPECT_EQ(e.tokens_per_rank, 8 + 32);
   EXPECT_EQ(e.bucket_bytes, 6592 * 4);
   EXPECT_EQ(e.optimizer_bytes, 2 * 6656);
 }
@@ -99,9 +101,9 @@ TEST(Plan, RingCollectivesAndFlops) {
   EXPECT_EQ(s.flops, 6.0 * (98304 + 147456 + 32768));
   EXPECT_NEAR(s.compute_s, s.flops / 1e14, 1e-18);
   EXPECT_EQ(s.data_bytes, 0);
-  const plan::StepEstimate dp = plan::estimate_step(small_model(), {.data = 2}, 64, hw);
-  EXPECT_EQ(dp.flops, s.flops);        // 64 tokens over 2 ranks: 32 each
-  EXPECT_EQ(dp.data_bytes, 6592 * 4);  // 2 (p-1)/p of the gradients
+  const plan::StepEstimate dp = plan::estimate_step(small_model(), {.data = 2}, 32, hw);
+  EXPECT_EQ(dp.flops, plan::estimate_step(small_model(), {}, 16 + 32, hw).flops);  // a half and one sentence
+  EXPECT_EQ(dp.data_bytes, 6592 * 4);                                              // 2 (p-1)/p of the gradients
 }
 
 // One real step (forward, loss, backward, Adam) of a full batch: the allocator's peak within 15% of
