@@ -44,7 +44,7 @@ Progress::Progress(std::string what, std::string unit, std::int64_t total, bool 
       total_(total),
       style_(shown ? stderr_style() : Style::off),
       start_(Clock::now()),
-      last_draw_(start_) {}
+      last_draw_(start_ - std::chrono::seconds(1)) {}  // the first update draws at once
 
 // Cut short (an error on the way): the terminal's line is ended, and no closing line claims the work done.
 Progress::~Progress() {
