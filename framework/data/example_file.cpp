@@ -281,9 +281,11 @@ std::optional<ExampleSet> read_example_file(const std::string& path, std::uint64
     return std::nullopt;
   }
   why = header_misfit(h, mapping->bytes, key);
+  if (!why.empty()) return std::nullopt;
+  // Formed only behind a good header: a damaged count would point them anywhere.
   const auto* ends = reinterpret_cast<const std::int64_t*>(bytes + sizeof h);
   const unsigned char* ids = bytes + sizeof h + 16 * static_cast<std::size_t>(h.pairs);
-  if (why.empty()) why = index_misfit(h, ends);
+  why = index_misfit(h, ends);
   if (why.empty() && check_ids) {
     StreamChecksum sum;
     sum.update(ids, h.id_bytes * static_cast<std::size_t>(h.ids));
