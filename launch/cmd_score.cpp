@@ -15,12 +15,12 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <cmath>
-#include <optional>
 #include <cerrno>
+#include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -40,8 +40,8 @@
 namespace tessera::launch {
 
 using dist::launcher_rank;
-using dist::root_first;
 using dist::mpi_world_for_decoding;
+using dist::root_first;
 using models::check_same_decoding;
 using models::load_translator;
 using models::read_sources;

@@ -89,8 +89,8 @@ class Transformer {
   std::vector<ShardDim> shard_dims_;
   std::int64_t whole_parameters_ = 0;
   std::map<std::string, std::size_t> index_;
-  nn::Embedding src_embed_, tgt_embed_;  // one table when shared
-  ag::Var out_proj_;                     // the target table when tied
+  nn::Embedding src_embed_, tgt_embed_;        // one table when shared
+  ag::Var out_proj_;                           // the target table when tied
   dist::Communicator* vocab_group_ = nullptr;  // tp_ when vocabulary-parallel
   dist::VocabBlock out_block_;                 // out_proj_'s rows of the target vocabulary
   std::vector<EncoderLayer> encoder_;

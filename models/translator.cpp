@@ -169,14 +169,15 @@ std::optional<models::TokenRows> translate_ids(const models::Ensemble& ensemble,
                                                dist::Communicator* replicas, const DecodeInterrupt* interrupt,
                                                std::int64_t first_sentence, Progress* progress) {
   models::TokenRows out(sources.size());
-  const auto mine = decode_own_batches(
-      sources, batch_sentences, replicas, interrupt, progress,
-      [&](const data::Batch& b, const std::vector<std::int64_t>& idx) {
-        std::vector<std::int64_t> numbers = idx;
-        for (std::int64_t& n : numbers) n += first_sentence;
-        models::TokenRows hyps = models::translate_batch(ensemble, b.src, b.src_padding, opt, numbers);
-        for (std::size_t i = 0; i < idx.size(); ++i) out[static_cast<std::size_t>(idx[i])] = std::move(hyps[i]);
-      });
+  const auto mine = decode_own_batches(sources, batch_sentences, replicas, interrupt, progress,
+                                       [&](const data::Batch& b, const std::vector<std::int64_t>& idx) {
+                                         std::vector<std::int64_t> numbers = idx;
+                                         for (std::int64_t& n : numbers) n += first_sentence;
+                                         models::TokenRows hyps =
+                                             models::translate_batch(ensemble, b.src, b.src_padding, opt, numbers);
+                                         for (std::size_t i = 0; i < idx.size(); ++i)
+                                           out[static_cast<std::size_t>(idx[i])] = std::move(hyps[i]);
+                                       });
   if (!mine) return std::nullopt;
   if (replicas != nullptr && replicas->size() > 1) gather_rows(out, *mine, *replicas);
   return out;
@@ -187,11 +188,13 @@ models::NBestRows translate_ids_nbest(const models::Ensemble& ensemble,
                                       const models::DecodeOptions& opt, std::int64_t n, std::int64_t batch_sentences,
                                       dist::Communicator* replicas, Progress* progress) {
   models::NBestRows out(sources.size());
-  const auto mine = decode_own_batches(
-      sources, batch_sentences, replicas, nullptr, progress, [&](const data::Batch& b, const std::vector<std::int64_t>& idx) {
-        models::NBestRows hyps = models::beam_search_nbest(ensemble, b.src, b.src_padding, opt, n);
-        for (std::size_t i = 0; i < idx.size(); ++i) out[static_cast<std::size_t>(idx[i])] = std::move(hyps[i]);
-      });
+  const auto mine = decode_own_batches(sources, batch_sentences, replicas, nullptr, progress,
+                                       [&](const data::Batch& b, const std::vector<std::int64_t>& idx) {
+                                         models::NBestRows hyps =
+                                             models::beam_search_nbest(ensemble, b.src, b.src_padding, opt, n);
+                                         for (std::size_t i = 0; i < idx.size(); ++i)
+                                           out[static_cast<std::size_t>(idx[i])] = std::move(hyps[i]);
+                                       });
   if (replicas != nullptr && replicas->size() > 1) {
     models::TokenRows packed(sources.size());
     for (std::int64_t i : *mine)

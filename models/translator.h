@@ -93,7 +93,7 @@ class Translator {
   // their probabilities). It must hold the same vocabularies as the first checkpoint (a synthetic
   // task: the same symbols); its own config sizes its model. Decoding settings stay the first's.
   void add_ensemble_member(const std::string& checkpoint);
-  const io::RunConfig& config() const { return cfg_; }  // the first checkpoint's
+  const io::RunConfig& config() const { return cfg_; }                   // the first checkpoint's
   const models::Transformer& model() const { return *models_.front(); }  // the first checkpoint's
   const TextCodec& source_codec() const { return src_codec_; }
   const TextCodec& target_codec() const { return tgt_codec_; }

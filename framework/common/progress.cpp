@@ -111,7 +111,8 @@ std::string Progress::line(bool final) const {
     return fmt::format("{}: {} {} in {:.1f}s ({})", what_, done, unit_, secs, rate_text(rate, unit_));
   }
   if (done == 0) return fmt::format("{}: {} ...", what_, clock_time(secs));
-  if (total_ <= 0) return fmt::format("{}: {} {} | {} | {}", what_, done, unit_, rate_text(rate, unit_), clock_time(secs));
+  if (total_ <= 0)
+    return fmt::format("{}: {} {} | {} | {}", what_, done, unit_, rate_text(rate, unit_), clock_time(secs));
   const double left = rate > 0 ? static_cast<double>(total_ - done) / rate : 0.0;
   return fmt::format("{}: {}/{} {} ({:.0f}%) | {} | ETA {}", what_, done, total_, unit_,
                      100.0 * static_cast<double>(done) / static_cast<double>(total_), rate_text(rate, unit_),

@@ -52,9 +52,9 @@ class ExampleSet {
   Example operator[](std::int64_t i) const;  // a copy of pair i
   std::vector<Example> to_vector() const;    // a copy of every pair (for tests and small sets)
 
-  void shrink_to_fit();                            // releases the spare room of the last chunks
-  std::int64_t bytes() const;                      // heap bytes held by the ids and ends (capacity)
-  std::int64_t in_place_bytes() const;             // bytes of the ids and ends read in place (0: none)
+  void shrink_to_fit();                 // releases the spare room of the last chunks
+  std::int64_t bytes() const;           // heap bytes held by the ids and ends (capacity)
+  std::int64_t in_place_bytes() const;  // bytes of the ids and ends read in place (0: none)
   bool in_place() const { return owner_ != nullptr; }
   bool wide() const { return wide_ids_; }          // 32-bit ids
   bool operator==(const ExampleSet& other) const;  // the same pairs, whatever the widths

@@ -14,8 +14,6 @@
 // verifies every dataset's CRC-32 (zlib's, over its little-endian float32 bytes; computed with ISA-L).
 #pragma once
 
-#include "common/progress.h"
-
 #include <cstdint>
 #include <limits>
 #include <map>
@@ -24,6 +22,7 @@
 #include <vector>
 
 #include "autograd/var.h"
+#include "common/progress.h"
 #include "dist/mpi_communicator.h"
 #include "dist/sharding.h"
 

@@ -298,8 +298,8 @@ Tensor cross_entropy_shard_stats(const Tensor& logits, const Tensor& targets, st
   ON_GPU(return cuda::cross_entropy_shard_stats(logits, targets, first));
 }
 
-Tensor cross_entropy_shard_backward(const Tensor& dloss, const Tensor& logits, const Tensor& targets,
-                                    const Tensor& lse, double smoothing, std::int32_t ignore_index, std::int64_t first,
+Tensor cross_entropy_shard_backward(const Tensor& dloss, const Tensor& logits, const Tensor& targets, const Tensor& lse,
+                                    double smoothing, std::int32_t ignore_index, std::int64_t first,
                                     std::int64_t vocab) {
   if (on_cpu(logits))
     return cpu::cross_entropy_shard_backward(dloss, logits, targets, lse, smoothing, ignore_index, first, vocab);

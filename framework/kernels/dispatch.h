@@ -89,8 +89,8 @@ CrossEntropyWithGrad cross_entropy_with_grad(const Tensor& logits, const Tensor&
 // are the columns [first, first + Vb) of the whole vocabulary's, and those columns of the gradient
 // over a vocabulary of `vocab`.
 Tensor cross_entropy_shard_stats(const Tensor& logits, const Tensor& targets, std::int64_t first);
-Tensor cross_entropy_shard_backward(const Tensor& dloss, const Tensor& logits, const Tensor& targets,
-                                    const Tensor& lse, double smoothing, std::int32_t ignore_index, std::int64_t first,
+Tensor cross_entropy_shard_backward(const Tensor& dloss, const Tensor& logits, const Tensor& targets, const Tensor& lse,
+                                    double smoothing, std::int32_t ignore_index, std::int64_t first,
                                     std::int64_t vocab);
 AttentionOutput attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& key_padding,
                                   const AttentionOptions& opt);

@@ -19,8 +19,8 @@ Embedding::Embedding(const std::string& name, std::int64_t vocab, std::int64_t d
 }
 
 ag::Var Embedding::operator()(const Tensor& ids) const {
-  const ag::Var rows =
-      group_ != nullptr ? dist::vocab_parallel_embedding(weight_.var, ids, block_, *group_) : ag::embedding(weight_.var, ids);
+  const ag::Var rows = group_ != nullptr ? dist::vocab_parallel_embedding(weight_.var, ids, block_, *group_)
+                                         : ag::embedding(weight_.var, ids);
   return ag::scale(ag::cast(rows, compute_), std::sqrt(static_cast<double>(d_model_)));
 }
 

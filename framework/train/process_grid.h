@@ -16,7 +16,7 @@ namespace tessera::train {
 struct ProcessGrid {
   std::unique_ptr<dist::Communicator> world, tensor, data;
   int rank = 0, size = 1, local_rank = 0, local_size = 1;  // local: the ranks on this machine
-  std::string gpu;  // train.device = cuda: the GPU this rank uses, e.g. "cuda:1 (NVIDIA H200)"
+  std::string gpu;        // train.device = cuda: the GPU this rank uses, e.g. "cuda:1 (NVIDIA H200)"
   dist::RankHosts hosts;  // under MPI: every rank's host and local rank (empty in a lone process)
   bool root() const { return rank == 0; }
 };

@@ -69,7 +69,8 @@ void check_no_earlier_run(const fs::path& dir, dist::Communicator* world) {
 
 void check_shared_run_folder(const fs::path& dir, dist::Communicator* world, const dist::RankHosts& hosts) {
   if (world == nullptr || world->size() < 2) return;
-  const std::uint64_t nonce = dist::broadcast_u64((std::uint64_t{std::random_device{}()} << 32) ^ std::random_device{}(), world);
+  const std::uint64_t nonce =
+      dist::broadcast_u64((std::uint64_t{std::random_device{}()} << 32) ^ std::random_device{}(), world);
   const std::string contents = fmt::format("{:016x}", nonce);
   const fs::path token = dir / fmt::format(".shared_folder_check.{}", contents);
   if (world->rank() == 0) {

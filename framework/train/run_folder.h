@@ -37,8 +37,7 @@ void check_no_earlier_run(const std::filesystem::path& dir, dist::Communicator* 
 // with a random name and contents there, the others read it back. Where some do not (a node-local
 // folder of the same name), every rank throws one EveryRankError naming those ranks and their hosts,
 // before any checkpoint is written into folders that differ. Collective.
-void check_shared_run_folder(const std::filesystem::path& dir, dist::Communicator* world,
-                             const dist::RankHosts& hosts);
+void check_shared_run_folder(const std::filesystem::path& dir, dist::Communicator* world, const dist::RankHosts& hosts);
 
 // Why --resume alone cannot go on in `dir`, which holds no checkpoint_<step>.h5 (empty: it starts
 // from scratch).

@@ -202,12 +202,12 @@ std::vector<OpCase> layer_norm_embedding_dropout_cases() {
                  const Tensor ids = ids_tensor({3, -1, 49, -1, 7, 12}, {2, 3});
                  return std::vector<Out>{{"out", embedding_forward(b.elem(random({50, 16}, 62)), b.ids(ids), -1), 0.0}};
                }});
-  c.push_back({"embedding_backward", "zero_id", [](const Backend& b) {
-                 Tensor dweight = b.f32(Tensor::zeros({50, 16}, DType::f32));
-                 embedding_backward(dweight, b.elem(random({6, 16}, 63)), b.ids(ids_tensor({3, -1, 49, 7, -1, 3}, {6})),
-                                    -1);
-                 return std::vector<Out>{{"dweight", dweight, kF32Tol}};
-               }});
+  c.push_back(
+      {"embedding_backward", "zero_id", [](const Backend& b) {
+         Tensor dweight = b.f32(Tensor::zeros({50, 16}, DType::f32));
+         embedding_backward(dweight, b.elem(random({6, 16}, 63)), b.ids(ids_tensor({3, -1, 49, 7, -1, 3}, {6})), -1);
+         return std::vector<Out>{{"dweight", dweight, kF32Tol}};
+       }});
   c.push_back({"dropout_forward", "flat", [](const Backend& b) {
                  return std::vector<Out>{{"y", dropout_forward(b.elem(random({1003}, 59)), 0.1, 7, 3), b.tol()}};
                }});
@@ -240,16 +240,17 @@ std::vector<OpCase> cross_entropy_cases() {
                  return std::vector<Out>{{"dlogits", d, b.tol()}};
                }});
   // The columns [40, 70) of the 101-token vocabulary: targets inside, outside and ignored.
-  c.push_back({"cross_entropy_shard_stats", "vocabulary_block", [](const Backend& b) {
-                 const XentInputs in;
-                 const Tensor stats = cross_entropy_shard_stats(b.elem(random({37, 30}, 64, -4, 4)), b.ids(in.targets), 40);
-                 return std::vector<Out>{{"stats", stats, kF32Tol}};
-               }});
+  c.push_back(
+      {"cross_entropy_shard_stats", "vocabulary_block", [](const Backend& b) {
+         const XentInputs in;
+         const Tensor stats = cross_entropy_shard_stats(b.elem(random({37, 30}, 64, -4, 4)), b.ids(in.targets), 40);
+         return std::vector<Out>{{"stats", stats, kF32Tol}};
+       }});
   c.push_back({"cross_entropy_shard_backward", "vocabulary_block", [](const Backend& b) {
                  const XentInputs in;
-                 const Tensor d = cross_entropy_shard_backward(b.f32(random({37}, 65)),
-                                                               b.elem(random({37, 30}, 66, -4, 4)), b.ids(in.targets),
-                                                               b.f32(random({37}, 67, 3, 5)), 0.1, -100, 40, 101);
+                 const Tensor d =
+                     cross_entropy_shard_backward(b.f32(random({37}, 65)), b.elem(random({37, 30}, 66, -4, 4)),
+                                                  b.ids(in.targets), b.f32(random({37}, 67, 3, 5)), 0.1, -100, 40, 101);
                  return std::vector<Out>{{"dlogits", d, b.tol()}};
                }});
   c.push_back({"cross_entropy_with_grad", "ignored_rows", [](const Backend& b) {

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 #include <hdf5.h>
 #include <mpi.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cmath>
@@ -10,7 +11,6 @@
 #include <fstream>
 #include <random>
 #include <sstream>
-#include <sys/stat.h>
 
 #include "autograd/ops.h"
 #include "data/batching.h"
@@ -291,8 +291,8 @@ StepResult step_with_dropout(bool pre_norm, bool recompute, dist::Communicator& 
   config.recompute_layers = recompute;
   const models::Transformer model(config, 3, &tensor_group);
   const auto examples = data::make_synthetic(data::SyntheticTask::reverse, 8, 3, 9, 20, 5);
-  const std::vector<std::int64_t> mine = data_group.rank() == 0 ? std::vector<std::int64_t>{0, 1, 2, 3}
-                                                                  : std::vector<std::int64_t>{4, 5, 6, 7};
+  const std::vector<std::int64_t> mine =
+      data_group.rank() == 0 ? std::vector<std::int64_t>{0, 1, 2, 3} : std::vector<std::int64_t>{4, 5, 6, 7};
   const data::Batch b = data::make_batch(examples, mine);
   dist::GradientReducer reducer(model.parameters(), data_group, 4096);  // several buckets
   reducer.arm();

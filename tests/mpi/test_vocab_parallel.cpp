@@ -52,9 +52,8 @@ TEST(VocabParallel, EmbeddingAndCrossEntropyGradientsMatchCentralDifferences) {
   dist::Communicator& group = world();
   const std::int64_t vocab = 11, d = 3;
   const dist::VocabBlock block = dist::vocab_block(vocab, group);
-  ag::Var table = ag::Var::parameter(dist::take_block(uniform({vocab, d}, 1), dist::ShardDim::rows, group.rank(),
-                                                      group.size()),
-                                     "table");
+  ag::Var table = ag::Var::parameter(
+      dist::take_block(uniform({vocab, d}, 1), dist::ShardDim::rows, group.rank(), group.size()), "table");
   ag::Var mix = ag::Var::parameter(uniform({d, d}, 2), "mix");  // replicated
   const Tensor ids = Tensor::from(std::vector<std::int32_t>{0, 4, 10, 7, 3, 9}, {6});
   const Tensor targets = Tensor::from(std::vector<std::int32_t>{10, 1, 0, 5, 8, 6}, {6});  // 0: ignored
@@ -82,7 +81,8 @@ TEST(VocabParallel, EmbeddingAndCrossEntropyGradientsMatchCentralDifferences) {
   for (int owner = 0; owner < group.size(); ++owner) {
     const std::int64_t entries = dist::block_range(vocab, owner, group.size()).count * d;  // the same on every rank
     for (std::int64_t j = 0; j < entries; ++j) {
-      const double numeric = central(table.value().data<double>()[owner == group.rank() ? j : 0], owner == group.rank());
+      const double numeric =
+          central(table.value().data<double>()[owner == group.rank() ? j : 0], owner == group.rank());
       if (owner == group.rank()) {
         EXPECT_NEAR(analytic[static_cast<std::size_t>(j)], numeric, 1e-8) << "table rank " << owner << " " << j;
       }
@@ -148,7 +148,8 @@ void expect_vocab_parallel_equals_single(int tp, bool shared) {
   ag::NoGradGuard no_grad;
   models::DropoutStream no_dropout;
   const Tensor memory = single.encode(b.src, b.src_padding, no_dropout).value();
-  models::DecoderCache a = single.start_decoding(memory, b.src_padding), c = model.start_decoding(memory, b.src_padding);
+  models::DecoderCache a = single.start_decoding(memory, b.src_padding),
+                       c = model.start_decoding(memory, b.src_padding);
   const std::vector<std::int32_t> bos(6, data::kBosId), next{5, 6, 7, 8, 9, 10};
   for (const auto& tokens : {bos, next})
     expect_close(model.decode_step(c, tokens), single.decode_step(a, tokens), 1e-10, "decode_step");

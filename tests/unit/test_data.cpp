@@ -16,17 +16,17 @@
 #include <optional>
 #include <random>
 #include <set>
-#include <tuple>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
 #include "common/error.h"
 #include "data/batching.h"
 #include "data/corpus.h"
-#include "data/random.h"
 #include "data/example_file.h"
 #include "data/examples.h"
+#include "data/random.h"
 #include "data/synthetic.h"
 #include "data/vocab.h"
 #include "test_util.h"
@@ -648,8 +648,8 @@ TEST(ExampleSet, RefusesNegativeIdsAndLeavesTheSetAsItWas) {
 
 namespace {
 
-std::optional<ExampleSet> read_back(const std::string& path, std::uint64_t key, ExampleFileInfo& info,
-                                    std::string& why, bool check_ids = true) {
+std::optional<ExampleSet> read_back(const std::string& path, std::uint64_t key, ExampleFileInfo& info, std::string& why,
+                                    bool check_ids = true) {
   why.clear();
   return read_example_file(path, key, info, why, check_ids);
 }

@@ -285,8 +285,7 @@ TEST(GradCheck, CheckpointedFunctions) {
         return ag::checkpoint([&](const Vars& outer) { return ag::tanh(ag::checkpoint(block, outer)); }, v);
       },
       in);
-  expect_gradients_match([](const Vars& v) { return ag::checkpoint([](const Vars& x) { return x[0]; }, v); },
-                         {in[0]});
+  expect_gradients_match([](const Vars& v) { return ag::checkpoint([](const Vars& x) { return x[0]; }, v); }, {in[0]});
 }
 
 // The harness itself fails on a wrong backward: one element off by 0.1%, one NaN, all zeros.

@@ -33,7 +33,8 @@ TEST(Hosts, TensorGroupsInsideOneHostAreNotWarnedOf) {
 TEST(Hosts, TensorGroupsSpanningHostsAreNamed) {
   // Three slots per host, tp = 2: the second group (ranks 2, 3) spans a and b.
   const std::string w = tensor_groups_spanning_hosts(hosts_of({"a", "a", "a", "b", "b", "b"}), 2);
-  EXPECT_NE(w.find("1 of 3 tensor-parallel groups span hosts, the first with rank 2 on a, rank 3 on b:"), std::string::npos)
+  EXPECT_NE(w.find("1 of 3 tensor-parallel groups span hosts, the first with rank 2 on a, rank 3 on b:"),
+            std::string::npos)
       << w;
   EXPECT_NE(w.find("parallel.tensor = 2"), std::string::npos) << w;
   // Round-robin placement (mpirun --map-by node): every group spans.

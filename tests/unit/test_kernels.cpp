@@ -457,8 +457,10 @@ TEST(CrossEntropy, VocabularyBlocksGiveTheWholeRows) {
     for (std::size_t i = 0; i < 3; ++i) {
       lse[i] += s[4 * i + 1] * std::exp(s[4 * i]);  // sum of exp(z)
       const std::int32_t ti = t.data<std::int32_t>()[i];
-      if (ti >= first && ti < first + count) target[i] = s[4 * i + 3] + s[4 * i];  // z_t - max + max
-      else EXPECT_EQ(s[4 * i + 3], 0.0);
+      if (ti >= first && ti < first + count)
+        target[i] = s[4 * i + 3] + s[4 * i];  // z_t - max + max
+      else
+        EXPECT_EQ(s[4 * i + 3], 0.0);
     }
     const auto d = cpu::cross_entropy_shard_backward(dloss, part, t, whole.lse, 0.1, -100, first, 5).to_doubles();
     grads.insert(grads.end(), d.begin(), d.end());

@@ -54,7 +54,8 @@ std::vector<Tensor> two_blocks_gradients(bool checkpointed, std::weak_ptr<ag::No
       return y;
     };
     ag::Var x = ag::Var(random_float({8, 16}, 4 + batch));
-    for (int layer = 0; layer < 2; ++layer) x = checkpointed ? ag::checkpoint(run, {x, memory, w1, w2}) : run({x, memory, w1, w2});
+    for (int layer = 0; layer < 2; ++layer)
+      x = checkpointed ? ag::checkpoint(run, {x, memory, w1, w2}) : run({x, memory, w1, w2});
     if (inside != nullptr && checkpointed) {
       EXPECT_TRUE(inside->expired()) << "the checkpoint kept its graph";
     }
@@ -66,7 +67,8 @@ std::vector<Tensor> two_blocks_gradients(bool checkpointed, std::weak_ptr<ag::No
 TEST(Checkpoint, SameGradientsBitForBitKeepingNoGraph) {
   std::weak_ptr<ag::Node> inside;
   const std::vector<Tensor> direct = two_blocks_gradients(false), recomputed = two_blocks_gradients(true, &inside);
-  for (std::size_t i = 0; i < direct.size(); ++i) expect_same_bits(recomputed[i], direct[i], "gradient " + std::to_string(i));
+  for (std::size_t i = 0; i < direct.size(); ++i)
+    expect_same_bits(recomputed[i], direct[i], "gradient " + std::to_string(i));
 }
 
 // The data-parallel gradient buckets start a bucket's all-reduce from these hooks: each must run
@@ -76,7 +78,8 @@ TEST(Checkpoint, GradientReadyHooksRunOnceWithTheFinalGradient) {
   const ag::Var w1 = ag::Var::parameter(random_float({16, 16}, 2), "w1");
   const ag::Var w2 = ag::Var::parameter(random_float({16, 16}, 3), "w2");
   std::vector<std::pair<std::string, Tensor>> ready;  // name, gradient when its hook ran
-  for (ag::Var p : {source, w1, w2}) p.set_grad_ready_hook([&ready, p] { ready.emplace_back(p.name(), p.grad().clone()); });
+  for (ag::Var p : {source, w1, w2})
+    p.set_grad_ready_hook([&ready, p] { ready.emplace_back(p.name(), p.grad().clone()); });
   const ag::Var memory = ag::tanh(source);
   const ag::Var y = ag::checkpoint(block, {ag::Var(random_float({8, 16}, 4)), memory, w1, w2});
   ag::sum(ag::add(ag::checkpoint(block, {y, memory, w1, w2}), ag::matmul(y, w2))).backward();  // w2 outside too

@@ -26,8 +26,9 @@ XentDims xent_dims(const char* op, const Tensor& logits, const Tensor& targets, 
 
 // dlogits[i, j] = dloss[i] * (exp(z_ij - lse_i) - q_ij) for the columns [first, first + V) of a
 // vocabulary of `vocab`: q = smoothing / vocab, plus 1 - smoothing at the target (when here).
-Tensor xent_backward(const char* op, const Tensor& dloss, const Tensor& logits, const Tensor& targets, const Tensor& lse,
-                     double smoothing, std::int32_t ignore_index, std::int64_t first, std::int64_t vocab) {
+Tensor xent_backward(const char* op, const Tensor& dloss, const Tensor& logits, const Tensor& targets,
+                     const Tensor& lse, double smoothing, std::int32_t ignore_index, std::int64_t first,
+                     std::int64_t vocab) {
   const std::int64_t n = logits.size(0), v = logits.size(1);
   TESSERA_CHECK(dloss.shape() == Shape{n} && lse.shape() == Shape{n}, "{}: dloss {} and lse {} must have shape [{}]",
                 op, shape_str(dloss.shape()), shape_str(lse.shape()), n);
@@ -112,7 +113,8 @@ Tensor cross_entropy_shard_stats(const Tensor& logits, const Tensor& targets, st
   check_cpu(op, logits);
   check_rank(op, targets, 1, "targets");
   TESSERA_CHECK(targets.dtype() == DType::i32 && targets.size(0) == logits.size(0),
-                "{}: targets {} must be int32 ids, one per row of logits {}", op, targets.describe(), logits.describe());
+                "{}: targets {} must be int32 ids, one per row of logits {}", op, targets.describe(),
+                logits.describe());
   const std::int64_t n = logits.size(0), v = logits.size(1);
   Tensor out = Tensor::empty({n, 4}, logits.dtype());
   dispatch_float(op, logits.dtype(), [&]<typename T>() {
@@ -137,15 +139,16 @@ Tensor cross_entropy_shard_stats(const Tensor& logits, const Tensor& targets, st
   return out;
 }
 
-Tensor cross_entropy_shard_backward(const Tensor& dloss, const Tensor& logits, const Tensor& targets,
-                                    const Tensor& lse, double smoothing, std::int32_t ignore_index, std::int64_t first,
+Tensor cross_entropy_shard_backward(const Tensor& dloss, const Tensor& logits, const Tensor& targets, const Tensor& lse,
+                                    double smoothing, std::int32_t ignore_index, std::int64_t first,
                                     std::int64_t vocab) {
   const char* op = "cross_entropy_shard_backward";
   check_rank(op, logits, 2, "logits");
   check_float(op, logits);
   check_cpu(op, logits);
   TESSERA_CHECK(targets.dtype() == DType::i32 && targets.shape() == Shape{logits.size(0)},
-                "{}: targets {} must be int32 ids, one per row of logits {}", op, targets.describe(), logits.describe());
+                "{}: targets {} must be int32 ids, one per row of logits {}", op, targets.describe(),
+                logits.describe());
   TESSERA_CHECK(smoothing >= 0.0 && smoothing < 1.0, "{}: label smoothing {} outside [0, 1)", op, smoothing);
   TESSERA_CHECK(first >= 0 && first + logits.size(1) <= vocab, "{}: columns [{}, {}) outside a vocabulary of {}", op,
                 first, first + logits.size(1), vocab);

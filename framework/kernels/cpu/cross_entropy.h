@@ -25,8 +25,8 @@ Tensor cross_entropy_backward(const Tensor& dloss, const Tensor& logits, const T
 Tensor cross_entropy_shard_stats(const Tensor& logits, const Tensor& targets, std::int64_t first);
 // The block's columns of cross_entropy_backward's gradient over a vocabulary of `vocab` ids: the
 // uniform part smoothing / vocab, the target's part where the target is in the block.
-Tensor cross_entropy_shard_backward(const Tensor& dloss, const Tensor& logits, const Tensor& targets,
-                                    const Tensor& lse, double smoothing, std::int32_t ignore_index, std::int64_t first,
+Tensor cross_entropy_shard_backward(const Tensor& dloss, const Tensor& logits, const Tensor& targets, const Tensor& lse,
+                                    double smoothing, std::int32_t ignore_index, std::int64_t first,
                                     std::int64_t vocab);
 
 }  // namespace tessera::cpu

@@ -28,8 +28,9 @@ kernels::CrossEntropyOutput xent(const char* op, const Tensor& logits, const Ten
 }
 
 // The gradient's columns [first, first + V) of a vocabulary of `vocab` (targets on the GPU).
-Tensor xent_backward(const char* op, const Tensor& dloss, const Tensor& logits, const Tensor& targets, const Tensor& lse,
-                     double smoothing, std::int32_t ignore_index, std::int64_t first, std::int64_t vocab) {
+Tensor xent_backward(const char* op, const Tensor& dloss, const Tensor& logits, const Tensor& targets,
+                     const Tensor& lse, double smoothing, std::int32_t ignore_index, std::int64_t first,
+                     std::int64_t vocab) {
   const Elem elem = elem_of(op, logits);
   const std::int64_t n = logits.size(0), cols = logits.size(1);
   check_f32_gpu(op, dloss, "dloss");
@@ -39,11 +40,11 @@ Tensor xent_backward(const char* op, const Tensor& dloss, const Tensor& logits, 
                 targets.describe(), n);
   TESSERA_CHECK(smoothing >= 0.0 && smoothing < 1.0, "{}: smoothing {} outside [0, 1)", op, smoothing);
   Tensor dlogits = empty_like(logits);
-  check_launch(op, launch_cross_entropy_backward(static_cast<const float*>(dloss.raw_data()), logits.raw_data(),
-                                                 static_cast<const std::int32_t*>(targets.raw_data()),
-                                                 static_cast<const float*>(lse.raw_data()), dlogits.raw_data(), n,
-                                                 cols, static_cast<float>(smoothing), ignore_index, first, vocab, elem,
-                                                 nullptr));
+  check_launch(op,
+               launch_cross_entropy_backward(static_cast<const float*>(dloss.raw_data()), logits.raw_data(),
+                                             static_cast<const std::int32_t*>(targets.raw_data()),
+                                             static_cast<const float*>(lse.raw_data()), dlogits.raw_data(), n, cols,
+                                             static_cast<float>(smoothing), ignore_index, first, vocab, elem, nullptr));
   return dlogits;
 }
 
@@ -84,8 +85,8 @@ Tensor cross_entropy_shard_stats(const Tensor& logits, const Tensor& targets, st
   return stats;
 }
 
-Tensor cross_entropy_shard_backward(const Tensor& dloss, const Tensor& logits, const Tensor& targets,
-                                    const Tensor& lse, double smoothing, std::int32_t ignore_index, std::int64_t first,
+Tensor cross_entropy_shard_backward(const Tensor& dloss, const Tensor& logits, const Tensor& targets, const Tensor& lse,
+                                    double smoothing, std::int32_t ignore_index, std::int64_t first,
                                     std::int64_t vocab) {
   const char* op = "cuda::cross_entropy_shard_backward";
   check_rank(op, logits, 2, "logits");
