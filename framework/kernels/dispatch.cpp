@@ -4,6 +4,7 @@
 #include <cmath>
 #include <type_traits>
 
+#include "common/counters.h"
 #include "kernels/cpu/adam.h"
 #include "kernels/cpu/attention.h"
 #include "kernels/cpu/cross_entropy.h"
@@ -154,6 +155,7 @@ Tensor broadcast_to(const Tensor& t, const Shape& shape) {
 Tensor cast(const Tensor& x, DType dtype) {
   if (x.dtype() == dtype) return x;
   if (on_cpu(x)) return x.to(dtype);
+  counters::add(counters::Event::device_casts);
   ON_GPU(return cuda::cast(x, dtype));
 }
 

@@ -10,6 +10,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "common/counters.h"
 #include "common/error.h"
 
 // ASAN_(UN)POISON_MEMORY_REGION: no-ops unless built with AddressSanitizer.
@@ -289,6 +290,8 @@ void copy_bytes(void* dst, Device dst_device, const void* src, Device src_device
     return;
   }
 #ifdef TESSERA_WITH_CUDA
+  if (dst_device == Device::cpu) counters::add(counters::Event::device_to_host_copies);
+  if (src_device == Device::cpu) counters::add(counters::Event::host_to_device_copies);
   const cudaError_t err = cudaMemcpy(dst, src, bytes, cudaMemcpyDefault);
   TESSERA_CHECK(err == cudaSuccess, "copy_bytes: cudaMemcpy of {} bytes failed: {}", bytes, cudaGetErrorString(err));
 #else
