@@ -60,6 +60,8 @@ struct TrainingState {
   // Of the training text (see data::ParallelReader::fingerprint); 0 for synthetic tasks and in
   // files written before it.
   std::uint64_t train_fingerprint = 0;
+  // The train.max_steps that train.fit_steps_to_time fitted (0: none, and in files before it).
+  std::int64_t fitted_max_steps = 0;
 };
 
 struct Checkpoint {

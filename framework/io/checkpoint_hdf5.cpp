@@ -2,6 +2,7 @@
 
 #include <bit>
 #include <cstring>
+#include <iterator>
 
 namespace tessera::io::detail {
 
@@ -41,8 +42,11 @@ std::uint32_t state_checksum(std::int64_t file_step, const TrainingState& s) {
                                  u(s.best_valid_step),
                                  u(s.validations_since_best),
                                  u(s.last_validated_step),
-                                 s.train_fingerprint};
-  return checksum(words, sizeof(words));
+                                 s.train_fingerprint,
+                                 u(s.fitted_max_steps)};
+  // A file without a fitted max_steps sums the words before it alone, as files written before it did.
+  const std::size_t count = std::size(words) - (s.fitted_max_steps == 0 ? 1 : 0);
+  return checksum(words, count * sizeof(std::uint64_t));
 }
 
 }  // namespace tessera::io::detail

@@ -70,6 +70,10 @@ void define_keys(Keys& k, RunConfig& c) {
   k.integer("train.max_steps", c.train.max_steps, 100000, 1, 1000000000, "stop after this many updates");
   k.integer("train.max_epochs", c.train.max_epochs, 0, 0, 1000000, "stop after this many epochs (0: no limit)");
   k.real("train.max_minutes", c.train.max_minutes, 0.0, 0.0, 1e7, "stop after this much wall time (0: no limit)");
+  k.boolean("train.fit_steps_to_time", c.train.fit_steps_to_time, false,
+            "measure the speed of the first steps (up to train.warmup, at least 20) and lower train.max_steps to the "
+            "steps that fit in train.max_minutes, so a linear schedule decays to 0 as the time runs out; saved in "
+            "checkpoints (a resume keeps it)");
   k.real("train.lr_factor", c.train.lr_factor, 1.0, 0.0, 1000.0,
          "lr = factor * d_model^-0.5 * min(step^-0.5, step * warmup^-1.5)");
   k.real("train.lr_peak", c.train.lr_peak, 0.0, 0.0, 10.0,

@@ -47,6 +47,7 @@ struct DataConfig {
 struct TrainConfig {
   std::int64_t batch_tokens = 0, accumulate = 1, max_steps = 0, max_epochs = 0;
   double max_minutes = 0;
+  bool fit_steps_to_time = false;  // max_steps from the measured speed, so the schedule ends at max_minutes
   double lr_factor = 0, lr_peak = 0;
   std::int64_t warmup = 0;
   LrSchedule lr_schedule = LrSchedule::inverse_sqrt;

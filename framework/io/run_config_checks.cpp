@@ -59,6 +59,9 @@ void check_key_combinations(const RunConfig& cfg) {
         "train.patience = {} counts validations during training, but train.valid_every is 0 (only one at the end): "
         "set train.valid_every",
         cfg.train.patience);
+  check(cfg, {"train.fit_steps_to_time", "train.max_minutes"},
+        !cfg.train.fit_steps_to_time || cfg.train.max_minutes > 0,
+        "train.fit_steps_to_time fits the steps to train.max_minutes, which is 0 (no limit): set train.max_minutes");
   check(cfg, {"output.dir"}, !cfg.output.dir.empty(), "output.dir is empty: name the folder for the run's files");
   // Checked here, not by the key's range: the configs stored in older checkpoints (translated,
   // averaged) may hold 0.

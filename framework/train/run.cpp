@@ -17,6 +17,7 @@
 #include "train/parallel_step.h"
 #include "train/schedule.h"
 #include "train/stop_signals.h"
+#include "train/time_fit.h"
 
 namespace tessera::train {
 
@@ -53,6 +54,7 @@ Run::Run(const io::RunConfig& cfg, ProcessGrid& grid, const std::string& resume_
   // The failure tests' "step 0": the data preparation (a hang or a SIGTERM during it).
   if (fault::injected("HANG", grid_.rank, "0")) fault::hang();
   if (fault::injected("SIGNAL", grid_.rank, "0")) std::raise(SIGTERM);
+  max_steps_ = cfg.train.max_steps;
   make_optimizer();
   print_setup();
   if (grid_.root() && reducer_)
@@ -129,12 +131,13 @@ TrainResult Run::train() {
   if (stopped_before_first_step(result)) return result;
   Stop stop = limits_reached_before_this_session(result);
   if (stop.signal != 0) return stopped_by_signal(stop.signal, std::move(result));
-  while (step_ < cfg_.train.max_steps && !stop.any()) {
+  while (step_ < max_steps_ && !stop.any()) {
     const Update update = next_update(stop);
     if (update.batches.empty()) break;
     ++step_;
     if (fault::injected("HANG", grid_.rank, std::to_string(step_))) fault::hang();
     const double grad_norm = train_step(update);
+    fit_steps_to_time();
     agree_to_stop(stop);
     const bool logged = log_due(stop);
     if (logged) log_step(grad_norm, update.epoch, stop);
@@ -182,7 +185,7 @@ bool Run::stopped_before_first_step(TrainResult& result) {
 Run::Stop Run::limits_reached_before_this_session(TrainResult& result) {
   const io::TrainConfig& t = cfg_.train;
   Stop stop;
-  if (pending_validation_ && t.valid_every > 0 && step_ % t.valid_every == 0 && step_ < t.max_steps) {
+  if (pending_validation_ && t.valid_every > 0 && step_ % t.valid_every == 0 && step_ < max_steps_) {
     fmt::print(
         "train: step {} has not been validated (a stop signal cut its validation short, or train.valid_every "
         "changed): validating it first\n",
@@ -203,11 +206,11 @@ Run::Stop Run::limits_reached_before_this_session(TrainResult& result) {
         "step {}): no step more{}\n",
         t.patience, validations_since_best_, best_valid_step_, where_best_model_is());
   }
-  if (step_ > 0 && step_ >= t.max_steps)
+  if (step_ > 0 && step_ >= max_steps_)
     fmt::print(
-        "train: train.max_steps = {} was reached before this resume (the checkpoint is at step {}): no step "
+        "train: train.max_steps = {}{} was reached before this resume (the checkpoint is at step {}): no step "
         "more\n",
-        t.max_steps, step_);
+        max_steps_, fitted_max_steps_ > 0 ? " (fitted to train.max_minutes)" : "", step_);
   stop.out_of_time = t.max_minutes > 0 && elapsed_before_ >= 60.0 * t.max_minutes;
   if (stop.out_of_time)
     fmt::print("train: train.max_minutes = {} was reached before this resume ({}): no step more\n", t.max_minutes,
@@ -294,12 +297,36 @@ double Run::update_weights(const Tensor& loss_sums, std::int64_t tokens) {
                     : clip_gradients(model_, *grid_.tensor, cfg_.train.clip_norm);
   if (!std::isfinite(grad_norm))
     stop_on_non_finite_gradients(grad_norm, loss_sums.data<double>()[0] / static_cast<double>(tokens));
-  lr_ = learning_rate(cfg_, step_);
+  lr_ = learning_rate(cfg_, step_, max_steps_);
   if (sharded_adam_)
     sharded_adam_->step(lr_);
   else
     adam_->step(lr_);
   return grad_norm;
+}
+
+// train.fit_steps_to_time: times this session's steps after its first kUntimedSteps, then lowers
+// max_steps_ to the steps that fit in train.max_minutes. Rank 0's figure counts, so every rank ends
+// at the same step; made once a run (a resume keeps the saved fit).
+void Run::fit_steps_to_time() {
+  if (!cfg_.train.fit_steps_to_time || fitted_max_steps_ > 0) return;
+  if (step_ == first_step_ + kUntimedSteps) timed_from_ = Clock::now();
+  if (step_ != fit_after_step(cfg_.train.warmup, first_step_)) return;
+  const std::int64_t timed_steps = step_ - first_step_ - kUntimedSteps;
+  const double seconds_per_step =
+      std::chrono::duration<double>(Clock::now() - timed_from_).count() / static_cast<double>(timed_steps);
+  const double budget = 60.0 * cfg_.train.max_minutes, elapsed = elapsed_seconds();
+  const std::int64_t fitted = fitted_max_steps(step_, elapsed, budget, seconds_per_step, cfg_.train.max_steps);
+  fitted_max_steps_ =
+      static_cast<std::int64_t>(dist::broadcast_u64(static_cast<std::uint64_t>(fitted), grid_.world.get()));
+  max_steps_ = fitted_max_steps_;
+  fmt::print(
+      "train: train.fit_steps_to_time: {:.3f} s per step over steps {}-{}, {} of train.max_minutes = {} left: "
+      "max_steps {} (train.max_steps {})\n",
+      seconds_per_step, step_ - timed_steps + 1, step_, format_duration(std::max(budget - elapsed, 0.0)),
+      cfg_.train.max_minutes, max_steps_, cfg_.train.max_steps);
+  metrics_.write(fmt::format("{{\"fitted_max_steps\": {}, \"step\": {}, \"seconds_per_step\": {}}}\n", max_steps_,
+                             step_, seconds_per_step));
 }
 
 // Every rank stops at the same step: a signal or the time limit seen by any rank counts. Only this
@@ -328,15 +355,14 @@ bool Run::last_update_of_data(const Stop& stop) const {
 
 // Every train.log_every steps, and at any step the session ends at.
 bool Run::log_due(const Stop& stop) const {
-  return step_ % cfg_.train.log_every == 0 || step_ == cfg_.train.max_steps || stop.out_of_time ||
-         last_update_of_data(stop) || stop.signal != 0;
+  return step_ % cfg_.train.log_every == 0 || step_ == max_steps_ || stop.out_of_time || last_update_of_data(stop) ||
+         stop.signal != 0;
 }
 
 // The log line of the window ending at this step (tok/s and TFLOP/s of its training time).
 void Run::log_step(double grad_norm, std::int64_t epoch, const Stop& stop) {
   const double session = std::chrono::duration<double>(Clock::now() - start_).count();
-  const std::int64_t steps_left =
-      last_update_of_data(stop) ? 0 : std::min(cfg_.train.max_steps - step_, steps_left_in_epochs());
+  const std::int64_t steps_left = last_update_of_data(stop) ? 0 : std::min(max_steps_ - step_, steps_left_in_epochs());
   double eta = session / static_cast<double>(step_ - first_step_) * static_cast<double>(steps_left);
   const double max_seconds = 60.0 * cfg_.train.max_minutes;
   if (max_seconds > 0) eta = std::max(0.0, std::min(eta, max_seconds - stop.elapsed));
@@ -355,7 +381,7 @@ void Run::log_step(double grad_norm, std::int64_t epoch, const Stop& stop) {
 // train.max_steps (the run's end does both) and not when the session stops here.
 void Run::validate_and_checkpoint(TrainResult& result, Stop& stop) {
   const io::TrainConfig& t = cfg_.train;
-  const bool last = step_ == t.max_steps;
+  const bool last = step_ == max_steps_;
   if (t.valid_every > 0 && step_ % t.valid_every == 0 && !last && !stop.out_of_time && stop.signal == 0) {
     // Interrupted on every rank alike (its decoding agrees on it): stop as after a signal here.
     if (!validate(step_, result)) stop.signal = agreed_stop_signal(grid_.world.get());

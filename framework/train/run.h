@@ -67,6 +67,7 @@ class Run {
   Tensor forward_backward(const Update& update);
   void all_reduce_gradients(Tensor& loss_sums);
   double update_weights(const Tensor& loss_sums, std::int64_t tokens);
+  void fit_steps_to_time();
   void agree_to_stop(Stop& stop);
   bool last_update_of_data(const Stop& stop) const;
   bool log_due(const Stop& stop) const;
@@ -132,6 +133,9 @@ class Run {
   LogWindow window_;
   Clock::time_point start_;
   std::int64_t step_ = 0, first_step_ = 0, last_saved_step_ = -1;
+  std::int64_t max_steps_ = 0;         // train.max_steps, or the steps train.fit_steps_to_time fitted
+  std::int64_t fitted_max_steps_ = 0;  // 0 until train.fit_steps_to_time has fitted (saved in checkpoints)
+  Clock::time_point timed_from_;       // the fit's timing starts here
   double lr_ = 0, elapsed_before_ = 0;
   double best_valid_ = std::numeric_limits<double>::quiet_NaN();
   std::int64_t best_valid_step_ = -1;

@@ -51,6 +51,10 @@ void Run::resume(const std::string& path) {
   best_valid_ = s.best_valid;
   best_valid_step_ = s.best_valid_step;
   validations_since_best_ = s.validations_since_best;
+  if (cfg_.train.fit_steps_to_time && s.fitted_max_steps > 0) {
+    fitted_max_steps_ = s.fitted_max_steps;
+    max_steps_ = std::min(s.fitted_max_steps, cfg_.train.max_steps);
+  }
   // The validation a stop signal interrupted is pending wherever the run goes on. The record of
   // validations that ran belongs to the checkpoint's folder: a run continued in another (a fork,
   // whose metrics.jsonl has none) validates its last step again at its end.
@@ -166,7 +170,8 @@ io::Checkpoint Run::snapshot(bool with_state) const {
                               .best_valid_step = best_valid_step_,
                               .validations_since_best = validations_since_best_,
                               .last_validated_step = last_validated_step_,
-                              .train_fingerprint = task_.train_fingerprint};
+                              .train_fingerprint = task_.train_fingerprint,
+                              .fitted_max_steps = fitted_max_steps_};
   return c;
 }
 

@@ -20,10 +20,10 @@ double linear_decay_learning_rate(double factor, std::int64_t d_model, std::int6
   return peak * std::max(left, 0.0);
 }
 
-double learning_rate(const io::RunConfig& cfg, std::int64_t step) {
+double learning_rate(const io::RunConfig& cfg, std::int64_t step, std::int64_t max_steps) {
   const double factor = io::lr_factor(cfg);
   if (cfg.train.lr_schedule == io::LrSchedule::linear)
-    return linear_decay_learning_rate(factor, cfg.model.d_model, cfg.train.warmup, cfg.train.max_steps, step);
+    return linear_decay_learning_rate(factor, cfg.model.d_model, cfg.train.warmup, max_steps, step);
   return noam_learning_rate(factor, cfg.model.d_model, cfg.train.warmup, step);
 }
 

@@ -14,7 +14,8 @@ double noam_learning_rate(double factor, std::int64_t d_model, std::int64_t warm
 // to a minimum instead of still moving at the end).
 double linear_decay_learning_rate(double factor, std::int64_t d_model, std::int64_t warmup, std::int64_t max_steps,
                                   std::int64_t step);
-// The rate of `step` by the config's train.lr_schedule.
-double learning_rate(const io::RunConfig& cfg, std::int64_t step);
+// The rate of `step` by the config's train.lr_schedule; a linear one ends at `max_steps` (the
+// config's, or the one train.fit_steps_to_time fitted).
+double learning_rate(const io::RunConfig& cfg, std::int64_t step, std::int64_t max_steps);
 
 }  // namespace tessera::train

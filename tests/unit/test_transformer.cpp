@@ -539,10 +539,24 @@ TEST(Transformer, BadConfigsAreNamed) {
 
 #include "dist/local_communicator.h"
 #include "io/run_config.h"
+#include "train/time_fit.h"
 #include "train/trainer.h"
 
 namespace tessera {
 namespace {
+
+// train.fit_steps_to_time: the steps that fit in what is left, capped by train.max_steps; at least
+// one more step; the fit comes at the end of warmup, timed over at least 20 steps of the session.
+TEST(FitStepsToTime, FitsWholeStepsInTheTimeLeft) {
+  EXPECT_EQ(train::fitted_max_steps(200, 100.0, 3300.0, 0.8, 100000), 200 + 4000);
+  EXPECT_EQ(train::fitted_max_steps(200, 100.0, 3300.0, 0.7999, 100000), 200 + 4000);  // 4000.5 steps: 4000 whole
+  EXPECT_EQ(train::fitted_max_steps(200, 100.0, 3300.0, 0.8, 2600), 2600);             // train.max_steps caps it
+  EXPECT_EQ(train::fitted_max_steps(200, 3400.0, 3300.0, 0.8, 100000), 201);           // out of time already
+  EXPECT_EQ(train::fit_after_step(200, 0), 200);
+  EXPECT_EQ(train::fit_after_step(4000, 0), 200);  // early, even with a long warmup
+  EXPECT_EQ(train::fit_after_step(5, 0), 23);      // 3 untimed + 20 timed steps
+  EXPECT_EQ(train::fit_after_step(200, 190), 213);  // a resumed session times its own steps
+}
 
 TEST(NoamSchedule, WarmsUpLinearlyThenDecaysAsInverseSquareRoot) {
   const double d = 512, w = 4000;
