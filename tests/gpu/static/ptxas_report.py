@@ -195,8 +195,9 @@ def compare(old_entries, new_entries, sass=False):
                                 f"`{UPDATE_COMMAND}` and commit the report")
     for key in sorted(set(old) - set(new)):
         problems.append(f"{key[0]} ({key[1]}): in the committed report but no longer compiled; run `{UPDATE_COMMAND}`")
-    if sass and not any(e["hmma"] for e in new_entries if "attention" in e["file"]):
-        problems.append("no attention kernel issues an HMMA instruction")
+    for arch in ARCHS if sass else ():
+        if not any(e["hmma"] for e in new_entries if "attention" in e["file"] and e["arch"] == arch):
+            problems.append(f"no attention kernel issues an HMMA instruction for {arch}")
     return problems
 
 
