@@ -1,5 +1,7 @@
 """The static report's checker on fake reports and fake compiler output (no nvcc needed; ctest gpu_static.checker)."""
+import contextlib
 import copy
+import io
 import os
 import sys
 import unittest
@@ -72,6 +74,21 @@ class Compare(unittest.TestCase):
         self.assertEqual(pr.compare(report, report), [])
         worse = [entry(key[0], "attention.cu", spills=(limit, 4), hmma=1)]
         self.assertIn("a hot kernel spills", pr.compare(report, worse)[0])
+
+
+class Skip(unittest.TestCase):
+    def test_a_missing_tool_skips_with_77_saying_which(self):
+        def missing(sass):
+            raise pr.Missing("nvcc not found (on PATH, $NVCC or /usr/local/cuda/bin)")
+
+        generate, pr.generate = pr.generate, missing
+        out = io.StringIO()
+        try:
+            with contextlib.redirect_stdout(out):
+                self.assertEqual(pr.check(sass=False), 77)
+        finally:
+            pr.generate = generate
+        self.assertIn("skipped: nvcc not found", out.getvalue())
 
 
 PTXAS = """ptxas info    : 0 bytes gmem
