@@ -2,11 +2,14 @@
 # The GPU check, on a machine with one GPU: (1) every CUDA kernel and the GPU training path
 # against their CPU twins (tessera_gpu_tests), (2) 50 training steps on the GPU (float32 and
 # bfloat16) against the CPU run's losses, (3) flash attention throughput beside PyTorch's
-# scaled_dot_product_attention on the same shapes, and training tokens/s, model-FLOPs
-# utilization and peak memory for the base and big models in bfloat16. Writes a Markdown report.
+# scaled_dot_product_attention on the same shapes, (4) each hot kernel's time, GB/s and TFLOP/s
+# against the roofline (its bytes and FLOPs from kernels/cost.h), and (5) training tokens/s,
+# model-FLOPs utilization and peak memory for the base and big models in bfloat16. Writes a
+# Markdown report.
 #   tests/gpu/check.sh BIN_DIR REPORT
-# BIN_DIR holds tessera, tessera_gpu_tests and tessera_gpu_bench: a build folder, or a bundle made
-# here by tests/gpu/bundle.sh (with lib/ beside them) for a GPU image without our libraries.
+# BIN_DIR holds tessera, tessera_gpu_tests, tessera_gpu_bench and tessera_gpu_kernel_bench: a build
+# folder, or a bundle made here by tests/gpu/bundle.sh (with lib/ beside them) for a GPU image
+# without our libraries.
 set -uo pipefail
 bin=$1 report=$2
 here=$(cd "$(dirname "$0")" && pwd)
@@ -119,13 +122,20 @@ mpi=(OMPI_MCA_ess_singleton_isolated=1 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_A
   limit 120 python3 "$here/sdpa_reference.py" > "$work/sdpa.csv" 2>&1
   python3 "$here/check_report.py" attention "$work/bench.csv" "$work/sdpa.csv"
   save_logs
+  gpu_name=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1)
   echo
-  echo "## 4. Training throughput, bfloat16, one GPU"
+  echo "## 4. Kernels against the roofline (bytes and FLOPs: framework/kernels/cost.h)"
+  echo
+  limit 60 "${ours[@]}" "$(exe tessera_gpu_kernel_bench)" > "$work/kernels.csv" 2>&1
+  echo "exit status: $?"
+  python3 "$here/check_report.py" kernels "$work/kernels.csv" "$gpu_name"
+  save_logs
+  echo
+  echo "## 5. Training throughput, bfloat16, one GPU"
   echo
   # The runs' settings: throughput_run_args in check_runs.sh. The last log window (steps 21-30) counts.
   # MFU = model TFLOP/s (training_flops in framework/train/step_log.cpp) / the GPU's dense bf16 peak, by its
   # name (989 TFLOP/s on an H200 or H100 SXM, 756 on an H100 PCIe: peak_tflops in check_report.py).
-  gpu_name=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1)
   echo "| model | target tok/s | model TFLOP/s | MFU | GPU peak memory | exit |"
   echo "|---|---|---|---|---|---|"
   for model in base big; do

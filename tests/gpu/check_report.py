@@ -2,7 +2,8 @@
 
   check_report.py losses WORK            section 2: the GPU runs' losses against the CPU run's
   check_report.py attention BENCH SDPA   section 3: our attention throughput beside SDPA's
-  check_report.py training LOG MODEL EXIT [GPU_NAME]  section 4: one model's training throughput row
+  check_report.py kernels BENCH [GPU_NAME]  section 4: each kernel's time, GB/s, TFLOP/s and roofline fraction
+  check_report.py training LOG MODEL EXIT [GPU_NAME]  section 5: one model's training throughput row
 
 tests/e2e/cuda_emulated.sh runs it on the emulated GPU's training logs, so that a change of the
 trainer's log line or metrics breaks CI rather than the one GPU check a session gets.
@@ -93,6 +94,53 @@ def peak_tflops(gpu_name):
     return 989, f"989 TFLOP/s dense bf16, the issue's H200 figure: no peak known for '{gpu_name or 'no GPU name'}'"
 
 
+# Memory bandwidth (TB/s) and dense float32 CUDA-core peak (TFLOP/s), NVIDIA's data sheets, by
+# nvidia-smi's name as PEAKS; the bf16 tensor-core peak is peak_tflops's.
+ROOFLINES = (("H100 PCIe", 2.0, 51), ("H100 NVL", 3.9, 60), ("H200 NVL", 4.8, 60), ("H100", 3.35, 67),
+             ("H200", 4.8, 67), ("A100-SXM4-80GB", 2.039, 19.5), ("A100", 1.555, 19.5))
+
+
+def roofline(gpu_name):
+    """(bandwidth bytes/s, {peak kind: FLOP/s}, how the report names them); the H200's where the name is unknown."""
+    tensor, _ = peak_tflops(gpu_name)
+    for pattern, tbps, fp32 in ROOFLINES:
+        if pattern in gpu_name:
+            return tbps * 1e12, {"tensor": tensor * 1e12, "fp32": fp32 * 1e12}, \
+                f"{gpu_name}: {tbps} TB/s, {tensor} TFLOP/s bf16 tensor, {fp32} TFLOP/s fp32"
+    return 4.8e12, {"tensor": 989e12, "fp32": 67e12}, \
+        f"4.8 TB/s, 989 TFLOP/s bf16 tensor, 67 TFLOP/s fp32, the H200's: no peaks known for '{gpu_name or 'no GPU name'}'"
+
+
+def kernels(bench_path, gpu_name=""):
+    """tessera_gpu_kernel_bench's CSV: each kernel's time, achieved GB/s and TFLOP/s, and the fraction of
+    the roofline, max(bytes / bandwidth, FLOPs / peak) over the time it took."""
+    bandwidth, peaks, peak_name = roofline(gpu_name)
+    with open(bench_path) as f:
+        every = f.readlines()
+    lines = [l for l in every if l.startswith("kernel,") or (l[:1].isalpha() and l.count(",") == 6)]
+    for l in every:  # notes and errors
+        if l.strip() and l not in lines:
+            print("    " + l.rstrip())
+    print(f"Roofline: {peak_name}.\n")
+    print("| kernel | dtype | shape | ms | GB/s | TFLOP/s | FLOP/byte | bound | roofline fraction |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    for r in csv.DictReader(lines):
+        try:
+            ms, nbytes, flops = float(r["ms"]), float(r["bytes"]), float(r["flops"])
+            peak = peaks[r["peak"]]
+            if ms <= 0:  # no timing (the CUDA emulator's events)
+                raise ValueError("no time")
+        except (KeyError, ValueError, TypeError):
+            print(f"| {r.get('kernel')} | row not understood: {dict(r)} |")
+            continue
+        memory_s, compute_s = nbytes / bandwidth, flops / peak
+        bound = "memory" if memory_s >= compute_s else f"{r['peak']} compute"
+        fraction = max(memory_s, compute_s) / (ms * 1e-3)
+        intensity = flops / nbytes if nbytes else 0.0
+        print(f"| {r['kernel']} | {r['dtype']} | {r['shape']} | {ms:.3f} | {nbytes / ms / 1e6:.0f} | "
+              f"{flops / ms / 1e9:.2f} | {intensity:.1f} | {bound} | {100 * fraction:.0f}% |")
+
+
 def training(log, model, status, gpu_name=""):
     """The row of MODEL's training run (its last logged step), and for big the MFU target, both MFUs of
     GPU_NAME's peak."""
@@ -119,7 +167,7 @@ def training(log, model, status, gpu_name=""):
 
 
 if __name__ == "__main__":
-    sections = {"losses": losses, "attention": attention, "training": training}
+    sections = {"losses": losses, "attention": attention, "kernels": kernels, "training": training}
     if len(sys.argv) < 2 or sys.argv[1] not in sections:
         sys.exit(__doc__)
     sections[sys.argv[1]](*sys.argv[2:])

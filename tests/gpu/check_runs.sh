@@ -10,7 +10,7 @@ small_run_args() {
             --set data.synthetic_valid_size=16 --set train.device="$2" --set train.precision="$3" --set output.dir="$4")
 }
 
-# throughput_run_args REPO MODEL DIR: section 4's 30 bfloat16 steps of MODEL (base or big) on the
+# throughput_run_args REPO MODEL DIR: section 5's 30 bfloat16 steps of MODEL (base or big) on the
 # GPU. A copy task with a 32k vocabulary and 20-40 tokens a sentence stands in for WMT (no corpus
 # needed); batches of 25k tokens as in the paper (the model's config).
 throughput_run_args() {
