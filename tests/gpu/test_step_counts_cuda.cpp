@@ -11,6 +11,7 @@
 #include "data/vocab.h"
 #include "dist/local_communicator.h"
 #include "gpu_test_util.h"
+#include "io/checkpoint.h"
 #include "models/transformer.h"
 #include "optim/adam.h"
 #include "train/parallel_step.h"
@@ -81,11 +82,48 @@ StepCounts count_steps(const models::Transformer& model, int steps) {
   return c;
 }
 
-TEST(CudaStepCounts, Bf16TrainingStep) {
+// The parameters whose products use a kept bfloat16 copy (each once per forward).
+std::int64_t kept_copies(const models::Transformer& model) {
+  std::int64_t n = 0;
+  for (const ag::Var& p : model.parameters()) n += p.compute_copy().defined() ? 1 : 0;
+  return n;
+}
+
+// The kept copies give today's casts' values: the same losses bit for bit, one cast fewer per
+// kept weight and step (the optimizer's fused pass writes them), and after the steps each copy
+// is still its weight rounded to bfloat16.
+TEST(CudaStepCounts, KeptBf16WeightsSaveOneCastPerWeightAndChangeNoLoss) {
   SKIP_WITHOUT_GPU();
-  const models::Transformer model(bf16_config(), 3);
-  const StepCounts c = count_steps(model, 3);
-  EXPECT_GT(c.casts, 0);
+  const models::Transformer kept(bf16_config(), 3), cast_per_call(bf16_config(), 3);
+  for (const ag::Var& p : cast_per_call.parameters()) ag::Var(p).drop_compute_copy();
+  const std::int64_t copies = kept_copies(kept);
+  EXPECT_EQ(copies, 2 * (6 * 2 + 10 * 2) + 1) << "a linear's weight and bias, and the tied output projection";
+  const StepCounts with = count_steps(kept, 4), without = count_steps(cast_per_call, 4);
+  EXPECT_EQ(with.losses, without.losses);
+  EXPECT_EQ(without.casts - with.casts, copies);
+  EXPECT_EQ(with.to_host, without.to_host);
+  EXPECT_EQ(with.to_device, without.to_device);
+  for (std::size_t i = 0; i < kept.parameters().size(); ++i) {
+    const ag::Var& p = kept.parameters()[i];
+    expect_close(p.value(), cast_per_call.parameters()[i].value().to(Device::cpu), 0.0, "weight " + p.name());
+    if (p.compute_copy().defined())
+      expect_close(p.compute_copy(), p.value().to(Device::cpu).to(DType::bf16), 0.0, "bfloat16 copy of " + p.name());
+  }
+}
+
+// A loaded checkpoint's weights reach the copies (io::assign_weights re-casts them).
+TEST(CudaStepCounts, LoadedWeightsRefreshTheBf16Copies) {
+  SKIP_WITHOUT_GPU();
+  const models::Transformer trained(bf16_config(), 3), fresh(bf16_config(), 4);
+  count_steps(trained, 2);
+  io::Checkpoint c;
+  for (const ag::Var& p : trained.parameters()) c.model.emplace(p.name(), p.value().to(Device::cpu));
+  std::vector<ag::Var> params = fresh.parameters();
+  io::assign_weights(c, "trained.h5", params);
+  for (std::size_t i = 0; i < params.size(); ++i)
+    if (params[i].compute_copy().defined())
+      expect_close(params[i].compute_copy(), trained.parameters()[i].compute_copy().to(Device::cpu), 0.0,
+                   params[i].name());
 }
 
 }  // namespace
