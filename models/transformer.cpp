@@ -127,6 +127,13 @@ ag::Var Transformer::decode(const ag::Var& memory, const Tensor& src_padding, co
   return output_logits(y);
 }
 
+ag::Var Transformer::forward(const Tensor& src, const Tensor& src_padding, const Tensor& tgt_in,
+                             DropoutStream& drop) const {
+  // The padding mask goes to the device once: every attention forward and backward reads it there.
+  const Tensor padding = src_padding.to(cfg_.device);
+  return decode(encode(src, padding, drop), padding, tgt_in, drop);
+}
+
 // ---------------------------------------------------------------- incremental decoding
 DecoderCache Transformer::start_decoding(const Tensor& memory, const Tensor& src_padding) const {
   ag::NoGradGuard no_grad;

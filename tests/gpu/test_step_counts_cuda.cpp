@@ -101,6 +101,11 @@ TEST(CudaStepCounts, KeptBf16WeightsSaveOneCastPerWeightAndChangeNoLoss) {
   const StepCounts with = count_steps(kept, 4), without = count_steps(cast_per_call, 4);
   EXPECT_EQ(with.losses, without.losses);
   EXPECT_EQ(without.casts - with.casts, copies);
+  // Per step up: each embedding's ids for its forward and its backward (range-checked on the
+  // host), the targets, the padding mask once, Adam's tables in one copy. Down: the loss, the NLL
+  // sum, the loss gradient's scale, the gradient norm.
+  EXPECT_EQ(with.to_device, 2 * 2 + 1 + 1 + 1);
+  EXPECT_EQ(with.to_host, 4);
   EXPECT_EQ(with.to_host, without.to_host);
   EXPECT_EQ(with.to_device, without.to_device);
   for (std::size_t i = 0; i < kept.parameters().size(); ++i) {
