@@ -69,6 +69,7 @@ Transformer::Transformer(const TransformerConfig& config, std::uint64_t seed, di
     add({p});
     out_proj_ = p.var;
   }
+  nn::keep_compute_copy(out_proj_, placement_);  // the tied embedding table's too
   positions_ = nn::PositionalEncoding(cfg_.max_positions, d, cfg_.compute_dtype(), cfg_.device);
 }
 
@@ -101,7 +102,7 @@ ag::Var Transformer::embed(const nn::Embedding& table, const Tensor& ids, std::i
 ag::Var Transformer::output_logits(const ag::Var& h) const {
   // Vocabulary-parallel: the replicated h enters the parallel region (its gradient is summed).
   const ag::Var x = vocab_group_ != nullptr ? dist::copy_to_tensor_parallel(h, *vocab_group_) : h;
-  return ag::matmul(x, ag::cast(out_proj_, cfg_.compute_dtype()), false, true);
+  return ag::matmul(x, ag::compute_copy(out_proj_, cfg_.compute_dtype()), false, true);
 }
 
 ag::Var Transformer::cross_entropy(const ag::Var& logits, const Tensor& targets, double smoothing,
@@ -124,6 +125,13 @@ ag::Var Transformer::decode(const ag::Var& memory, const Tensor& src_padding, co
   for (const DecoderLayer& l : decoder_) y = l(y, memory, src_padding, drop);
   if (cfg_.pre_norm) y = decoder_final_norm_(y);
   return output_logits(y);
+}
+
+ag::Var Transformer::forward(const Tensor& src, const Tensor& src_padding, const Tensor& tgt_in,
+                             DropoutStream& drop) const {
+  // The padding mask goes to the device once: every attention forward and backward reads it there.
+  const Tensor padding = src_padding.to(cfg_.device);
+  return decode(encode(src, padding, drop), padding, tgt_in, drop);
 }
 
 // ---------------------------------------------------------------- incremental decoding

@@ -45,9 +45,7 @@ class Transformer {
   // Decoder logits [B, Lt, tgt_vocab] for int32 tgt_in [B, Lt] (teacher forcing, causal);
   // vocabulary-parallel, this rank's block of them [B, Lt, output_block().count].
   ag::Var decode(const ag::Var& memory, const Tensor& src_padding, const Tensor& tgt_in, DropoutStream& drop) const;
-  ag::Var forward(const Tensor& src, const Tensor& src_padding, const Tensor& tgt_in, DropoutStream& drop) const {
-    return decode(encode(src, src_padding, drop), src_padding, tgt_in, drop);
-  }
+  ag::Var forward(const Tensor& src, const Tensor& src_padding, const Tensor& tgt_in, DropoutStream& drop) const;
 
   // The label-smoothed cross entropy of decode()'s logits, reshaped to [N, columns], for int32
   // targets [N], summed over the rows (ag::cross_entropy's; vocabulary-parallel, the group's).

@@ -268,6 +268,14 @@ Var cast(const Var& x, DType dtype) {
                      [from](const Tensor& g) { return std::vector<Tensor>{kernels::cast(g, from)}; });
 }
 
+Var compute_copy(const Var& p, DType dtype) {
+  const Tensor& copy = p.compute_copy();
+  if (!copy.defined() || copy.dtype() != dtype) return cast(p, dtype);
+  const DType from = p.value().dtype();
+  return make_result(copy, "cast", {p},
+                     [from](const Tensor& g) { return std::vector<Tensor>{kernels::cast(g, from)}; });
+}
+
 Var attention(const Var& q, const Var& k, const Var& v, const Tensor& key_padding, const AttentionOptions& opt) {
   const Tensor vq = q.value(), vk = k.value(), vv = v.value();
   AttentionOutput f = kernels::attention_forward(vq, vk, vv, key_padding, opt);

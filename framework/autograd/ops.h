@@ -54,6 +54,9 @@ Var cross_entropy(const Var& logits, const Tensor& targets, double smoothing, st
 // A copy in another dtype (mixed precision: bfloat16 compute from float32 master weights); the
 // gradient comes back in the input's dtype. The same Var when the dtype already matches.
 Var cast(const Var& x, DType dtype);
+// cast(p, dtype) for a parameter, from the copy it keeps in that dtype (Var::keep_compute_copy)
+// when it has one: the same values and gradient, without a cast launch per call.
+Var compute_copy(const Var& p, DType dtype);
 // Flash-style scaled dot-product attention (see kernels/cpu/attention.h for shapes and masks).
 Var attention(const Var& q, const Var& k, const Var& v, const Tensor& key_padding,
               const kernels::AttentionOptions& opt);

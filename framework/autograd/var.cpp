@@ -145,6 +145,25 @@ void Var::set_grad(Tensor g) {
   node_->grad = std::move(g);
 }
 
+void Var::keep_compute_copy(DType dtype) {
+  TESSERA_CHECK(node_ && node_->is_leaf, "keep_compute_copy: '{}' is not a leaf", node_ ? node_->name : "undefined");
+  node_->compute_copy = kernels::cast(node_->value, dtype);
+}
+
+void Var::refresh_compute_copy() {
+  if (node_ && node_->compute_copy.defined())
+    node_->compute_copy.copy_from(kernels::cast(node_->value, node_->compute_copy.dtype()));
+}
+
+void Var::drop_compute_copy() {
+  if (node_) node_->compute_copy = Tensor();
+}
+
+const Tensor& Var::compute_copy() const {
+  TESSERA_CHECK(node_, "Var::compute_copy: undefined Var");
+  return node_->compute_copy;
+}
+
 void Var::set_grad_ready_hook(std::function<void()> fn) {
   TESSERA_CHECK(node_ && node_->is_leaf, "set_grad_ready_hook: '{}' is not a leaf", node_ ? node_->name : "undefined");
   node_->grad_ready = std::move(fn);

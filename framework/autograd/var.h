@@ -32,6 +32,9 @@ struct Node {
   // Leaves: called by backward() once this leaf's gradient of that pass is complete (data
   // parallelism starts reducing a bucket as soon as all its gradients are final).
   std::function<void()> grad_ready;
+  // Mixed precision: a parameter's value in the compute dtype, kept so that products use it
+  // instead of casting the value at every call (ag::compute_copy); undefined: none kept.
+  Tensor compute_copy;
 };
 
 class Var {
@@ -57,6 +60,12 @@ class Var {
   void set_grad(Tensor g);
   // Leaves: `fn` runs whenever a backward() pass has finished this Var's gradient (empty: none).
   void set_grad_ready_hook(std::function<void()> fn);
+  // Leaves: keeps a copy of the value cast to `dtype` (mixed precision's bfloat16 weights). Whoever
+  // changes the value refreshes the copy: optimizers write it with the update, loads re-cast it.
+  void keep_compute_copy(DType dtype);
+  void refresh_compute_copy();  // re-casts the value into the copy; no copy kept: nothing
+  void drop_compute_copy();
+  const Tensor& compute_copy() const;  // undefined when none is kept
 
   const std::shared_ptr<Node>& node() const { return node_; }
   explicit Var(std::shared_ptr<Node> node) : node_(std::move(node)) {}

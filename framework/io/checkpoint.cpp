@@ -85,7 +85,10 @@ std::vector<Tensor> match_parameters(const TensorMap& tensors, const std::vector
 
 void assign_weights(const Checkpoint& ckpt, const std::string& path, std::vector<ag::Var>& params) {
   const std::vector<Tensor> values = match_parameters(ckpt.model, params, path, "/model");
-  for (std::size_t i = 0; i < params.size(); ++i) params[i].value().copy_from(values[i]);
+  for (std::size_t i = 0; i < params.size(); ++i) {
+    params[i].value().copy_from(values[i]);
+    params[i].refresh_compute_copy();  // mixed precision's bfloat16 weights follow the loaded ones
+  }
 }
 
 }  // namespace tessera::io

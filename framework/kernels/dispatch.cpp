@@ -333,6 +333,8 @@ void adam_update_on_cpu(std::vector<AdamParam>& params, const AdamStep& step) {
       cpu::adam_update(p.weight.data<T>(), p.grad.data<T>(), p.exp_avg.data<T>(), p.exp_avg_sq.data<T>(),
                        p.weight.numel(), h);
     });
+    // The kept bfloat16 copy, rounded as the fused kernel's __float2bfloat16 (to nearest even).
+    if (p.weight_bf16.defined()) p.weight_bf16.copy_from(p.weight.to(DType::bf16));
   }
 }
 }  // namespace

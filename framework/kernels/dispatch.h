@@ -100,6 +100,7 @@ AttentionGrads attention_backward(const Tensor& dout, const Tensor& q, const Ten
 // ---- the optimizer ----
 // One Adam update of every parameter (all on one device): on the CPU parameter by parameter in
 // the parameter's dtype, on the GPU one fused launch over all of them (bit-identical in float32).
+// A defined weight_bf16 receives the updated weight rounded to bfloat16 in the same pass.
 void adam_update(std::vector<AdamParam> params, const AdamStep& step);
 
 }  // namespace tessera::kernels

@@ -9,10 +9,13 @@ Linear::Linear(const std::string& name, std::int64_t in, std::int64_t out, std::
                const Placement& placement, dist::ShardDim weight_shard, dist::ShardDim bias_shard)
     : weight_(make_parameter(name + ".weight", xavier_uniform(out, in, seed), weight_shard, placement)),
       bias_(make_parameter(name + ".bias", Tensor::zeros({out}), bias_shard, placement)),
-      compute_(placement.compute) {}
+      compute_(placement.compute) {
+  keep_compute_copy(weight_.var, placement);
+  keep_compute_copy(bias_.var, placement);
+}
 
 ag::Var Linear::operator()(const ag::Var& x) const {
-  const ag::Var w = ag::cast(weight_.var, compute_), b = ag::cast(bias_.var, compute_);
+  const ag::Var w = ag::compute_copy(weight_.var, compute_), b = ag::compute_copy(bias_.var, compute_);
   return ag::linear(x, w, b);
 }
 

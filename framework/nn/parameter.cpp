@@ -10,6 +10,12 @@ Parameter make_parameter(const std::string& name, const Tensor& init, dist::Shar
   return {ag::Var::parameter(std::move(value), name), parts > 1 ? shard : dist::ShardDim::replicated, init.numel()};
 }
 
+void keep_compute_copy(const ag::Var& p, const Placement& placement) {
+  if (placement.compute == placement.dtype) return;
+  ag::Var handle = p;
+  handle.keep_compute_copy(placement.compute);
+}
+
 void append(std::vector<Parameter>& all, const std::vector<Parameter>& more) {
   all.insert(all.end(), more.begin(), more.end());
 }

@@ -33,6 +33,10 @@ struct Parameter {
 // its block along `shard`, in the placement's dtype and device.
 Parameter make_parameter(const std::string& name, const Tensor& init, dist::ShardDim shard, const Placement& placement);
 
+// Under mixed precision (compute != dtype), `p` keeps its value in the compute dtype for the
+// products that use it (ag::compute_copy), refreshed by the optimizer; otherwise nothing.
+void keep_compute_copy(const ag::Var& p, const Placement& placement);
+
 // Appends `more` to `all` (layers list their sub-layers' parameters in construction order).
 void append(std::vector<Parameter>& all, const std::vector<Parameter>& more);
 

@@ -12,7 +12,8 @@ RowParallelLinear::RowParallelLinear(const std::string& name, std::int64_t in, s
 
 ag::Var RowParallelLinear::operator()(const ag::Var& x) const {
   if (group_ == nullptr) return local_(x);
-  const ag::Var w = ag::cast(local_.weight(), local_.compute()), b = ag::cast(local_.bias(), local_.compute());
+  const ag::Var w = ag::compute_copy(local_.weight(), local_.compute()),
+                b = ag::compute_copy(local_.bias(), local_.compute());
   return ag::add(dist::reduce_from_tensor_parallel(ag::linear(x, w), *group_), b);
 }
 

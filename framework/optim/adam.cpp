@@ -19,10 +19,18 @@ void Adam::step(double lr) {
   ++t_;
   // The parameters with a gradient, updated by the kernel of their device (one fused launch on the
   // GPU; the gradients are new tensors each step, so the small table is rebuilt each step).
+  // A kept bfloat16 copy (mixed precision) is written by the same pass; another dtype's after it.
   std::vector<kernels::AdamParam> live;
-  for (std::size_t i = 0; i < params_.size(); ++i)
-    if (params_[i].grad().defined()) live.push_back({params_[i].value(), params_[i].grad(), m_[i], v_[i], Tensor()});
+  std::vector<ag::Var> recast;
+  for (std::size_t i = 0; i < params_.size(); ++i) {
+    if (!params_[i].grad().defined()) continue;
+    const Tensor& copy = params_[i].compute_copy();
+    const bool fused = copy.defined() && copy.dtype() == DType::bf16;
+    live.push_back({params_[i].value(), params_[i].grad(), m_[i], v_[i], fused ? copy : Tensor()});
+    if (copy.defined() && !fused) recast.push_back(params_[i]);
+  }
   kernels::adam_update(std::move(live), {lr, opt_.beta1, opt_.beta2, opt_.eps, t_});
+  for (ag::Var& p : recast) p.refresh_compute_copy();
   zero_grad();
 }
 

@@ -67,6 +67,24 @@ void ShardedAdam::step(double lr) {
       flat_param(k).copy_from(reducer_.buffer(b).narrow_rows(offset, n));
       offset += n;
     }
+    refresh_compute_copies(b);
+  }
+}
+
+void ShardedAdam::refresh_compute_copies(std::size_t bucket) {
+  const std::vector<std::size_t>& in_bucket = reducer_.bucket_params(bucket);
+  const auto kept = std::find_if(in_bucket.begin(), in_bucket.end(),
+                                 [&](std::size_t k) { return params_[k].compute_copy().defined(); });
+  if (kept == in_bucket.end()) return;
+  // One cast of the gathered bucket (every rank's updated elements), sliced into the copies.
+  const Tensor low = kernels::cast(reducer_.buffer(bucket).narrow_rows(0, reducer_.bucket_elements(bucket)),
+                                   params_[*kept].compute_copy().dtype());
+  std::int64_t offset = 0;
+  for (std::size_t k : in_bucket) {
+    const std::int64_t n = params_[k].value().numel();
+    Tensor copy = params_[k].compute_copy();
+    if (copy.defined()) copy.copy_from(kernels::cast(low.narrow_rows(offset, n), copy.dtype()).reshape(copy.shape()));
+    offset += n;
   }
 }
 

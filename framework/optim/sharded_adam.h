@@ -49,6 +49,8 @@ class ShardedAdam {
 
  private:
   Tensor flat_param(std::size_t param) const;  // a parameter's value as one row
+  // The kept compute copies (mixed precision) of a bucket's parameters, from its gathered values.
+  void refresh_compute_copies(std::size_t bucket);
 
   std::vector<ag::Var> params_;
   dist::GradientReducer& reducer_;

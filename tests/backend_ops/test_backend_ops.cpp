@@ -318,6 +318,20 @@ std::vector<OpCase> attention_and_adam_cases() {
                  return r;
                },
                true});
+  // With the kept bfloat16 copies (mixed precision) written in the same pass: bit-identical too.
+  c.push_back({"adam_update", "with_bf16_copies",
+               [](const Backend& b) {
+                 std::vector<AdamParam> params;
+                 for (std::int64_t n : {300, 4097})
+                   params.push_back({b.f32(random({n}, 84)), b.f32(random({n}, 85)), b.f32(random({n}, 86)),
+                                     b.f32(random({n}, 87, 0.0, 1.0)), Tensor::zeros({n}, DType::bf16, b.device)});
+                 adam_update(params, {1e-3, 0.9, 0.98, 1e-9, 2});
+                 std::vector<Out> r;
+                 for (const AdamParam& p : params)
+                   for (const Tensor& t : {p.weight, p.weight_bf16}) r.push_back({"state", t, 0.0});
+                 return r;
+               },
+               true});
   return c;
 }
 

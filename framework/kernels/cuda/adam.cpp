@@ -1,5 +1,6 @@
 #include "kernels/cuda/adam.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
@@ -33,16 +34,22 @@ FusedAdam::FusedAdam(std::vector<AdamParam> params) : params_(std::move(params))
     }
   }
   chunks_ = static_cast<std::int64_t>(chunk_start.size());
-  // The tables travel as int32 tensors (the segment structs and the int64 starts as raw bytes).
+  // The three tables travel in one int32 upload (one host-to-device copy per step): the segment
+  // structs as raw bytes, then the int64 chunk starts as two int32 halves each (little endian),
+  // both at 8-byte offsets, then the chunks' segments.
   const std::size_t bytes = segments.size() * sizeof(AdamSegment);
-  std::vector<std::int32_t> raw((bytes + 3) / 4);
-  if (bytes > 0) std::memcpy(raw.data(), segments.data(), bytes);
-  segments_ = Tensor::from(raw, {static_cast<std::int64_t>(raw.size())}).to(Device::cuda);
-  chunk_segment_ = Tensor::from(chunk_segment, {chunks_}).to(Device::cuda);
-  // int64 has no dtype of its own here: the starts go as two int32 halves (little endian).
-  std::vector<std::int32_t> halves(2 * chunk_start.size());
-  if (!chunk_start.empty()) std::memcpy(halves.data(), chunk_start.data(), chunk_start.size() * sizeof(std::int64_t));
-  chunk_start_ = Tensor::from(halves, {static_cast<std::int64_t>(halves.size())}).to(Device::cuda);
+  const std::size_t segment_words = ((bytes + 7) / 8) * 2, start_words = 2 * chunk_start.size();
+  std::vector<std::int32_t> table(segment_words + start_words + chunk_segment.size());
+  if (bytes > 0) std::memcpy(table.data(), segments.data(), bytes);
+  if (!chunk_start.empty())
+    std::memcpy(table.data() + segment_words, chunk_start.data(), chunk_start.size() * sizeof(std::int64_t));
+  std::copy(chunk_segment.begin(), chunk_segment.end(),
+            table.begin() + static_cast<std::ptrdiff_t>(segment_words + start_words));
+  table_ = Tensor::from(table, {static_cast<std::int64_t>(table.size())}).to(Device::cuda);
+  const auto* base = static_cast<const std::int32_t*>(table_.raw_data());
+  segments_ = reinterpret_cast<const AdamSegment*>(base);
+  chunk_start_ = reinterpret_cast<const std::int64_t*>(base + segment_words);
+  chunk_segment_ = base + segment_words + start_words;
 }
 
 void FusedAdam::step(double lr, double beta1, double beta2, double eps, long t) {
@@ -52,10 +59,7 @@ void FusedAdam::step(double lr, double beta1, double beta2, double eps, long t) 
   // The same float32 values the CPU twin gets from optim::Adam.
   const AdamHyper h{static_cast<float>(beta1), static_cast<float>(beta2), static_cast<float>(lr / bc1),
                     static_cast<float>(1.0 / bc2), static_cast<float>(eps)};
-  check_launch("cuda::FusedAdam::step",
-               launch_adam(static_cast<const AdamSegment*>(segments_.raw_data()),
-                           static_cast<const std::int32_t*>(chunk_segment_.raw_data()),
-                           static_cast<const std::int64_t*>(chunk_start_.raw_data()), chunks_, h, nullptr));
+  check_launch("cuda::FusedAdam::step", launch_adam(segments_, chunk_segment_, chunk_start_, chunks_, h, nullptr));
 }
 
 }  // namespace tessera::cuda

@@ -23,7 +23,10 @@ class FusedAdam {
 
  private:
   std::vector<AdamParam> params_;
-  Tensor segments_, chunk_segment_, chunk_start_;  // device tables
+  Tensor table_;  // the device tables below, in one allocation
+  const AdamSegment* segments_ = nullptr;
+  const std::int32_t* chunk_segment_ = nullptr;
+  const std::int64_t* chunk_start_ = nullptr;
   std::int64_t chunks_ = 0;
 };
 
