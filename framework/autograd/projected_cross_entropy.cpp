@@ -55,7 +55,8 @@ Var projected_cross_entropy(const Var& h, const Var& w, const Tensor& targets, d
   const bool grads = grad_enabled();
   BlockOutputs out{Tensor::empty({n}, vh.dtype()), Tensor::empty({n}, vh.dtype()),
                    grads && h.requires_grad() ? Tensor::empty(vh.shape(), vh.dtype()) : Tensor(),
-                   grads && w.requires_grad() ? Tensor::zeros(vw.shape(), vw.dtype()) : Tensor()};
+                   grads && w.requires_grad() ? Tensor::empty(vw.shape(), vw.dtype()) : Tensor()};
+  if (out.dw.defined() && n == 0) out.dw.fill(0.0);  // no block assigns it
   Tensor z = Tensor::empty({std::min(block_rows, std::max<std::int64_t>(n, 1)), v}, vh.dtype());
   for (std::int64_t r0 = 0; r0 < n; r0 += block_rows)
     project_block(vh, vw, targets, smoothing, ignore_index, r0, std::min(block_rows, n - r0), z, out);

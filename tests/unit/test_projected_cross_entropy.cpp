@@ -79,6 +79,14 @@ TEST(ProjectedCrossEntropy, MatchesTheUnfusedOpForEveryBlockSize) {
   }
 }
 
+TEST(ProjectedCrossEntropy, NoRowsGiveZeroLossAndGradients) {
+  ag::Var h = ag::Var::parameter(Tensor::empty({0, 3}), "h"), w = ag::Var::parameter(Tensor::full({5, 3}, 1.0), "w");
+  ag::Var loss = ag::projected_cross_entropy(h, w, Tensor::empty({0}, DType::i32), 0.1, 0);
+  EXPECT_EQ(loss.value().item(), 0.0);
+  loss.backward();
+  for (double g : w.grad().to_doubles()) EXPECT_EQ(g, 0.0);
+}
+
 TEST(ProjectedCrossEntropy, NamesMismatchedShapes) {
   const Tensor targets = random_targets(4, 6, 0, 7);
   const ag::Var h(random_double({4, 3}, 8)), w(random_double({6, 5}, 9));
