@@ -3,6 +3,7 @@
 #include <string>
 #include <vector>
 
+#include "autograd/projected_cross_entropy.h"
 #include "dist/parallel_ops.h"
 #include "kernels/dispatch.h"
 #include "nn/init.h"
@@ -119,12 +120,30 @@ ag::Var Transformer::encode(const Tensor& src, const Tensor& src_padding, Dropou
   return cfg_.pre_norm ? encoder_final_norm_(x) : x;
 }
 
-ag::Var Transformer::decode(const ag::Var& memory, const Tensor& src_padding, const Tensor& tgt_in,
-                            DropoutStream& drop) const {
+ag::Var Transformer::decode_hidden(const ag::Var& memory, const Tensor& src_padding, const Tensor& tgt_in,
+                                   DropoutStream& drop) const {
   ag::Var y = embed(tgt_embed_, tgt_in, 0, drop);
   for (const DecoderLayer& l : decoder_) y = l(y, memory, src_padding, drop);
-  if (cfg_.pre_norm) y = decoder_final_norm_(y);
-  return output_logits(y);
+  return cfg_.pre_norm ? decoder_final_norm_(y) : y;
+}
+
+ag::Var Transformer::decode(const ag::Var& memory, const Tensor& src_padding, const Tensor& tgt_in,
+                            DropoutStream& drop) const {
+  return output_logits(decode_hidden(memory, src_padding, tgt_in, drop));
+}
+
+ag::Var Transformer::forward_loss(const Tensor& src, const Tensor& src_padding, const Tensor& tgt_in,
+                                  const Tensor& targets, double smoothing, std::int32_t ignore_index, double* nll_sum,
+                                  DropoutStream& drop) const {
+  const std::int64_t rows = targets.numel();
+  const ag::Var h = decode_hidden(encode(src, src_padding, drop), src_padding, tgt_in, drop);
+  // The fused op is a CPU one of the model's own dtype; the other layouts keep the logits.
+  const bool fused = vocab_group_ == nullptr && cfg_.device == Device::cpu && cfg_.compute_dtype() == cfg_.dtype;
+  if (fused)
+    return ag::projected_cross_entropy(ag::reshape(h, {rows, cfg_.d_model}), out_proj_, targets, smoothing,
+                                       ignore_index, nll_sum);
+  const ag::Var logits = ag::reshape(output_logits(h), {rows, out_block_.count});
+  return cross_entropy(logits, targets, smoothing, ignore_index, nll_sum);
 }
 
 ag::Var Transformer::forward(const Tensor& src, const Tensor& src_padding, const Tensor& tgt_in,

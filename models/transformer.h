@@ -51,6 +51,10 @@ class Transformer {
   // targets [N], summed over the rows (ag::cross_entropy's; vocabulary-parallel, the group's).
   ag::Var cross_entropy(const ag::Var& logits, const Tensor& targets, double smoothing, std::int32_t ignore_index,
                         double* nll_sum = nullptr) const;
+  // The summed cross entropy of forward()'s logits against int32 targets [B * Lt], without the
+  // [B * Lt, V] logits on one CPU process (ag::projected_cross_entropy); otherwise cross_entropy().
+  ag::Var forward_loss(const Tensor& src, const Tensor& src_padding, const Tensor& tgt_in, const Tensor& targets,
+                       double smoothing, std::int32_t ignore_index, double* nll_sum, DropoutStream& drop) const;
   // The target ids whose logits this rank computes (all of them unless vocabulary-parallel).
   const dist::VocabBlock& output_block() const { return out_block_; }
 
@@ -79,6 +83,9 @@ class Transformer {
 
   ag::Var embed(const nn::Embedding& table, const Tensor& ids, std::int64_t first_position, DropoutStream& drop) const;
   ag::Var output_logits(const ag::Var& h) const;
+  // decode() before the output projection: [B, Lt, d_model].
+  ag::Var decode_hidden(const ag::Var& memory, const Tensor& src_padding, const Tensor& tgt_in,
+                        DropoutStream& drop) const;
 
   TransformerConfig cfg_;
   dist::Communicator* tp_ = nullptr;

@@ -24,11 +24,9 @@ namespace tessera::train {
 LossSums run_batch(const models::Transformer& model, const data::Batch& b, double smoothing,
                    models::DropoutStream& drop, double grad_scale) {
   const std::int64_t rows = b.tgt_out.numel();
-  ag::Var logits = model.forward(b.src, b.src_padding, b.tgt_in, drop);
-  logits = ag::reshape(logits, {rows, model.output_block().count});
   const Tensor targets = b.tgt_out.reshape({rows});
   LossSums s;
-  ag::Var loss = model.cross_entropy(logits, targets, smoothing, data::kPadId, &s.nll);
+  ag::Var loss = model.forward_loss(b.src, b.src_padding, b.tgt_in, targets, smoothing, data::kPadId, &s.nll, drop);
   s.smoothed = loss.value().item();
   s.tokens = b.tgt_tokens;
   if (grad_scale != 0.0) ag::scale(loss, grad_scale).backward();

@@ -43,6 +43,22 @@ void for_each_row(const Shape& out_shape, const std::vector<std::int64_t>& sa, c
   }
 }
 
+// z[i] = f(x[i * ia], y[i * ib]); the common strides (both 1: a residual add; 1 and 0: a bias or
+// scale broadcast along the row) get loops of their own, which vectorize.
+template <typename T, typename F>
+void binary_row(T* __restrict__ z, const T* x, const T* y, std::int64_t n, std::int64_t ia, std::int64_t ib, F f) {
+  if (ia == 1 && ib == 1) {
+#pragma omp simd
+    for (std::int64_t i = 0; i < n; ++i) z[i] = f(x[i], y[i]);
+  } else if (ia == 1 && ib == 0) {
+    const T y0 = y[0];
+#pragma omp simd
+    for (std::int64_t i = 0; i < n; ++i) z[i] = f(x[i], y0);
+  } else {
+    for (std::int64_t i = 0; i < n; ++i) z[i] = f(x[i * ia], y[i * ib]);
+  }
+}
+
 template <typename T>
 T apply_unary(UnaryOp op, T x) {
   switch (op) {
@@ -102,21 +118,18 @@ Tensor binary(BinaryOp op, const Tensor& a, const Tensor& b) {
     for_each_row(
         shape, sa, sb,
         [&](std::int64_t oo, std::int64_t oa, std::int64_t ob, std::int64_t n, std::int64_t ia, std::int64_t ib) {
-          const T* x = pa + oa;
-          const T* y = pb + ob;
-          T* z = po + oo;
           switch (op) {
             case BinaryOp::add:
-              for (std::int64_t i = 0; i < n; ++i) z[i] = x[i * ia] + y[i * ib];
+              binary_row(po + oo, pa + oa, pb + ob, n, ia, ib, [](T x, T y) { return x + y; });
               break;
             case BinaryOp::sub:
-              for (std::int64_t i = 0; i < n; ++i) z[i] = x[i * ia] - y[i * ib];
+              binary_row(po + oo, pa + oa, pb + ob, n, ia, ib, [](T x, T y) { return x - y; });
               break;
             case BinaryOp::mul:
-              for (std::int64_t i = 0; i < n; ++i) z[i] = x[i * ia] * y[i * ib];
+              binary_row(po + oo, pa + oa, pb + ob, n, ia, ib, [](T x, T y) { return x * y; });
               break;
             case BinaryOp::div:
-              for (std::int64_t i = 0; i < n; ++i) z[i] = x[i * ia] / y[i * ib];
+              binary_row(po + oo, pa + oa, pb + ob, n, ia, ib, [](T x, T y) { return x / y; });
               break;
           }
         });
@@ -197,7 +210,12 @@ Tensor sum_to_shape(const Tensor& t, const Shape& shape) {
       const T* x = in + row * inner;
       T* y = o + oo;
       const std::int64_t st = so[r - 1];
-      for (std::int64_t i = 0; i < inner; ++i) y[i * st] += x[i];
+      if (st == 1) {  // a bias gradient: whole rows added (vectorizes)
+#pragma omp simd
+        for (std::int64_t i = 0; i < inner; ++i) y[i] += x[i];
+      } else {
+        for (std::int64_t i = 0; i < inner; ++i) y[i * st] += x[i];
+      }
     }
   });
   return out;
