@@ -102,6 +102,12 @@ struct AttentionShape {
 bool attention_supports_head_dim(std::int64_t head_dim);  // 32, 64, 128
 // Shared memory per block the forward (or backward) kernel needs; 0 for an unsupported head size.
 int attention_shared_bytes(std::int64_t head_dim, Elem elem, bool backward);
+// The FlashAttention-2 forward (attention_fa2.cu; mma.sync, registers-resident O): taken by
+// launch_attention_forward for bfloat16 at head dims 64 and 128 with 16-byte aligned q, k, v.
+bool attention_fa2_applies(std::int64_t head_dim, Elem elem, const void* q, const void* k, const void* v);
+int attention_fa2_shared_bytes(std::int64_t head_dim);
+cudaError_t launch_attention_forward_fa2(const void* q, const void* k, const void* v, const std::int32_t* key_padding,
+                                         void* out, float* lse, const AttentionShape& s, cudaStream_t stream);
 cudaError_t launch_attention_forward(const void* q, const void* k, const void* v, const std::int32_t* key_padding,
                                      void* out, float* lse, const AttentionShape& s, Elem elem, cudaStream_t stream);
 // dq_accum: float32 [B, H, Lq, D] scratch that the launcher zeroes; delta: float32 [B, H, Lq]
