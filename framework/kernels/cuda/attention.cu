@@ -5,7 +5,8 @@
 // the CPU reference). Masks: key padding, causal aligned bottom right (query i sees key j iff
 // j <= i + Lk - Lq), keys beyond Lk and queries beyond Lq. The tiles use up to 124 KB of shared
 // memory: sm_80 (A100) and sm_90 (H100/H200) class GPUs; sm_86/sm_89/sm_120 (99 KB) would need smaller
-// ones, and get a clear error instead (cuda/attention.cpp).
+// ones, and get a clear error instead (cuda/attention.cpp). bfloat16 at head dims 64 and 128 goes to
+// attention_fa2.cu's FlashAttention-2 kernels (mma.sync, registers-resident accumulators).
 #include <mma.h>
 
 #include <algorithm>
@@ -319,6 +320,12 @@ cudaError_t backward(const void* dout, const void* q, const void* k, const void*
         static_cast<const T*>(dout), static_cast<const T*>(out), delta, rows);
     if ((err = cudaGetLastError()) != cudaSuccess) return err;
   }
+  if (attention_fa2_applies(D, std::is_same_v<T, float> ? Elem::f32 : Elem::bf16, q, k, v) &&
+      reinterpret_cast<std::uintptr_t>(dout) % 16 == 0) {  // attention_fa2.cu
+    err = launch_attention_backward_fa2(dout, q, k, v, pad, lse, delta, dq_accum, dk, dv, s, stream);
+    if (err != cudaSuccess) return err;
+    return launch_cast(dq_accum, Elem::f32, dq, elem, rows * D, stream);
+  }
   if ((err = allow_shared(attention_backward_kernel<T, D>, C::kBytes)) != cudaSuccess) return err;
   const dim3 grid(static_cast<unsigned>((s.k_len + C::kBc - 1) / C::kBc), static_cast<unsigned>(s.heads),
                   static_cast<unsigned>(s.batch));
@@ -390,7 +397,7 @@ bool attention_supports_head_dim(std::int64_t head_dim) { return head_dim == 32 
 int attention_shared_bytes(std::int64_t head_dim, Elem elem, bool backward) {
   if (elem != Elem::bf16) return shared_bytes_d<float>(head_dim, backward);
   const int tiles = shared_bytes_d<__nv_bfloat16>(head_dim, backward);  // the fallback's, when unaligned
-  return backward ? tiles : std::max(tiles, attention_fa2_shared_bytes(head_dim));
+  return std::max(tiles, attention_fa2_shared_bytes(head_dim, backward));
 }
 
 cudaError_t launch_attention_forward(const void* q, const void* k, const void* v, const std::int32_t* key_padding,
