@@ -26,6 +26,13 @@ namespace {
 std::mutex g_attr_mutex;
 std::map<const void*, int> g_max_dynamic_shared;
 
+// A cp.async copy: the source's bytes (read at issue; zeros past src_bytes) land at completion.
+struct AsyncCopy {
+  unsigned char* dst;
+  unsigned char bytes[16];
+  std::size_t size;
+};
+
 // ---- fibers (Boost.Context: a switch costs nanoseconds, where swapcontext makes two system calls) ----
 enum class State { ready, at_block_barrier, at_warp_op, done };
 struct Fiber {
@@ -35,6 +42,13 @@ struct Fiber {
   const char* warp_op = nullptr;
   std::uint64_t exchange_in = 0, exchange_out = 0;
   int lane_mask = 0;
+  // A gather (warp_gather): this lane's bytes, and where all 32 lanes' go.
+  const void* gather_in = nullptr;
+  void* gather_out = nullptr;
+  std::size_t gather_bytes = 0;
+  // cp.async copies: issued but not committed, and committed groups, oldest first.
+  std::vector<AsyncCopy> copies_open;
+  std::vector<std::vector<AsyncCopy>> copy_groups;
 };
 
 // A wmma call as the first lane of its warp to make it made it.
@@ -49,6 +63,7 @@ struct Block {
   ThreadBody* body = nullptr;
   int current = -1;
   unsigned char* shared = nullptr;
+  std::size_t shared_bytes = 0;
   std::string fault;  // set by a faulting fiber
   // wmma calls must be the whole warp's, with the same arguments: each warp's sequence of calls
   // (the first lane to make the k-th call records it, the others must match it) and how many
@@ -97,6 +112,38 @@ void yield(Block& b) {
 
 std::string describe(dim3 d) { return std::to_string(d.x) + "," + std::to_string(d.y) + "," + std::to_string(d.z); }
 
+// For a gather (mma.sync, ldmatrix) that warp w's live lanes wait at: gives each lane all 32
+// lanes' bytes. These instructions take every lane (.aligned): a missing or exited one is an error.
+std::string release_gather(Block& b, int w) {
+  const int n = static_cast<int>(b.fibers.size()), w0 = 32 * w;
+  const Fiber& first = b.fibers[static_cast<std::size_t>(w0)];
+  bool any = false;
+  for (int t = w0; t < w0 + 32 && t < n; ++t) any = any || b.fibers[static_cast<std::size_t>(t)].gather_in != nullptr;
+  if (!any) return {};
+  for (int t = w0; t < w0 + 32; ++t) {
+    const bool live = t < n && b.fibers[static_cast<std::size_t>(t)].state == State::at_warp_op;
+    if (!live || b.fibers[static_cast<std::size_t>(t)].gather_bytes != first.gather_bytes)
+      return std::string(first.warp_op) + ": lane " + std::to_string(t - w0) + " of warp " + std::to_string(w) +
+             " is not at it (exited, or a partial warp): it takes every lane of the warp";
+  }
+  for (int t = w0; t < w0 + 32; ++t) {
+    Fiber& f = b.fibers[static_cast<std::size_t>(t)];
+    for (int from = 0; from < 32; ++from)
+      std::memcpy(static_cast<unsigned char*>(f.gather_out) + from * f.gather_bytes,
+                  b.fibers[static_cast<std::size_t>(w0 + from)].gather_in, f.gather_bytes);
+  }
+  for (int t = w0; t < w0 + 32; ++t) b.fibers[static_cast<std::size_t>(t)].gather_in = nullptr;
+  return {};
+}
+
+// Completes a thread's cp.async groups but the newest `keep`.
+void complete_copies(Fiber& f, std::size_t keep) {
+  while (f.copy_groups.size() > keep) {
+    for (const AsyncCopy& c : f.copy_groups.front()) std::memcpy(c.dst, c.bytes, c.size);
+    f.copy_groups.erase(f.copy_groups.begin());
+  }
+}
+
 // Releases warp w's lanes when all its live lanes wait at a warp operation. As on the GPU, lanes
 // that have exited (or that a partial warp lacks) take no part: a shuffle reading one gets NaN
 // bits (0xff bytes; the GPU's value is undefined). Returns an error message when live lanes wait
@@ -114,6 +161,8 @@ std::string release_warp(Block& b, int w) {
     op = f.warp_op;
   }
   if (op == nullptr) return {};
+  const std::string gathered = release_gather(b, w);
+  if (!gathered.empty()) return gathered;
   for (int t = w0; t < w0 + 32 && t < n; ++t) {
     Fiber& f = b.fibers[static_cast<std::size_t>(t)];
     if (f.state != State::at_warp_op) continue;
@@ -131,6 +180,10 @@ void start_fiber(Block& b, std::size_t t) {
   f.self = boost::context::fiber(std::allocator_arg, PooledStack{}, [&b, &f](boost::context::fiber&& scheduler) {
     f.scheduler = std::move(scheduler);
     b.body->run();
+    // Copies still in flight land before the thread's end is seen (uncommitted ones too).
+    f.copy_groups.push_back(std::move(f.copies_open));
+    f.copies_open.clear();
+    complete_copies(f, 0);
     f.state = State::done;
     return std::move(f.scheduler);
   });
@@ -271,6 +324,51 @@ void uniform_warp_call(const char* op, std::uint64_t arguments) {
   }
 }
 
+void warp_gather(const char* op, const void* mine, std::size_t bytes, void* all) {
+  Fiber& f = current_fiber(op);
+  f.state = State::at_warp_op;
+  f.warp_op = op;
+  f.lane_mask = 0;
+  f.gather_in = mine;
+  f.gather_out = all;
+  f.gather_bytes = bytes;
+  yield(*t_block);
+}
+
+bool is_shared_memory(const void* p, std::size_t bytes) {
+  current_fiber("a shared memory address");
+  const auto* q = static_cast<const unsigned char*>(p);
+  return q >= t_block->shared && q + bytes <= t_block->shared + t_block->shared_bytes;
+}
+
+void cp_async(void* shared_dst, const void* global_src, std::size_t bytes, std::size_t src_bytes) {
+  Fiber& f = current_fiber("cp.async");
+  if (bytes != 16 || src_bytes > bytes) fault("cp.async.cg: 16 bytes, and a source size of at most 16");
+  if (reinterpret_cast<std::uintptr_t>(shared_dst) % 16 != 0 || reinterpret_cast<std::uintptr_t>(global_src) % 16 != 0)
+    fault("cp.async.cg: source and destination must be 16-byte aligned");
+  if (!is_shared_memory(shared_dst, bytes)) fault("cp.async: the destination is not dynamic shared memory");
+  if (src_bytes > 0 && !is_device_memory(global_src, src_bytes))
+    fault("cp.async: the source is not device memory (or runs past its allocation)");
+  AsyncCopy c{static_cast<unsigned char*>(shared_dst), {}, bytes};
+  std::memset(c.bytes, 0, sizeof c.bytes);
+  std::memcpy(c.bytes, global_src, src_bytes);
+  // Undefined until the copy's group is waited for: NaN bytes meanwhile, so an early read shows.
+  std::memset(shared_dst, 0xff, bytes);
+  f.copies_open.push_back(c);
+}
+
+void cp_async_commit() {
+  Fiber& f = current_fiber("cp.async.commit_group");
+  f.copy_groups.push_back(std::move(f.copies_open));
+  f.copies_open.clear();
+}
+
+void cp_async_wait(int pending) {
+  Fiber& f = current_fiber("cp.async.wait_group");
+  if (pending < 0) fault("cp.async.wait_group: a negative count");
+  complete_copies(f, static_cast<std::size_t>(pending));
+}
+
 void poison_static_shared(void* array, std::size_t bytes) {
   current_fiber("static shared memory");
   for (const void* p : t_poisoned_static_shared)
@@ -330,6 +428,7 @@ void run_grid(const void* kernel, const char* name, const Config& c, const void*
   std::vector<unsigned char> shared_storage(c.shared_bytes + 128);
   const auto shared_at = round_up(reinterpret_cast<std::uintptr_t>(shared_storage.data()), 128);
   b.shared = reinterpret_cast<unsigned char*>(shared_at);
+  b.shared_bytes = c.shared_bytes;
   gridDim = c.grid;
   blockDim = c.block;
   t_block = &b;

@@ -261,14 +261,14 @@ std::vector<OpCase> cross_entropy_cases() {
   return c;
 }
 
-// q [2, 2, lq, 32], k and v [2, 2, lk, 32]; the second sequence's last three keys padded.
+// q [2, 2, lq, d], k and v [2, 2, lk, d]; the second sequence's last three keys padded.
 struct AttentionInputs {
   Tensor q, k, v, pad;
   AttentionOptions opt;
-  AttentionInputs(const Backend& b, std::int64_t lq, std::int64_t lk, bool causal, bool padded)
-      : q(b.elem(random({2, 2, lq, 32}, 70))),
-        k(b.elem(random({2, 2, lk, 32}, 71))),
-        v(b.elem(random({2, 2, lk, 32}, 72))),
+  AttentionInputs(const Backend& b, std::int64_t lq, std::int64_t lk, std::int64_t d, bool causal, bool padded)
+      : q(b.elem(random({2, 2, lq, d}, 70))),
+        k(b.elem(random({2, 2, lk, d}, 71))),
+        v(b.elem(random({2, 2, lk, d}, 72))),
         opt{.causal = causal, .scale = 0.0} {
     std::vector<std::int32_t> p(static_cast<std::size_t>(2 * lk), 0);
     for (std::int64_t j = lk - 3; padded && j < lk; ++j) p[static_cast<std::size_t>(lk + j)] = 1;
@@ -281,25 +281,32 @@ std::vector<OpCase> attention_and_adam_cases() {
   std::vector<OpCase> c;
   struct Family {
     const char* name;
-    std::int64_t lq, lk;
+    std::int64_t lq, lk, d;
     bool causal, padded;
   };
+  // d 64 and 128 in bfloat16 run the FlashAttention-2 forward (attention_fa2.cu): the long
+  // families span several query blocks and key tiles (its cp.async double buffering), with
+  // ragged lengths (neither a multiple of the 64-row tiles) and Lq != Lk under the causal mask.
   for (const Family fam_case :
-       {Family{"cross_padded", 9, 13, false, true}, Family{"self_causal", 16, 16, true, false}}) {
-    const std::int64_t lq = fam_case.lq, lk = fam_case.lk;
+       {Family{"cross_padded", 9, 13, 32, false, true}, Family{"self_causal", 16, 16, 32, true, false},
+        Family{"d64_cross_padded", 9, 13, 64, false, true}, Family{"d128_self_causal", 16, 16, 128, true, false},
+        Family{"d64_long_causal_padded", 130, 200, 64, true, true},
+        Family{"d128_long_ragged_padded", 100, 150, 128, false, true},
+        Family{"d128_long_causal", 67, 100, 128, true, false}}) {
+    const std::int64_t lq = fam_case.lq, lk = fam_case.lk, d = fam_case.d;
     const bool causal = fam_case.causal, padded = fam_case.padded;
     const char* fam = fam_case.name;
     c.push_back({"attention_forward", fam, [=](const Backend& b) {
-                   const AttentionInputs in(b, lq, lk, causal, padded);
+                   const AttentionInputs in(b, lq, lk, d, causal, padded);
                    const auto f = attention_forward(in.q, in.k, in.v, in.pad, in.opt);
                    return std::vector<Out>{{"out", f.out, b.tol()},
                                            {"lse", f.lse, b.dtype == DType::f32 ? kF32Tol : 10 * kF32Tol}};
                  }});
     c.push_back(
         {"attention_backward", fam, [=](const Backend& b) {
-           const AttentionInputs in(b, lq, lk, causal, padded);
+           const AttentionInputs in(b, lq, lk, d, causal, padded);
            const auto f = attention_forward(in.q, in.k, in.v, in.pad, in.opt);
-           const auto g = attention_backward(b.elem(random({2, 2, lq, 32}, 73)), in.q, in.k, in.v, in.pad, f, in.opt);
+           const auto g = attention_backward(b.elem(random({2, 2, lq, d}, 73)), in.q, in.k, in.v, in.pad, f, in.opt);
            const double tol = b.dtype == DType::f32 ? kF32Tol : 2 * kBf16Tol;
            return std::vector<Out>{{"dq", g.dq, tol}, {"dk", g.dk, tol}, {"dv", g.dv, tol}};
          }});

@@ -154,6 +154,8 @@ cudaError_t cudaFuncSetAttribute(Kernel kernel, cudaFuncAttribute attr, int valu
 }
 
 // ---- device code: qualifiers, built-in variables, intrinsics ----
+// Device code can tell the emulator's build (the wrappers of kernels/cuda/mma.cuh use it).
+#define TESSERA_CUDA_EMULATED_DEVICE 1
 #define __global__
 #define __device__
 #define __host__
@@ -189,6 +191,18 @@ std::uint64_t exchange(unsigned mask, std::uint64_t bits, int lane_mask);
 // reference); a lane that makes it differently faults, and the block's end checks that every
 // lane of the warp made as many.
 void uniform_warp_call(const char* op, std::uint64_t arguments);
+// A gather every lane of the warp must make (mma.sync, ldmatrix): each lane gives `bytes` bytes at
+// `mine` and gets all 32 lanes' at `all` (lane i's at all + i * bytes).
+void warp_gather(const char* op, const void* mine, std::size_t bytes, void* all);
+// Whether [p, p + bytes) lies in the current block's dynamic shared memory.
+bool is_shared_memory(const void* p, std::size_t bytes);
+// cp.async.cg.shared.global of `bytes` (16) bytes, zeros past `src_bytes`: the destination reads
+// as NaN bytes (0xff) until cp_async_wait completes its group (checked: alignment, shared
+// destination, device-memory source). cp_async_commit closes the calling thread's group;
+// cp_async_wait(n) completes all but its n newest groups.
+void cp_async(void* shared_dst, const void* global_src, std::size_t bytes, std::size_t src_bytes);
+void cp_async_commit();
+void cp_async_wait(int pending);
 // The current block's dynamic shared memory (extern __shared__ arrays).
 unsigned char* dynamic_shared();
 // A static __shared__ array: filled with 0xff bytes by the first thread of each block to reach it.

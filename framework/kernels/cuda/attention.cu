@@ -5,12 +5,14 @@
 // the CPU reference). Masks: key padding, causal aligned bottom right (query i sees key j iff
 // j <= i + Lk - Lq), keys beyond Lk and queries beyond Lq. The tiles use up to 124 KB of shared
 // memory: sm_80 (A100) and sm_90 (H100/H200) class GPUs; sm_86/sm_89/sm_120 (99 KB) would need smaller
-// ones, and get a clear error instead (cuda/attention.cpp).
+// ones, and get a clear error instead (cuda/attention.cpp). bfloat16 at head dims 64 and 128 goes to
+// attention_fa2.cu's FlashAttention-2 kernels (mma.sync, registers-resident accumulators).
 #include <mma.h>
 
+#include <algorithm>
 #include <type_traits>
 
-#include "kernels/cuda/common.cuh"
+#include "kernels/cuda/attention_common.cuh"
 
 namespace tessera::cuda {
 namespace {
@@ -80,12 +82,6 @@ struct Fwd {
   static constexpr int kBytes = kO + round_up(kWarps * 16 * kLdO * 4);
 };
 
-__device__ __forceinline__ bool visible(const AttentionShape& s, const std::int32_t* pad, std::int64_t b,
-                                        std::int64_t qi, std::int64_t kj) {
-  return qi < s.q_len && kj < s.k_len && (pad == nullptr || pad[b * s.k_len + kj] == 0) &&
-         (!s.causal || kj <= qi + (s.k_len - s.q_len));
-}
-
 // Block-wide: rows [row0, row0 + rows) of a [len, D] matrix into a shared tile of row stride ld;
 // rows past len are zeros.
 template <typename T, int D>
@@ -125,11 +121,7 @@ __global__ void __launch_bounds__(Fwd<T, D>::kWarps * 32)
   constexpr int kHalf = C::kBc / 2;
   const std::int64_t qi = q0 + warp * 16 + r;
   float m = -INFINITY, l = 0.0f;
-  std::int64_t k_end = s.k_len;  // causal: no key after the block's last row's last visible key
-  if (s.causal) {
-    const std::int64_t last = q0 + C::kBr - 1 + (s.k_len - s.q_len);
-    k_end = last + 1 < k_end ? (last + 1 > 0 ? last + 1 : 0) : k_end;
-  }
+  const std::int64_t k_end = attention_key_end(s, q0, C::kBr);
   for (std::int64_t k0 = 0; k0 < k_end; k0 += C::kBc) {
     __syncthreads();  // every warp is done with the previous K and V tiles
     load_tile<T, D>(Ks, C::kLd, kg, k0, C::kBc, s.k_len);
@@ -141,7 +133,7 @@ __global__ void __launch_bounds__(Fwd<T, D>::kWarps * 32)
 #pragma unroll
     for (int j = 0; j < kHalf; ++j) {
       const int col = h * kHalf + j;
-      sv[j] = visible(s, pad, b, qi, k0 + col) ? Sw[r * C::kLdS + col] * s.scale : -INFINITY;
+      sv[j] = attention_visible(s, pad, b, qi, k0 + col) ? Sw[r * C::kLdS + col] * s.scale : -INFINITY;
       tile_max = max_keeping_nan(tile_max, sv[j]);
     }
     tile_max = max_keeping_nan(tile_max, __shfl_xor_sync(0xffffffffu, tile_max, 1));
@@ -263,7 +255,7 @@ __global__ void __launch_bounds__(Bwd<T, D>::kWarps * 32)
     warp_gemm<T, false, true>(St, C::kLdS, Kw, C::kLd, Qs, C::kLd, 16, C::kBr, D, false);
     for (int idx = lane; idx < 16 * C::kBr; idx += 32) {
       const int kk = idx / C::kBr, qq = idx % C::kBr;
-      const bool ok = lse_s[qq] != -INFINITY && visible(s, pad, b, qt + qq, k0 + warp * 16 + kk);
+      const bool ok = lse_s[qq] != -INFINITY && attention_visible(s, pad, b, qt + qq, k0 + warp * 16 + kk);
       const float p = ok ? expf(St[kk * C::kLdS + qq] * s.scale - lse_s[qq]) : 0.0f;
       St[kk * C::kLdS + qq] = p;
       Pt[kk * C::kLdP + qq] = from_float<T>(p);
@@ -328,6 +320,12 @@ cudaError_t backward(const void* dout, const void* q, const void* k, const void*
         static_cast<const T*>(dout), static_cast<const T*>(out), delta, rows);
     if ((err = cudaGetLastError()) != cudaSuccess) return err;
   }
+  if (attention_fa2_applies(D, std::is_same_v<T, float> ? Elem::f32 : Elem::bf16, q, k, v) &&
+      reinterpret_cast<std::uintptr_t>(dout) % 16 == 0) {  // attention_fa2.cu
+    err = launch_attention_backward_fa2(dout, q, k, v, pad, lse, delta, dq_accum, dk, dv, s, stream);
+    if (err != cudaSuccess) return err;
+    return launch_cast(dq_accum, Elem::f32, dq, elem, rows * D, stream);
+  }
   if ((err = allow_shared(attention_backward_kernel<T, D>, C::kBytes)) != cudaSuccess) return err;
   const dim3 grid(static_cast<unsigned>((s.k_len + C::kBc - 1) / C::kBc), static_cast<unsigned>(s.heads),
                   static_cast<unsigned>(s.batch));
@@ -341,6 +339,8 @@ cudaError_t backward(const void* dout, const void* q, const void* k, const void*
 template <typename T>
 cudaError_t forward_d(const void* q, const void* k, const void* v, const std::int32_t* pad, void* out, float* lse,
                       const AttentionShape& s, cudaStream_t stream) {
+  if (attention_fa2_applies(s.head_dim, std::is_same_v<T, float> ? Elem::f32 : Elem::bf16, q, k, v))
+    return launch_attention_forward_fa2(q, k, v, pad, out, lse, s, stream);  // attention_fa2.cu
   switch (s.head_dim) {
     case 32:
       return forward<T, 32>(q, k, v, pad, out, lse, s, stream);
@@ -395,8 +395,9 @@ bool launchable(const AttentionShape& s) { return s.batch <= 65535 && s.heads <=
 bool attention_supports_head_dim(std::int64_t head_dim) { return head_dim == 32 || head_dim == 64 || head_dim == 128; }
 
 int attention_shared_bytes(std::int64_t head_dim, Elem elem, bool backward) {
-  return elem == Elem::bf16 ? shared_bytes_d<__nv_bfloat16>(head_dim, backward)
-                            : shared_bytes_d<float>(head_dim, backward);
+  if (elem != Elem::bf16) return shared_bytes_d<float>(head_dim, backward);
+  const int tiles = shared_bytes_d<__nv_bfloat16>(head_dim, backward);  // the fallback's, when unaligned
+  return std::max(tiles, attention_fa2_shared_bytes(head_dim, backward));
 }
 
 cudaError_t launch_attention_forward(const void* q, const void* k, const void* v, const std::int32_t* key_padding,

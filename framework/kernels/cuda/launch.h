@@ -102,6 +102,17 @@ struct AttentionShape {
 bool attention_supports_head_dim(std::int64_t head_dim);  // 32, 64, 128
 // Shared memory per block the forward (or backward) kernel needs; 0 for an unsupported head size.
 int attention_shared_bytes(std::int64_t head_dim, Elem elem, bool backward);
+// The FlashAttention-2 kernels (attention_fa2.cu; mma.sync, accumulators in registers): taken by
+// launch_attention_forward / _backward for bfloat16 at head dims 64 and 128 with 16-byte aligned
+// q, k, v (and dout). The backward adds into dq_accum (zeroed) and needs delta computed.
+bool attention_fa2_applies(std::int64_t head_dim, Elem elem, const void* q, const void* k, const void* v);
+int attention_fa2_shared_bytes(std::int64_t head_dim, bool backward);
+cudaError_t launch_attention_backward_fa2(const void* dout, const void* q, const void* k, const void* v,
+                                          const std::int32_t* key_padding, const float* lse, const float* delta,
+                                          float* dq_accum, void* dk, void* dv, const AttentionShape& s,
+                                          cudaStream_t stream);
+cudaError_t launch_attention_forward_fa2(const void* q, const void* k, const void* v, const std::int32_t* key_padding,
+                                         void* out, float* lse, const AttentionShape& s, cudaStream_t stream);
 cudaError_t launch_attention_forward(const void* q, const void* k, const void* v, const std::int32_t* key_padding,
                                      void* out, float* lse, const AttentionShape& s, Elem elem, cudaStream_t stream);
 // dq_accum: float32 [B, H, Lq, D] scratch that the launcher zeroes; delta: float32 [B, H, Lq]
