@@ -45,6 +45,12 @@ std::int32_t best_output_token(const float* row, std::int64_t n) {
   return static_cast<std::int32_t>(best);
 }
 
+// The most decoder steps a batch with these output limits takes: bos, then up to `limit` tokens
+// (beam search feeds the last one too, to score eos after it).
+std::int64_t most_steps(const std::vector<std::int64_t>& limit) {
+  return limit.empty() ? 0 : *std::max_element(limit.begin(), limit.end()) + 1;
+}
+
 double length_penalty(std::int64_t len, double alpha) {
   return std::pow((5.0 + static_cast<double>(len)) / 6.0, alpha);
 }
@@ -56,17 +62,17 @@ Tensor encode_no_grad(const Transformer& model, const Tensor& src, const Tensor&
 }
 
 // The ensemble's decoder caches, stepped together. Row r of the caches decodes sentence
-// rows[r] of the batch (beam search: k rows a sentence); empty `rows`: one row a sentence.
+// rows[r] of the batch (beam search: k rows a sentence); empty `rows`: one row a sentence. The
+// cross-attention keys and values are computed once a sentence, then copied to its rows; the
+// self-attention caches hold `steps` positions without growing.
 class EnsembleDecoder {
  public:
-  EnsembleDecoder(const Ensemble& models, const Tensor& src, const Tensor& src_padding,
+  EnsembleDecoder(const Ensemble& models, const Tensor& src, const Tensor& src_padding, std::int64_t steps,
                   const std::vector<std::int64_t>& rows = {})
       : models_(models) {
     for (const Transformer* m : models.models()) {
-      const Tensor memory = encode_no_grad(*m, src, src_padding);
-      caches_.push_back(
-          rows.empty() ? m->start_decoding(memory, src_padding)
-                       : m->start_decoding(kernels::index_rows(memory, rows), kernels::index_rows(src_padding, rows)));
+      caches_.push_back(m->start_decoding(encode_no_grad(*m, src, src_padding), src_padding, steps));
+      if (!rows.empty()) caches_.back().select_rows(rows);
     }
   }
 
@@ -91,10 +97,12 @@ class EnsembleDecoder {
     return mean;
   }
 
-  // Keeps only the given rows, in the given order.
-  void select_rows(const std::vector<std::int64_t>& rows) {
-    for (DecoderCache& c : caches_) c.select_rows(rows);
+  // Keeps only the given rows, in the given order (cross_rows: as DecoderCache::select_rows).
+  void select_rows(const std::vector<std::int64_t>& rows,
+                   const std::optional<std::vector<std::int64_t>>& cross_rows) {
+    for (DecoderCache& c : caches_) c.select_rows(rows, cross_rows);
   }
+  void select_rows(const std::vector<std::int64_t>& rows) { select_rows(rows, rows); }
 
  private:
   const Ensemble& models_;
@@ -125,7 +133,7 @@ TokenRows decode_one_per_row(const Ensemble& models, const Tensor& src, const Te
                              std::int64_t max_extra_len, const Pick& pick) {
   const std::int64_t batch = src.size(0), vocab = models.tgt_vocab();
   const auto limit = output_limits(models, src_padding, max_extra_len);
-  EnsembleDecoder decoder(models, src, src_padding);
+  EnsembleDecoder decoder(models, src, src_padding, most_steps(limit));
   TokenRows out(static_cast<std::size_t>(batch));
   std::vector<std::int64_t> active;  // sentence of each cache row; a row with no room for a token stays empty
   for (std::int64_t s = 0; s < batch; ++s)
@@ -268,38 +276,54 @@ struct Candidate {
   std::int32_t token;
 };
 
-// The 2k best continuations over the k beams of one sentence (rows: their log-probabilities
-// [k, vocab], one row a beam; dead beams have log_prob -inf), best first; only eos where there is
-// no room for a token.
-std::vector<Candidate> best_continuations(const std::vector<BeamHyp>& beams, const float* rows, std::int64_t vocab,
-                                          bool no_room) {
+// Best first: the higher log-probability, then the earlier beam, then the lower id (as greedy
+// decoding), so that beam 1 is greedy decoding and the order does not depend on how they are found.
+bool better(const Candidate& x, const Candidate& y) {
+  if (x.log_prob != y.log_prob) return x.log_prob > y.log_prob;
+  return x.beam != y.beam ? x.beam < y.beam : x.token < y.token;
+}
+
+// The 2k best continuations over the k beams of one sentence into `best` (rows: their
+// log-probabilities [k, vocab], one row a beam; dead beams have log_prob -inf), best first; only
+// eos where there is no room for a token. A short sorted list: no k * vocab candidates are stored.
+void best_continuations(const std::vector<BeamHyp>& beams, const float* rows, std::int64_t vocab, bool no_room,
+                        std::vector<Candidate>& best) {
   const auto k = static_cast<std::int64_t>(beams.size());
-  std::vector<Candidate> cands;
-  cands.reserve(static_cast<std::size_t>(k * vocab));
+  const auto top = static_cast<std::size_t>(2 * k);
+  best.clear();
   for (std::int64_t j = 0; j < k; ++j) {
-    const BeamHyp& h = beams[static_cast<std::size_t>(j)];
-    if (h.log_prob == -std::numeric_limits<double>::infinity()) continue;
+    const double base = beams[static_cast<std::size_t>(j)].log_prob;
+    if (base == -std::numeric_limits<double>::infinity()) continue;
     const float* row = rows + j * vocab;
-    for (std::int64_t v = 0; v < vocab; ++v)
-      if (is_output_token(v) && (!no_room || v == kEosId))
-        cands.push_back({h.log_prob + row[v], j, static_cast<std::int32_t>(v)});
+    for (std::int64_t v = no_room ? kEosId : 0; v < (no_room ? kEosId + 1 : vocab); ++v) {
+      const Candidate c{base + row[v], j, static_cast<std::int32_t>(v)};
+      if (!is_output_token(v) || (best.size() == top && !better(c, best.back()))) continue;
+      if (best.size() == top) best.pop_back();
+      best.insert(std::upper_bound(best.begin(), best.end(), c, better), c);
+    }
   }
-  const std::size_t top = std::min(cands.size(), static_cast<std::size_t>(2 * k));
-  // Equal log-probabilities: the earlier beam, then the lower id (as greedy decoding), so that
-  // beam 1 is greedy decoding and the order does not depend on the sort's implementation.
-  std::partial_sort(cands.begin(), cands.begin() + static_cast<std::ptrdiff_t>(top), cands.end(),
-                    [](const Candidate& x, const Candidate& y) {
-                      if (x.log_prob != y.log_prob) return x.log_prob > y.log_prob;
-                      return x.beam != y.beam ? x.beam < y.beam : x.token < y.token;
-                    });
-  cands.resize(top);
-  return cands;
+}
+
+// best_continuations of every active sentence (log-probabilities logp [active * k, vocab]) into
+// cands_of[a], the sentences shared over the threads.
+void all_best_continuations(const std::vector<std::vector<BeamHyp>>& beams, const std::vector<std::int64_t>& active,
+                            const std::vector<std::int64_t>& limit, std::int64_t step, const Tensor& logp,
+                            std::vector<std::vector<Candidate>>& cands_of) {
+  const auto n = static_cast<std::int64_t>(active.size());
+  const std::int64_t vocab = logp.size(1), k = logp.size(0) / std::max<std::int64_t>(n, 1);
+#pragma omp parallel for schedule(dynamic, 4) if (n > 1)
+  for (std::int64_t a = 0; a < n; ++a) {
+    const auto s = static_cast<std::size_t>(active[static_cast<std::size_t>(a)]);
+    const bool no_room = step >= limit[s];  // a limit of 0: only eos, for an empty hypothesis
+    best_continuations(beams[s], logp.data<float>() + a * k * vocab, vocab, no_room,
+                       cands_of[static_cast<std::size_t>(a)]);
+  }
 }
 }  // namespace
 
 NBestRows beam_search_nbest(const Ensemble& models, const Tensor& src, const Tensor& src_padding,
                             const DecodeOptions& opt, std::int64_t n) {
-  const std::int64_t batch = src.size(0), vocab = models.tgt_vocab(), k = opt.beam;
+  const std::int64_t batch = src.size(0), k = opt.beam;
   TESSERA_CHECK(k >= 1, "beam_search: beam size {} must be >= 1", k);
   TESSERA_CHECK(n >= 1 && n <= k, "beam_search: {} best hypotheses asked of a beam of {} (1 to the beam size)", n, k);
   const auto limit = output_limits(models, src_padding, opt.max_extra_len);
@@ -309,7 +333,7 @@ NBestRows beam_search_nbest(const Ensemble& models, const Tensor& src, const Ten
   std::vector<std::int64_t> expand;
   for (std::int64_t b = 0; b < batch; ++b)
     for (std::int64_t j = 0; j < k; ++j) expand.push_back(b);
-  EnsembleDecoder decoder(models, src, src_padding, expand);
+  EnsembleDecoder decoder(models, src, src_padding, most_steps(limit), expand);
 
   std::vector<std::vector<BeamHyp>> beams(static_cast<std::size_t>(batch));
   std::vector<std::vector<Hypothesis>> finished(static_cast<std::size_t>(batch));
@@ -321,16 +345,16 @@ NBestRows beam_search_nbest(const Ensemble& models, const Tensor& src, const Ten
   std::iota(active.begin(), active.end(), 0);
   std::vector<std::int32_t> last(static_cast<std::size_t>(batch * k), kBosId);
 
+  std::vector<std::vector<Candidate>> cands_of(static_cast<std::size_t>(batch));  // by position in `active`
   for (std::int64_t step = 0; !active.empty(); ++step) {
     const Tensor logp = decoder.step(last);
-    std::vector<std::int64_t> keep_rows, keep_active;
+    all_best_continuations(beams, active, limit, step, logp, cands_of);
+    std::vector<std::int64_t> keep_rows, keep_active, cross_rows;
     std::vector<std::int32_t> next_last;
     for (std::size_t a = 0; a < active.size(); ++a) {
       const auto s = static_cast<std::size_t>(active[a]);
       const bool at_limit = step + 1 >= limit[s];
-      const bool no_room = step >= limit[s];  // a limit of 0: only eos, for an empty hypothesis
-      const std::vector<Candidate> cands =
-          best_continuations(beams[s], logp.data<float>() + static_cast<std::int64_t>(a) * k * vocab, vocab, no_room);
+      const std::vector<Candidate>& cands = cands_of[a];
       std::vector<BeamHyp> next;
       for (std::size_t c = 0; c < cands.size() && static_cast<std::int64_t>(next.size()) < k; ++c) {
         const Candidate& cd = cands[c];
@@ -363,8 +387,13 @@ NBestRows beam_search_nbest(const Ensemble& models, const Tensor& src, const Ten
       }
       beams[s] = std::move(next);
       keep_active.push_back(active[a]);
+      for (std::int64_t j = 0; j < k; ++j) cross_rows.push_back(static_cast<std::int64_t>(a) * k + j);
     }
-    if (!keep_active.empty()) decoder.select_rows(keep_rows);
+    // A sentence's beams share their cross-attention rows: copied only when a sentence has left.
+    if (!keep_active.empty())
+      decoder.select_rows(keep_rows, keep_active.size() == active.size()
+                                         ? std::nullopt
+                                         : std::optional<std::vector<std::int64_t>>(std::move(cross_rows)));
     active = std::move(keep_active);
     last = std::move(next_last);
   }

@@ -10,10 +10,12 @@
 
 namespace tessera::models {
 
-void DecoderCache::select_rows(const std::vector<std::int64_t>& rows) {
-  for (auto* layers : {&self_attn, &cross_attn})
-    for (nn::KeyValueCache& c : *layers) c.select_rows(rows);
-  src_padding = kernels::index_rows(src_padding, rows);
+void DecoderCache::select_rows(const std::vector<std::int64_t>& self_rows,
+                               const std::optional<std::vector<std::int64_t>>& cross_rows) {
+  for (nn::KeyValueCache& c : self_attn) c.select_rows(self_rows);
+  if (!cross_rows) return;
+  for (nn::KeyValueCache& c : cross_attn) c.select_rows(*cross_rows);
+  src_padding = kernels::index_rows(src_padding, *cross_rows);
 }
 
 void Transformer::add(const std::vector<nn::Parameter>& params) {
@@ -154,13 +156,14 @@ ag::Var Transformer::forward(const Tensor& src, const Tensor& src_padding, const
 }
 
 // ---------------------------------------------------------------- incremental decoding
-DecoderCache Transformer::start_decoding(const Tensor& memory, const Tensor& src_padding) const {
+DecoderCache Transformer::start_decoding(const Tensor& memory, const Tensor& src_padding,
+                                         std::int64_t capacity) const {
   ag::NoGradGuard no_grad;
   DecoderCache cache;
   cache.src_padding = src_padding;
   const ag::Var mem(memory);
   for (const DecoderLayer& l : decoder_) {
-    cache.self_attn.emplace_back();
+    cache.self_attn.emplace_back(capacity);
     cache.cross_attn.push_back(l.project_memory(mem));
   }
   return cache;

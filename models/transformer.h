@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -27,7 +28,10 @@ struct DecoderCache {
   Tensor src_padding;                         // [B, Ls] int32
   std::int64_t steps = 0;
   // Keeps only the given rows (beam search reorders hypotheses), in the given order.
-  void select_rows(const std::vector<std::int64_t>& rows);
+  void select_rows(const std::vector<std::int64_t>& rows) { select_rows(rows, rows); }
+  // The same with the cross-attention rows given apart: rows with the same source may share them
+  // (a sentence's beams), so a beam reorder that keeps every sentence passes none (no copy).
+  void select_rows(const std::vector<std::int64_t>& self_rows, const std::optional<std::vector<std::int64_t>>& cross_rows);
 };
 
 class Transformer {
@@ -61,7 +65,8 @@ class Transformer {
   // Incremental decoding (no graph is recorded): start from the encoder output, then each
   // step feeds one token per row and returns log-probabilities [B, tgt_vocab] for the next (a CPU
   // tensor of the model's dtype, whatever the device).
-  DecoderCache start_decoding(const Tensor& memory, const Tensor& src_padding) const;
+  // `capacity`: the most steps expected, preallocated in each self-attention cache (more still work).
+  DecoderCache start_decoding(const Tensor& memory, const Tensor& src_padding, std::int64_t capacity = 0) const;
   Tensor decode_step(DecoderCache& cache, const std::vector<std::int32_t>& tokens) const;
 
   const TransformerConfig& config() const { return cfg_; }

@@ -113,7 +113,10 @@ std::optional<std::vector<std::int64_t>> decode_own_batches(const std::vector<st
   std::int64_t batch = 0;
   for (std::size_t start = 0; start < order.size(); start += static_cast<std::size_t>(batch_sentences)) {
     if (interrupt != nullptr && batch % ranks == 0 && interrupted_anywhere(*interrupt)) return std::nullopt;
-    if (batch++ % ranks != rank) continue;  // batches dealt out round-robin: similar lengths on every rank
+    // Batches (sorted by length) dealt out in a snake, 0 1 1 0 0 1 ...: no rank takes the longer
+    // batch of every round, and each batch is what one process would decode (the same output).
+    const std::int64_t round = batch / ranks, seat = batch++ % ranks;
+    if ((round % 2 == 0 ? seat : ranks - 1 - seat) != rank) continue;
     const std::size_t end = std::min(order.size(), start + static_cast<std::size_t>(batch_sentences));
     const std::vector<std::int64_t> idx(order.begin() + static_cast<std::ptrdiff_t>(start),
                                         order.begin() + static_cast<std::ptrdiff_t>(end));

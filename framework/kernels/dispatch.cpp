@@ -201,6 +201,12 @@ Tensor index_rows(const Tensor& x, const std::vector<std::int64_t>& indices) {
   ON_GPU(return cuda::index_rows(x, indices));
 }
 
+void copy_time_range(const Tensor& dst, std::int64_t dst_t, const Tensor& src, const std::vector<std::int64_t>& src_rows,
+                     std::int64_t src_t, std::int64_t length) {
+  if (on_cpu(dst)) return cpu::copy_time_range(dst, dst_t, src, src_rows, src_t, length);
+  ON_GPU(return cuda::copy_time_range(dst, dst_t, src, src_rows, src_t, length));
+}
+
 // ---------------------------------------------------------------- reductions and softmax
 Tensor sum_all(const Tensor& x) {
   if (on_cpu(x)) return cpu::sum_all(x);
@@ -311,11 +317,21 @@ Tensor cross_entropy_shard_backward(const Tensor& dloss, const Tensor& logits, c
 AttentionOutput attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& key_padding,
                                   const AttentionOptions& opt) {
   if (on_cpu(q)) return cpu::attention_forward(q, k, v, key_padding, opt);
-  ON_GPU(return cuda::attention_forward(q, k, v, key_padding, opt));
+  if (opt.key_length <= 0 || opt.key_length == k.size(2))
+    ON_GPU(return cuda::attention_forward(q, k, v, key_padding, {.causal = opt.causal, .scale = opt.scale}));
+  // The GPU kernel reads whole keys: the cache's first key_length positions, copied contiguous.
+  Shape used = k.shape();
+  used[2] = opt.key_length;
+  const Tensor ku = Tensor::empty(used, k.dtype(), k.device()), vu = Tensor::empty(used, v.dtype(), v.device());
+  copy_time_range(ku, 0, k, {}, 0, opt.key_length);
+  copy_time_range(vu, 0, v, {}, 0, opt.key_length);
+  ON_GPU(return cuda::attention_forward(q, ku, vu, key_padding, {.causal = opt.causal, .scale = opt.scale}));
 }
 
 AttentionGrads attention_backward(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v,
                                   const Tensor& key_padding, const AttentionOutput& fwd, const AttentionOptions& opt) {
+  TESSERA_CHECK(opt.key_length == 0, "attention_backward: key_length {} (a decoder cache) has no backward",
+                opt.key_length);
   if (on_cpu(q)) return cpu::attention_backward(dout, q, k, v, key_padding, fwd, opt);
   ON_GPU(return cuda::attention_backward(dout, q, k, v, key_padding, fwd, opt));
 }

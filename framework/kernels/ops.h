@@ -14,6 +14,7 @@
   X(sum_to_shape) X(broadcast_to) X(cast) X(full)                                                  \
   /* GEMM and layout */                                                                            \
   X(matmul) X(matmul_batch_sum) X(permute) X(concat) X(index_rows)                                 \
+  X(copy_time_range)                                                                               \
   /* reductions and softmax */                                                                     \
   X(sum_all) X(mean_all) X(sum_dim) X(mean_dim) X(softmax_lastdim) X(log_softmax_lastdim)          \
   X(softmax_backward) X(log_softmax_backward)                                                      \

@@ -31,4 +31,23 @@ std::vector<std::int64_t> inverse_permutation(const std::vector<std::int64_t>& d
   return inv;
 }
 
+std::int64_t time_range_rows(const Tensor& src, const std::vector<std::int64_t>& src_rows) {
+  return src_rows.empty() ? src.size(0) : static_cast<std::int64_t>(src_rows.size());
+}
+
+void check_time_range(const char* op, const Tensor& dst, std::int64_t dst_t, const Tensor& src,
+                      const std::vector<std::int64_t>& src_rows, std::int64_t src_t, std::int64_t length) {
+  TESSERA_CHECK(dst.dim() == 4 && src.dim() == 4 && dst.dtype() == src.dtype() && dst.device() == src.device() &&
+                    dst.size(1) == src.size(1) && dst.size(3) == src.size(3),
+                "{}: dst {} and src {} must be [rows, H, T, D] of one dtype, device, H and D", op, dst.describe(),
+                src.describe());
+  TESSERA_CHECK(length >= 0 && dst_t >= 0 && src_t >= 0 && dst_t + length <= dst.size(2) &&
+                    src_t + length <= src.size(2) && time_range_rows(src, src_rows) <= dst.size(0),
+                "{}: positions [{}, +{}) of {} rows from [{}, +{}) of src {} do not fit dst {}", op, dst_t, length,
+                time_range_rows(src, src_rows), src_t, length, shape_str(src.shape()), shape_str(dst.shape()));
+  for (std::int64_t r : src_rows)
+    TESSERA_CHECK(r >= 0 && r < src.size(0), "{}: row {} out of range for src {}", op, r, shape_str(src.shape()));
+  TESSERA_CHECK(dst.numel() == 0 || dst.raw_data() != src.raw_data(), "{}: dst and src share storage", op);
+}
+
 }  // namespace tessera::kernels

@@ -34,6 +34,9 @@ struct CrossEntropyOutput {
 struct AttentionOptions {
   bool causal = false;
   double scale = 0.0;  // 0 means 1 / sqrt(D)
+  // 0: every key of k [B, H, Lk, D]; n > 0 (forward only): only the first n of each (b, h), as
+  // read from a decoder cache preallocated for Lk positions (key_padding is then [B, n]).
+  std::int64_t key_length = 0;
 };
 struct AttentionOutput {
   Tensor out;  // [B, H, Lq, Dv]
@@ -60,5 +63,10 @@ void check_ids(const char* op, const Tensor& ids, std::int64_t vocab, std::optio
 void check_zero_id(const char* op, std::optional<std::int32_t> zero_id);
 // The permutation that undoes `dims` (which must be a permutation of 0..rank-1).
 std::vector<std::int64_t> inverse_permutation(const std::vector<std::int64_t>& dims);
+// copy_time_range's checks (both backends): 4-D tensors of one dtype and device and matching
+// [H, D], the ranges and rows inside them; and the rows it copies.
+void check_time_range(const char* op, const Tensor& dst, std::int64_t dst_t, const Tensor& src,
+                      const std::vector<std::int64_t>& src_rows, std::int64_t src_t, std::int64_t length);
+std::int64_t time_range_rows(const Tensor& src, const std::vector<std::int64_t>& src_rows);
 
 }  // namespace tessera::kernels

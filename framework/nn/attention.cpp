@@ -1,13 +1,61 @@
 #include "nn/attention.h"
 
+#include <algorithm>
+
 #include "autograd/ops.h"
 #include "kernels/dispatch.h"
 
 namespace tessera::nn {
 
+KeyValueCache::KeyValueCache(const Tensor& k, const Tensor& v)
+    : k_(k), v_(v), rows_(k.size(0)), length_(k.size(2)), capacity_(k.size(2)) {}
+
+void KeyValueCache::grow(std::int64_t rows, std::int64_t capacity) {
+  Shape shape = k_.shape();
+  shape[0] = rows;
+  shape[2] = capacity;
+  const Tensor k = Tensor::empty(shape, k_.dtype(), k_.device()), v = Tensor::empty(shape, v_.dtype(), v_.device());
+  kernels::copy_time_range(k, 0, keys(), {}, 0, length_);
+  kernels::copy_time_range(v, 0, values(), {}, 0, length_);
+  k_ = k;
+  v_ = v;
+  k_spare_ = v_spare_ = Tensor();
+  capacity_ = capacity;
+}
+
+void KeyValueCache::append(const Tensor& k_new, const Tensor& v_new) {
+  if (!k_.defined()) {
+    Shape shape = k_new.shape();
+    shape[2] = std::max<std::int64_t>(capacity_, 1);
+    k_ = Tensor::empty(shape, k_new.dtype(), k_new.device());
+    v_ = Tensor::empty(shape, v_new.dtype(), v_new.device());
+    rows_ = k_new.size(0);
+    capacity_ = shape[2];
+  }
+  TESSERA_CHECK(k_new.size(0) == rows_, "key/value cache: a step of {} rows for a cache of {}", k_new.size(0), rows_);
+  if (length_ == capacity_) grow(k_.size(0), 2 * capacity_);
+  kernels::copy_time_range(k_, length_, k_new, {}, 0, 1);
+  kernels::copy_time_range(v_, length_, v_new, {}, 0, 1);
+  ++length_;
+}
+
 void KeyValueCache::select_rows(const std::vector<std::int64_t>& rows) {
-  for (Tensor* t : {&k, &v})
-    if (t->defined()) *t = kernels::index_rows(*t, rows);
+  if (!k_.defined()) return;  // nothing written yet: the first step sets the rows
+  const auto n = static_cast<std::int64_t>(rows.size());
+  bool prefix = n <= rows_;
+  for (std::int64_t r = 0; prefix && r < n; ++r) prefix = rows[static_cast<std::size_t>(r)] == r;
+  if (!prefix) {
+    if (n > k_.size(0)) grow(n, capacity_);  // more rows than the buffers hold (a beam's first expansion)
+    if (!k_spare_.defined()) {
+      k_spare_ = Tensor::empty(k_.shape(), k_.dtype(), k_.device());
+      v_spare_ = Tensor::empty(v_.shape(), v_.dtype(), v_.device());
+    }
+    kernels::copy_time_range(k_spare_, 0, k_, rows, 0, length_);
+    kernels::copy_time_range(v_spare_, 0, v_, rows, 0, length_);
+    std::swap(k_, k_spare_);
+    std::swap(v_, v_spare_);
+  }
+  rows_ = n;
 }
 
 MultiHeadAttention::MultiHeadAttention(const std::string& name, std::int64_t d_model, std::int64_t heads,
@@ -43,9 +91,10 @@ ag::Var MultiHeadAttention::operator()(const ag::Var& query, const ag::Var& key_
   return out_(merge_heads(ag::attention(q, k, v, key_padding, {.causal = causal, .scale = 0.0})));
 }
 
-ag::Var MultiHeadAttention::attend(const ag::Var& q, const Tensor& k, const Tensor& v,
-                                   const Tensor& key_padding) const {
-  return out_(merge_heads(ag::attention(q, ag::Var(k), ag::Var(v), key_padding, {.causal = false, .scale = 0.0})));
+ag::Var MultiHeadAttention::attend_cache(const ag::Var& q, const KeyValueCache& cache,
+                                         const Tensor& key_padding) const {
+  return out_(merge_heads(ag::attention(q, ag::Var(cache.keys()), ag::Var(cache.values()), key_padding,
+                                        {.causal = false, .scale = 0.0, .key_length = cache.length()})));
 }
 
 KeyValueCache MultiHeadAttention::project_memory(const ag::Var& memory) const {
@@ -54,20 +103,14 @@ KeyValueCache MultiHeadAttention::project_memory(const ag::Var& memory) const {
 
 ag::Var MultiHeadAttention::attend_cached(const ag::Var& x, const KeyValueCache& cache,
                                           const Tensor& key_padding) const {
-  return attend(split_heads(q_.forward_entered(x)), cache.k, cache.v, key_padding);
+  return attend_cache(split_heads(q_.forward_entered(x)), cache, key_padding);
 }
 
 ag::Var MultiHeadAttention::step(const ag::Var& x, KeyValueCache& cache) const {
   const ag::Var q = split_heads(q_.forward_entered(x));
-  Tensor k = split_heads(k_.forward_entered(x)).value(), v = split_heads(v_.forward_entered(x)).value();
-  if (cache.k.defined()) {  // append this position's key and value (dimension 2: time)
-    k = kernels::concat({cache.k, k}, 2);
-    v = kernels::concat({cache.v, v}, 2);
-  }
-  cache.k = k;
-  cache.v = v;
+  cache.append(split_heads(k_.forward_entered(x)).value(), split_heads(v_.forward_entered(x)).value());
   // The newest query may see every cached key: no mask needed.
-  return attend(q, k, v, Tensor());
+  return attend_cache(q, cache, Tensor());
 }
 
 std::vector<Parameter> MultiHeadAttention::parameters() const {

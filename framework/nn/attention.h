@@ -12,12 +12,33 @@
 
 namespace tessera::nn {
 
-// Keys and values [B, H, t, d_k] of the positions attended so far (incremental decoding). A
-// self-attention cache starts empty; a cross-attention one holds the memory's, computed once.
-struct KeyValueCache {
-  Tensor k, v;
+// Keys and values of the positions attended so far (incremental decoding), held in buffers
+// [rows, H, capacity, dk] of which positions [0, length) are filled. A self-attention cache starts
+// empty and each step writes its position in place (reserve the capacity up front: a full buffer
+// is doubled); a cross-attention one holds the memory's, computed once. Reordering rows (beam
+// search) copies the filled positions into a spare buffer; keeping a prefix of rows copies nothing.
+class KeyValueCache {
+ public:
+  KeyValueCache() = default;
+  explicit KeyValueCache(std::int64_t capacity) : capacity_(capacity) {}
+  KeyValueCache(const Tensor& k, const Tensor& v);  // full: [B, H, L, dk] each
+
+  // Writes one position k_new, v_new [rows, H, 1, dk] at `length`; the first write sets the rows.
+  void append(const Tensor& k_new, const Tensor& v_new);
   // Keeps only the given rows (beam search reorders hypotheses), in the given order.
   void select_rows(const std::vector<std::int64_t>& rows);
+
+  // The live rows' buffers [rows, H, capacity, dk] (views): attention reads their first length().
+  Tensor keys() const { return k_.narrow_rows(0, rows_); }
+  Tensor values() const { return v_.narrow_rows(0, rows_); }
+  std::int64_t length() const { return length_; }
+  std::int64_t rows() const { return rows_; }
+
+ private:
+  void grow(std::int64_t rows, std::int64_t capacity);  // new buffers, the filled positions copied
+
+  Tensor k_, v_, k_spare_, v_spare_;
+  std::int64_t rows_ = 0, length_ = 0, capacity_ = 0;
 };
 
 class MultiHeadAttention {
@@ -44,7 +65,7 @@ class MultiHeadAttention {
  private:
   ag::Var split_heads(const ag::Var& x) const;  // [B, L, d] -> [B, H, L, dk]
   ag::Var merge_heads(const ag::Var& x) const;  // [B, H, L, dk] -> [B, L, d]
-  ag::Var attend(const ag::Var& q, const Tensor& k, const Tensor& v, const Tensor& key_padding) const;
+  ag::Var attend_cache(const ag::Var& q, const KeyValueCache& cache, const Tensor& key_padding) const;
 
   ColumnParallelLinear q_, k_, v_;
   RowParallelLinear out_;

@@ -133,6 +133,13 @@ std::vector<OpCase> gemm_and_layout_cases() {
   c.push_back({"index_rows", "repeated_rows", [](const Backend& b) {
                  return std::vector<Out>{{"rows", index_rows(b.elem(random({6, 4, 3}, 33)), {5, 0, 0, 2}), 0.0}};
                }});
+  c.push_back({"copy_time_range", "cache_reorder_and_append", [](const Backend& b) {
+                 // A beam reorder (rows repeat) of positions [0, 3), then one position written at 3.
+                 const Tensor dst = b.elem(random({4, 2, 6, 3}, 34)), src = b.elem(random({5, 2, 4, 3}, 35));
+                 copy_time_range(dst, 0, src, {4, 1, 1}, 0, 3);
+                 copy_time_range(dst, 3, b.elem(random({4, 2, 1, 3}, 36)), {}, 0, 1);
+                 return std::vector<Out>{{"dst", dst, 0.0}};
+               }});
   return c;
 }
 

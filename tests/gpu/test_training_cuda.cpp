@@ -300,7 +300,11 @@ TEST_F(CudaTransformer, IncrementalDecodingMatchesCpu) {
   models::DecoderCache gc = gpu_model.start_decoding(gpu_model.encode(src, src_pad, none).value(), src_pad);
   std::vector<std::int32_t> tokens(6, data::kBosId);
   for (int step = 0; step < 4; ++step) {
-    const Tensor lc = cpu_model.decode_step(cc, tokens), lg = gpu_model.decode_step(gc, tokens);
+    const Tensor lc = cpu_model.decode_step(cc, tokens);
+    // One copy to the host a step: the log-probabilities (the cache is written in place on the GPU).
+    counters::reset();
+    const Tensor lg = gpu_model.decode_step(gc, tokens);
+    EXPECT_EQ(counters::read(counters::Event::device_to_host_copies), 1) << "step " << step;
     ASSERT_EQ(lg.device(), Device::cpu);
     expect_close(lg, lc, kF32Tol, "log-probabilities at step " + std::to_string(step));
     for (std::size_t r = 0; r < tokens.size(); ++r) tokens[r] = 4 + static_cast<std::int32_t>((r * 7 + step) % 33);

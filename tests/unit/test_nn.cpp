@@ -165,7 +165,8 @@ TEST(NnMultiHeadAttention, KeyValueCacheEqualsAttentionWithoutIt) {
       for (std::int64_t j = 0; j < d; ++j) step.data<double>()[b * d + j] = x.data<double>()[(b * len + t) * d + j];
     const std::vector<double> s = attn.step(ag::Var(step), self).value().to_doubles();
     const std::vector<double> c = attn.attend_cached(ag::Var(step), cross, padding).value().to_doubles();
-    ASSERT_EQ(self.k.shape(), (Shape{batch, 2, t + 1, 4}));
+    ASSERT_EQ(self.length(), t + 1);
+    ASSERT_EQ(self.keys().shape(), (Shape{batch, 2, self.keys().size(2), 4}));
     for (std::int64_t b = 0; b < batch; ++b)
       for (std::int64_t j = 0; j < d; ++j) {
         const auto at = static_cast<std::size_t>((b * len + t) * d + j), here = static_cast<std::size_t>(b * d + j);
@@ -174,7 +175,43 @@ TEST(NnMultiHeadAttention, KeyValueCacheEqualsAttentionWithoutIt) {
       }
   }
   self.select_rows({1});
-  EXPECT_EQ(self.k.shape(), (Shape{1, 2, len, 4}));
+  EXPECT_EQ(self.rows(), 1);
+  EXPECT_EQ(self.length(), len);
+}
+
+// The preallocated cache: a capacity of 1 doubles as positions are written (the filled ones kept),
+// a reorder copies rows' filled positions (a row may repeat: beam search), a prefix of rows keeps
+// the buffers, and more rows than the buffers hold (a beam's first expansion) grows them.
+TEST(NnKeyValueCache, WritesInPlaceGrowsAndReordersRows) {
+  const std::int64_t rows = 3, heads = 2, d = 4, steps = 5;
+  nn::KeyValueCache cache(1);
+  std::vector<Tensor> ks;
+  for (std::int64_t t = 0; t < steps; ++t) {
+    ks.push_back(random_double({rows, heads, 1, d}, 50 + static_cast<std::uint64_t>(t)));
+    cache.append(ks.back(), ks.back());
+  }
+  // Key at (row r, head h, position t) as the cache holds it, and as written.
+  auto held = [&](std::int64_t r, std::int64_t h, std::int64_t t) {
+    const Tensor k = cache.keys();
+    return std::vector<double>(k.data<double>() + ((r * heads + h) * k.size(2) + t) * d,
+                               k.data<double>() + ((r * heads + h) * k.size(2) + t + 1) * d);
+  };
+  auto written = [&](std::int64_t r, std::int64_t h, std::int64_t t) {
+    const double* p = ks[static_cast<std::size_t>(t)].data<double>() + (r * heads + h) * d;
+    return std::vector<double>(p, p + d);
+  };
+  ASSERT_GE(cache.keys().size(2), steps);
+  const std::vector<std::int64_t> order{2, 0, 2, 1, 1};
+  cache.select_rows(order);
+  ASSERT_EQ(cache.rows(), 5);
+  for (std::int64_t r = 0; r < 5; ++r)
+    for (std::int64_t t = 0; t < steps; ++t)
+      EXPECT_EQ(held(r, 1, t), written(order[static_cast<std::size_t>(r)], 1, t)) << r << " " << t;
+  const void* buffer = cache.keys().raw_data();
+  cache.select_rows({0, 1});
+  EXPECT_EQ(cache.keys().raw_data(), buffer);
+  EXPECT_EQ(held(1, 0, 4), written(0, 0, 4));
+  EXPECT_THROW(cache.append(ks[0], ks[0]), Error);  // 3 rows into a cache of 2
 }
 
 TEST(NnMultiHeadAttention, InputGradientsMatchCentralDifferences) {

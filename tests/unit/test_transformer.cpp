@@ -5,6 +5,7 @@
 #include <cmath>
 #include <memory>
 #include <random>
+#include <set>
 #include <utility>
 
 #include "data/vocab.h"
@@ -275,6 +276,27 @@ TEST(Transformer, BeamSearchNBestScoresAreTheModelsLogProbabilities) {
   }
   EXPECT_GT(eos_endings, 0);
   EXPECT_GT(cut, 0);
+}
+
+// Sentences leave the batch as they finish (their cache rows are dropped, the others compacted):
+// each translation of a batch equals the sentence's translation alone, greedy and beam, for a
+// model that ends some hypotheses with eos and others at the length limit.
+TEST(Transformer, FinishedSentencesLeavingTheBatchChangeNoTranslation) {
+  const std::unique_ptr<Transformer> model = model_with_boosted_logits({{data::kEosId, 2.0f}});
+  Tensor src, pad;
+  random_sources(7, 8, 23, src, pad);
+  for (std::int64_t beam : {1, 3}) {
+    const models::DecodeOptions opt{.beam = beam, .length_penalty = 0.6, .max_extra_len = 3, .sampling = std::nullopt};
+    const models::TokenRows batch = models::translate_batch(*model, src, pad, opt);
+    std::set<std::size_t> lengths;
+    for (std::int64_t b = 0; b < src.size(0); ++b) {
+      const Tensor one = src.narrow_rows(b, 1).clone(), one_pad = pad.narrow_rows(b, 1).clone();
+      EXPECT_EQ(models::translate_batch(*model, one, one_pad, opt).front(), batch[static_cast<std::size_t>(b)])
+          << "sentence " << b << ", beam " << beam;
+      lengths.insert(batch[static_cast<std::size_t>(b)].size());
+    }
+    EXPECT_GE(lengths.size(), 3u) << "sentences should finish at different steps";
+  }
 }
 
 // An ensemble of two models of different sizes decodes by the mean of their probabilities: greedy

@@ -16,9 +16,11 @@ constexpr std::int64_t kTileK = 64;
 
 struct Dims {
   std::int64_t b, h, lq, lk, d, dv;
+  std::int64_t k_rows;  // positions k and v hold a (b, h): lk, or a decoder cache's capacity
 };
 
-Dims check_attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& key_padding) {
+Dims check_attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& key_padding,
+                     std::int64_t key_length = 0) {
   const char* op = "attention";
   check_rank(op, q, 4, "q");
   check_rank(op, k, 4, "k");
@@ -29,11 +31,14 @@ Dims check_attention(const Tensor& q, const Tensor& k, const Tensor& v, const Te
   check_cpu(op, q);
   check_cpu(op, k);
   check_cpu(op, v);
-  const Dims d{q.size(0), q.size(1), q.size(2), k.size(2), q.size(3), v.size(3)};
+  TESSERA_CHECK(key_length >= 0 && key_length <= k.size(2), "attention: key_length {} outside k {}", key_length,
+                shape_str(k.shape()));
+  const Dims d{q.size(0), q.size(1), q.size(2),          key_length > 0 ? key_length : k.size(2),
+               q.size(3), v.size(3), k.size(2)};
   TESSERA_CHECK(k.size(0) == d.b && k.size(1) == d.h && k.size(3) == d.d,
                 "attention: k {} does not match q {} (need [B={}, H={}, Lk, D={}])", shape_str(k.shape()),
                 shape_str(q.shape()), d.b, d.h, d.d);
-  TESSERA_CHECK(v.size(0) == d.b && v.size(1) == d.h && v.size(2) == d.lk,
+  TESSERA_CHECK(v.size(0) == d.b && v.size(1) == d.h && v.size(2) == d.k_rows,
                 "attention: v {} does not match k {} (need [B={}, H={}, Lk={}, Dv])", shape_str(v.shape()),
                 shape_str(k.shape()), d.b, d.h, d.lk);
   if (key_padding.defined()) {
@@ -188,7 +193,7 @@ void backward_head(const T* q, const T* k, const T* v, const T* o, const T* dout
 
 AttentionOutput attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& key_padding,
                                   const AttentionOptions& opt) {
-  const Dims d = check_attention(q, k, v, key_padding);
+  const Dims d = check_attention(q, k, v, key_padding, opt.key_length);
   AttentionOutput res{Tensor::empty({d.b, d.h, d.lq, d.dv}, q.dtype()), Tensor::empty({d.b, d.h, d.lq}, q.dtype())};
   const double scale = opt.scale > 0 ? opt.scale : 1.0 / std::sqrt(static_cast<double>(d.d));
   dispatch_float("attention", q.dtype(), [&]<typename T>() {
@@ -201,7 +206,8 @@ AttentionOutput attention_forward(const Tensor& q, const Tensor& k, const Tensor
 #pragma omp for schedule(dynamic)
       for (std::int64_t bh = 0; bh < d.b * d.h; ++bh) {
         const std::int64_t b = bh / d.h;
-        forward_head<T>(q.data<T>() + bh * d.lq * d.d, k.data<T>() + bh * d.lk * d.d, v.data<T>() + bh * d.lk * d.dv,
+        forward_head<T>(q.data<T>() + bh * d.lq * d.d, k.data<T>() + bh * d.k_rows * d.d,
+                        v.data<T>() + bh * d.k_rows * d.dv,
                         pad ? pad + b * d.lk : nullptr, res.out.data<T>() + bh * d.lq * d.dv,
                         res.lse.data<T>() + bh * d.lq, d, opt.causal, static_cast<T>(scale), s, acc);
       }

@@ -61,6 +61,23 @@ Tensor index_rows(const Tensor& x, const std::vector<std::int64_t>& indices) {
   return out;
 }
 
+void copy_time_range(const Tensor& dst, std::int64_t dst_t, const Tensor& src, const std::vector<std::int64_t>& src_rows,
+                     std::int64_t src_t, std::int64_t length) {
+  check_cpu("copy_time_range", dst);
+  check_cpu("copy_time_range", src);
+  kernels::check_time_range("copy_time_range", dst, dst_t, src, src_rows, src_t, length);
+  const std::int64_t heads = src.size(1), d = src.size(3), rows = kernels::time_range_rows(src, src_rows);
+  const std::size_t elem = dtype_size(src.dtype()), span = static_cast<std::size_t>(length * d) * elem;
+  char* out = static_cast<char*>(dst.raw_data());
+  const char* in = static_cast<const char*>(src.raw_data());
+  for (std::int64_t r = 0; r < rows; ++r) {
+    const std::int64_t from = src_rows.empty() ? r : src_rows[static_cast<std::size_t>(r)];
+    for (std::int64_t h = 0; h < heads; ++h)
+      std::memcpy(out + static_cast<std::size_t>(((r * heads + h) * dst.size(2) + dst_t) * d) * elem,
+                  in + static_cast<std::size_t>(((from * heads + h) * src.size(2) + src_t) * d) * elem, span);
+  }
+}
+
 Tensor permute(const Tensor& x, const std::vector<std::int64_t>& dims) {
   check_cpu("permute", x);
   const std::size_t r = dims.size();

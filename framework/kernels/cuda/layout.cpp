@@ -2,6 +2,7 @@
 
 #include "kernels/cuda/device.h"
 #include "kernels/cuda/embedding.h"
+#include "kernels/types.h"
 
 namespace tessera::cuda {
 
@@ -97,6 +98,28 @@ Tensor index_rows(const Tensor& x, const std::vector<std::int64_t>& indices) {
   // A row gather is an embedding lookup with the rows as the table.
   return embedding_forward(x.reshape({x.size(0), row}), Tensor::from(ids, {static_cast<std::int64_t>(ids.size())}))
       .reshape(out_shape);
+}
+
+void copy_time_range(const Tensor& dst, std::int64_t dst_t, const Tensor& src, const std::vector<std::int64_t>& src_rows,
+                     std::int64_t src_t, std::int64_t length) {
+  const char* op = "cuda::copy_time_range";
+  check_on_gpu(op, dst);
+  check_on_gpu(op, src);
+  kernels::check_time_range(op, dst, dst_t, src, src_rows, src_t, length);
+  const std::int64_t heads = src.size(1), d = src.size(3), rows = kernels::time_range_rows(src, src_rows);
+  const std::size_t elem = dtype_size(src.dtype()), width = static_cast<std::size_t>(length * d) * elem;
+  if (width == 0) return;
+  auto* out = static_cast<char*>(dst.raw_data());
+  const auto* in = static_cast<const char*>(src.raw_data());
+  // One 2-D copy a row: its H heads are H lines of `width` bytes, pitched by each tensor's T * D.
+  for (std::int64_t r = 0; r < rows; ++r) {
+    const std::int64_t from = src_rows.empty() ? r : src_rows[static_cast<std::size_t>(r)];
+    check_launch(op, cudaMemcpy2DAsync(out + static_cast<std::size_t>((r * heads * dst.size(2) + dst_t) * d) * elem,
+                                       static_cast<std::size_t>(dst.size(2) * d) * elem,
+                                       in + static_cast<std::size_t>((from * heads * src.size(2) + src_t) * d) * elem,
+                                       static_cast<std::size_t>(src.size(2) * d) * elem, width,
+                                       static_cast<std::size_t>(heads), cudaMemcpyDeviceToDevice, nullptr));
+  }
 }
 
 }  // namespace tessera::cuda
