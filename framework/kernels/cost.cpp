@@ -37,6 +37,7 @@ Cost matmul_batch_sum(std::int64_t batch, std::int64_t m, std::int64_t n, std::i
 Cost permute(std::int64_t n, int elem) { return {2 * span(n, elem), 0}; }
 Cost concat(std::int64_t n, int elem) { return permute(n, elem); }
 Cost index_rows(std::int64_t n, int elem) { return permute(n, elem); }
+Cost copy_time_range(std::int64_t n, int elem) { return permute(n, elem); }
 
 Cost sum_all(std::int64_t n, int elem) { return {span(n + 1, elem), count(n)}; }
 Cost mean_all(std::int64_t n, int elem) { return {span(n + 1, elem), count(n + 1)}; }

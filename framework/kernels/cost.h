@@ -36,6 +36,7 @@ Cost matmul_batch_sum(std::int64_t batch, std::int64_t m, std::int64_t n, std::i
 Cost permute(std::int64_t n, int elem);  // n elements copied
 Cost concat(std::int64_t n, int elem);
 Cost index_rows(std::int64_t n, int elem);
+Cost copy_time_range(std::int64_t n, int elem);  // n elements copied into the cache
 // reductions, and softmax over the last dimension of [rows, cols]
 Cost sum_all(std::int64_t n, int elem);
 Cost mean_all(std::int64_t n, int elem);
