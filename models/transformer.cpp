@@ -138,7 +138,9 @@ ag::Var Transformer::forward_loss(const Tensor& src, const Tensor& src_padding, 
                                   const Tensor& targets, double smoothing, std::int32_t ignore_index, double* nll_sum,
                                   DropoutStream& drop) const {
   const std::int64_t rows = targets.numel();
-  const ag::Var h = decode_hidden(encode(src, src_padding, drop), src_padding, tgt_in, drop);
+  // The padding mask goes to the device once, as in forward().
+  const Tensor padding = src_padding.to(cfg_.device);
+  const ag::Var h = decode_hidden(encode(src, padding, drop), padding, tgt_in, drop);
   // The fused op is a CPU one of the model's own dtype; the other layouts keep the logits.
   const bool fused = vocab_group_ == nullptr && cfg_.device == Device::cpu && cfg_.compute_dtype() == cfg_.dtype;
   if (fused)
