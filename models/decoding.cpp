@@ -98,8 +98,7 @@ class EnsembleDecoder {
   }
 
   // Keeps only the given rows, in the given order (cross_rows: as DecoderCache::select_rows).
-  void select_rows(const std::vector<std::int64_t>& rows,
-                   const std::optional<std::vector<std::int64_t>>& cross_rows) {
+  void select_rows(const std::vector<std::int64_t>& rows, const std::optional<std::vector<std::int64_t>>& cross_rows) {
     for (DecoderCache& c : caches_) c.select_rows(rows, cross_rows);
   }
   void select_rows(const std::vector<std::int64_t>& rows) { select_rows(rows, rows); }

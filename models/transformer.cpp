@@ -158,8 +158,7 @@ ag::Var Transformer::forward(const Tensor& src, const Tensor& src_padding, const
 }
 
 // ---------------------------------------------------------------- incremental decoding
-DecoderCache Transformer::start_decoding(const Tensor& memory, const Tensor& src_padding,
-                                         std::int64_t capacity) const {
+DecoderCache Transformer::start_decoding(const Tensor& memory, const Tensor& src_padding, std::int64_t capacity) const {
   ag::NoGradGuard no_grad;
   DecoderCache cache;
   cache.src_padding = src_padding;

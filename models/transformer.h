@@ -31,7 +31,8 @@ struct DecoderCache {
   void select_rows(const std::vector<std::int64_t>& rows) { select_rows(rows, rows); }
   // The same with the cross-attention rows given apart: rows with the same source may share them
   // (a sentence's beams), so a beam reorder that keeps every sentence passes none (no copy).
-  void select_rows(const std::vector<std::int64_t>& self_rows, const std::optional<std::vector<std::int64_t>>& cross_rows);
+  void select_rows(const std::vector<std::int64_t>& self_rows,
+                   const std::optional<std::vector<std::int64_t>>& cross_rows);
 };
 
 class Transformer {

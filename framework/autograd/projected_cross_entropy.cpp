@@ -17,8 +17,8 @@ struct BlockOutputs {
 
 // One block of rows [r0, r0 + rows): its logits into z, the per-row losses into out, and (when
 // wanted) the gradients: dh's rows written, dw accumulated (assigned by the first block).
-void project_block(const Tensor& h, const Tensor& w, const Tensor& targets, double smoothing,
-                   std::int32_t ignore_index, std::int64_t r0, std::int64_t rows, Tensor& z, BlockOutputs& out) {
+void project_block(const Tensor& h, const Tensor& w, const Tensor& targets, double smoothing, std::int32_t ignore_index,
+                   std::int64_t r0, std::int64_t rows, Tensor& z, BlockOutputs& out) {
   const Tensor hb = h.narrow_rows(r0, rows), tb = targets.narrow_rows(r0, rows);
   Tensor zb = z.narrow_rows(0, rows);
   cpu::matmul_into(zb, hb, w, false, true, 1.0, 0.0);
@@ -46,8 +46,8 @@ Var projected_cross_entropy(const Var& h, const Var& w, const Tensor& targets, d
   check_rank(op, vh, 2, "h");
   check_rank(op, vw, 2, "w");
   check_same_dtype(op, vh, vw);
-  TESSERA_CHECK(vh.size(1) == vw.size(1), "{}: h {} and w {} differ in the inner dimension", op,
-                shape_str(vh.shape()), shape_str(vw.shape()));
+  TESSERA_CHECK(vh.size(1) == vw.size(1), "{}: h {} and w {} differ in the inner dimension", op, shape_str(vh.shape()),
+                shape_str(vw.shape()));
   TESSERA_CHECK(targets.dim() == 1 && targets.size(0) == vh.size(0), "{}: targets {} do not match h {}", op,
                 shape_str(targets.shape()), shape_str(vh.shape()));
   TESSERA_CHECK(block_rows >= 1, "{}: block_rows {} must be positive", op, block_rows);

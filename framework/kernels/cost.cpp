@@ -57,9 +57,7 @@ Cost softmax_backward(std::int64_t rows, std::int64_t cols, int elem) {
   return {3 * span(rows * cols, elem), 4 * count(rows * cols)};
 }
 // dx = dy - exp(y) sum(dy): the sum's add, exp, multiply and subtract, 4 per element.
-Cost log_softmax_backward(std::int64_t rows, std::int64_t cols, int elem) {
-  return softmax_backward(rows, cols, elem);
-}
+Cost log_softmax_backward(std::int64_t rows, std::int64_t cols, int elem) { return softmax_backward(rows, cols, elem); }
 
 // Reads x, gamma and beta, writes y, mean and rstd; the mean 1, the variance 3 and y 4 per element.
 Cost layer_norm_forward(std::int64_t rows, std::int64_t cols, int elem) {

@@ -201,8 +201,8 @@ Tensor index_rows(const Tensor& x, const std::vector<std::int64_t>& indices) {
   ON_GPU(return cuda::index_rows(x, indices));
 }
 
-void copy_time_range(const Tensor& dst, std::int64_t dst_t, const Tensor& src, const std::vector<std::int64_t>& src_rows,
-                     std::int64_t src_t, std::int64_t length) {
+void copy_time_range(const Tensor& dst, std::int64_t dst_t, const Tensor& src,
+                     const std::vector<std::int64_t>& src_rows, std::int64_t src_t, std::int64_t length) {
   if (on_cpu(dst)) return cpu::copy_time_range(dst, dst_t, src, src_rows, src_t, length);
   ON_GPU(return cuda::copy_time_range(dst, dst_t, src, src_rows, src_t, length));
 }

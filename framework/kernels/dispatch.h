@@ -53,8 +53,8 @@ Tensor index_rows(const Tensor& x, const std::vector<std::int64_t>& indices);
 // (empty src_rows: every row of src in order), on 4-D [rows, H, T, D] tensors of one dtype and
 // device, in place: a preallocated decoder cache appends a step and reorders beams without
 // allocating. dst and src must not share storage.
-void copy_time_range(const Tensor& dst, std::int64_t dst_t, const Tensor& src, const std::vector<std::int64_t>& src_rows,
-                     std::int64_t src_t, std::int64_t length);
+void copy_time_range(const Tensor& dst, std::int64_t dst_t, const Tensor& src,
+                     const std::vector<std::int64_t>& src_rows, std::int64_t src_t, std::int64_t length);
 
 // ---- reductions and softmax ----
 Tensor sum_all(const Tensor& x);

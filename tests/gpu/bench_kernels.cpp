@@ -70,8 +70,14 @@ struct Sizes {
   std::int64_t tokens = 16384, d_model = 1024, d_ff = 4096, vocab = 32000, ce_rows = 8192;
   std::int64_t attention_batch = 16, attention_length = 1024, adam = std::int64_t{1} << 25;
 };
-constexpr Sizes kSmall{.tokens = 64, .d_model = 32, .d_ff = 64, .vocab = 100, .ce_rows = 16, .attention_batch = 1,
-                       .attention_length = 64, .adam = 1000};
+constexpr Sizes kSmall{.tokens = 64,
+                       .d_model = 32,
+                       .d_ff = 64,
+                       .vocab = 100,
+                       .ce_rows = 16,
+                       .attention_batch = 1,
+                       .attention_length = 64,
+                       .adam = 1000};
 
 std::string dims(std::initializer_list<std::int64_t> sizes) {
   std::string out;
@@ -93,12 +99,13 @@ void bench_row_kernels(const Sizes& z) {
   row("layer_norm_backward", "bf16", dims({tokens, d_model}), cost::layer_norm_backward(tokens, d_model, 2), "fp32",
       [&] { (void)kernels::layer_norm_backward(x, x, gamma, ln.mean, ln.rstd); });
   const Tensor logits = filled({ce_rows, vocab}, 0.1), targets = filled({ce_rows}, 7, DType::i32);
-  row("cross_entropy_with_grad", "bf16", dims({ce_rows, vocab}), cost::cross_entropy_with_grad(ce_rows, vocab, 2), "fp32",
-      [&] { (void)kernels::cross_entropy_with_grad(logits, targets, 0.1, -1); });
+  row("cross_entropy_with_grad", "bf16", dims({ce_rows, vocab}), cost::cross_entropy_with_grad(ce_rows, vocab, 2),
+      "fp32", [&] { (void)kernels::cross_entropy_with_grad(logits, targets, 0.1, -1); });
   const Tensor h = filled({tokens, d_ff}, 0.5);
   row("dropout_forward", "bf16", dims({tokens, d_ff}), cost::dropout_forward(tokens * d_ff, 2), "fp32",
       [&] { (void)kernels::dropout_forward(h, 0.1, 1, 0); });
-  row("binary_add", "bf16", dims({tokens, d_ff}), cost::binary(tokens * d_ff, 2), "fp32", [&] { (void)kernels::add(h, h); });
+  row("binary_add", "bf16", dims({tokens, d_ff}), cost::binary(tokens * d_ff, 2), "fp32",
+      [&] { (void)kernels::add(h, h); });
   row("softmax_lastdim", "bf16", dims({tokens, d_ff}), cost::softmax_lastdim(tokens, d_ff, 2), "fp32",
       [&] { (void)kernels::softmax_lastdim(h); });
   const Tensor table = filled({vocab, d_model}, 0.5, DType::f32), ids = filled({tokens}, 11, DType::i32);

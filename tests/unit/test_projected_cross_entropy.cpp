@@ -115,9 +115,9 @@ TEST(ProjectedCrossEntropy, TransformerForwardLossMatchesLogitsPath) {
     models::Transformer m(c, 3);
     models::DropoutStream drop;
     double nll = 0;
-    ag::Var loss = fused ? m.forward_loss(src, src_pad, tgt_in, targets, 0.1, 0, &nll, drop)
-                         : m.cross_entropy(ag::reshape(m.forward(src, src_pad, tgt_in, drop), {6, 29}), targets, 0.1,
-                                           0, &nll);
+    ag::Var loss =
+        fused ? m.forward_loss(src, src_pad, tgt_in, targets, 0.1, 0, &nll, drop)
+              : m.cross_entropy(ag::reshape(m.forward(src, src_pad, tgt_in, drop), {6, 29}), targets, 0.1, 0, &nll);
     losses[fused] = loss.value().item();
     loss.backward();
     for (const ag::Var& p : m.parameters()) grads[fused].push_back(p.grad().to_doubles());

@@ -575,8 +575,8 @@ TEST(FitStepsToTime, FitsWholeStepsInTheTimeLeft) {
   EXPECT_EQ(train::fitted_max_steps(200, 100.0, 3300.0, 0.8, 2600), 2600);             // train.max_steps caps it
   EXPECT_EQ(train::fitted_max_steps(200, 3400.0, 3300.0, 0.8, 100000), 201);           // out of time already
   EXPECT_EQ(train::fit_after_step(200, 0), 200);
-  EXPECT_EQ(train::fit_after_step(4000, 0), 200);  // early, even with a long warmup
-  EXPECT_EQ(train::fit_after_step(5, 0), 23);      // 3 untimed + 20 timed steps
+  EXPECT_EQ(train::fit_after_step(4000, 0), 200);   // early, even with a long warmup
+  EXPECT_EQ(train::fit_after_step(5, 0), 23);       // 3 untimed + 20 timed steps
   EXPECT_EQ(train::fit_after_step(200, 190), 213);  // a resumed session times its own steps
 }
 

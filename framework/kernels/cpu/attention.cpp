@@ -33,7 +33,7 @@ Dims check_attention(const Tensor& q, const Tensor& k, const Tensor& v, const Te
   check_cpu(op, v);
   TESSERA_CHECK(key_length >= 0 && key_length <= k.size(2), "attention: key_length {} outside k {}", key_length,
                 shape_str(k.shape()));
-  const Dims d{q.size(0), q.size(1), q.size(2),          key_length > 0 ? key_length : k.size(2),
+  const Dims d{q.size(0), q.size(1), q.size(2), key_length > 0 ? key_length : k.size(2),
                q.size(3), v.size(3), k.size(2)};
   TESSERA_CHECK(k.size(0) == d.b && k.size(1) == d.h && k.size(3) == d.d,
                 "attention: k {} does not match q {} (need [B={}, H={}, Lk, D={}])", shape_str(k.shape()),
@@ -207,9 +207,9 @@ AttentionOutput attention_forward(const Tensor& q, const Tensor& k, const Tensor
       for (std::int64_t bh = 0; bh < d.b * d.h; ++bh) {
         const std::int64_t b = bh / d.h;
         forward_head<T>(q.data<T>() + bh * d.lq * d.d, k.data<T>() + bh * d.k_rows * d.d,
-                        v.data<T>() + bh * d.k_rows * d.dv,
-                        pad ? pad + b * d.lk : nullptr, res.out.data<T>() + bh * d.lq * d.dv,
-                        res.lse.data<T>() + bh * d.lq, d, opt.causal, static_cast<T>(scale), s, acc);
+                        v.data<T>() + bh * d.k_rows * d.dv, pad ? pad + b * d.lk : nullptr,
+                        res.out.data<T>() + bh * d.lq * d.dv, res.lse.data<T>() + bh * d.lq, d, opt.causal,
+                        static_cast<T>(scale), s, acc);
       }
     }
   });

@@ -61,8 +61,8 @@ Tensor index_rows(const Tensor& x, const std::vector<std::int64_t>& indices) {
   return out;
 }
 
-void copy_time_range(const Tensor& dst, std::int64_t dst_t, const Tensor& src, const std::vector<std::int64_t>& src_rows,
-                     std::int64_t src_t, std::int64_t length) {
+void copy_time_range(const Tensor& dst, std::int64_t dst_t, const Tensor& src,
+                     const std::vector<std::int64_t>& src_rows, std::int64_t src_t, std::int64_t length) {
   check_cpu("copy_time_range", dst);
   check_cpu("copy_time_range", src);
   kernels::check_time_range("copy_time_range", dst, dst_t, src, src_rows, src_t, length);

@@ -100,8 +100,8 @@ Tensor index_rows(const Tensor& x, const std::vector<std::int64_t>& indices) {
       .reshape(out_shape);
 }
 
-void copy_time_range(const Tensor& dst, std::int64_t dst_t, const Tensor& src, const std::vector<std::int64_t>& src_rows,
-                     std::int64_t src_t, std::int64_t length) {
+void copy_time_range(const Tensor& dst, std::int64_t dst_t, const Tensor& src,
+                     const std::vector<std::int64_t>& src_rows, std::int64_t src_t, std::int64_t length) {
   const char* op = "cuda::copy_time_range";
   check_on_gpu(op, dst);
   check_on_gpu(op, src);

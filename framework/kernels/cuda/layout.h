@@ -14,7 +14,7 @@ namespace tessera::cuda {
 Tensor permute(const Tensor& x, const std::vector<std::int64_t>& dims);
 Tensor concat(const std::vector<Tensor>& parts, std::int64_t dim);
 Tensor index_rows(const Tensor& x, const std::vector<std::int64_t>& indices);
-void copy_time_range(const Tensor& dst, std::int64_t dst_t, const Tensor& src, const std::vector<std::int64_t>& src_rows,
-                     std::int64_t src_t, std::int64_t length);
+void copy_time_range(const Tensor& dst, std::int64_t dst_t, const Tensor& src,
+                     const std::vector<std::int64_t>& src_rows, std::int64_t src_t, std::int64_t length);
 
 }  // namespace tessera::cuda
