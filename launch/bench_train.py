@@ -7,6 +7,8 @@ installed, a PyTorch eager model of the same shape (post-norm, shared tied embed
 smoothing 0.1, Adam) on batches of the same shape: target lengths of Multi30k sentences, about
 batch_tokens target tokens each. Prints target tokens/s, model GFLOP/s, % of sgemm and the ratio.
 PyTorch is optional: nothing of Tessera's build or tests needs it.
+With --precision bf16 (or both), Tessera runs with train.precision bf16 (bfloat16 GEMMs through
+oneDNN) and PyTorch under torch.autocast("cpu", torch.bfloat16).
 
   OMP_NUM_THREADS=2 python3 launch/bench_train.py --tessera build/tessera --out /tmp/bench_train
 """
@@ -35,9 +37,10 @@ def sgemm_rate(tessera):
     return float(re.search(r"sgemm 1024x1024x1024\s+([\d.]+) GFLOP/s", out).group(1))
 
 
-def tessera_rate(tessera, config, out_dir, steps):
+def tessera_rate(tessera, config, out_dir, steps, precision):
     """Mean target tokens/s over the logged steps after the first (warm-up) log line."""
     log = subprocess.run([tessera, "train", "--config", config, "--set", f"train.max_steps={steps}",
+                          "--set", f"train.precision={precision}", "--set", "train.fit_steps_to_time=false",
                           "--set", "train.log_every=4", "--set", f"output.dir={out_dir}",
                           "--set", "train.valid_every=1000000", "--set", "train.valid_max_sentences=1",
                           "--set", "checkpoint.every=1000000"], capture_output=True, text=True).stdout
@@ -53,7 +56,7 @@ def target_lengths(path):
         return [max(2, round(1.3 * len(line.split())) + 1) for line in f]
 
 
-def torch_rate(lengths, steps, threads):
+def torch_rate(lengths, steps, threads, precision):
     import torch
     import torch.nn as nn
 
@@ -88,8 +91,9 @@ def torch_rate(lengths, steps, threads):
         src = torch.randint(4, v, (batch, length))
         tgt = torch.randint(4, v, (batch, length + 1))
         start = time.perf_counter()
-        logits = model(src, tgt[:, :-1])
-        loss = loss_fn(logits.reshape(-1, v), tgt[:, 1:].reshape(-1))
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=precision == "bf16"):
+            logits = model(src, tgt[:, :-1])
+            loss = loss_fn(logits.reshape(-1, v).float(), tgt[:, 1:].reshape(-1))
         opt.zero_grad(set_to_none=True)
         loss.backward()
         opt.step()
@@ -106,6 +110,8 @@ def main():
     p.add_argument("--out", default="/tmp/bench_train", help="tessera's output.dir (vocabulary kept between runs)")
     p.add_argument("--steps", type=int, default=24)
     p.add_argument("--rounds", type=int, default=2)
+    p.add_argument("--precision", choices=["fp32", "bf16", "both"], default="fp32",
+                   help="bf16: Tessera's train.precision bf16 and PyTorch's CPU autocast to bfloat16")
     a = p.parse_args()
     threads = int(os.environ.get("OMP_NUM_THREADS", "2"))
     try:
@@ -116,23 +122,25 @@ def main():
         print("PyTorch is not installed: Tessera alone")
     lengths = target_lengths(os.path.join(os.path.dirname(a.config), "data/multi30k/train.de.gz"))
     per_token = flops_per_target_token(length=round(statistics.mean(lengths)))
-    ours, theirs, sgemm = [], [], []
+    precisions = ["fp32", "bf16"] if a.precision == "both" else [a.precision]
+    rates = {}  # (who, precision) -> tokens/s per round
+    sgemm = []
     for r in range(a.rounds):  # interleaved: each round measures every contestant once
         sgemm.append(sgemm_rate(a.tessera))
-        ours.append(tessera_rate(a.tessera, a.config, a.out, a.steps))
-        if have_torch:
-            theirs.append(torch_rate(lengths, a.steps, threads))
-        print(f"round {r + 1}: sgemm {sgemm[-1]:.1f} GFLOP/s, tessera {ours[-1]:.0f} tok/s"
-              + (f", pytorch {theirs[-1]:.0f} tok/s" if have_torch else ""), flush=True)
+        for prec in precisions:
+            rates.setdefault(("tessera", prec), []).append(tessera_rate(a.tessera, a.config, a.out, a.steps, prec))
+            if have_torch:
+                rates.setdefault(("pytorch eager", prec), []).append(torch_rate(lengths, a.steps, threads, prec))
+        print(f"round {r + 1}: sgemm {sgemm[-1]:.1f} GFLOP/s, "
+              + ", ".join(f"{who} {prec} {v[-1]:.0f} tok/s" for (who, prec), v in rates.items()), flush=True)
     ref = statistics.median(sgemm)
-    for name, rates in (("tessera", ours), ("pytorch eager", theirs)):
-        if rates:
-            rate = statistics.median(rates)
-            gf = rate * per_token / 1e9
-            print(f"{name:<14} {rate:8.0f} target tokens/s  {gf:7.1f} GFLOP/s  {100 * gf / ref:5.1f}% of sgemm")
-    if theirs:
-        print(f"ratio tessera / pytorch: {statistics.median(ours) / statistics.median(theirs):.2f}")
-
+    median = {key: statistics.median(v) for key, v in rates.items()}
+    for (who, prec), rate in median.items():
+        gf = rate * per_token / 1e9
+        print(f"{who:<14} {prec}  {rate:8.0f} target tokens/s  {gf:7.1f} GFLOP/s  {100 * gf / ref:5.1f}% of sgemm")
+    for ours, theirs in ((("tessera", p), ("pytorch eager", q)) for p in precisions for q in precisions):
+        if ours in median and theirs in median:
+            print(f"ratio tessera {ours[1]} / pytorch {theirs[1]}: {median[ours] / median[theirs]:.2f}")
 
 if __name__ == "__main__":
     main()

@@ -6,6 +6,7 @@ set -euo pipefail
 packages=(
   build-essential cmake pkg-config
   libopenblas-openmp-dev     # BLAS (cblas) for the CPU kernels, threaded with OpenMP like them
+  libdnnl-dev                # oneDNN: bfloat16 GEMMs on CPUs with AMX or AVX512-BF16
   libopenmpi-dev openmpi-bin # MPI communicator and mpirun
   libhdf5-openmpi-dev hdf5-tools  # parallel HDF5 checkpoints; h5ls/h5dump
   libyaml-cpp-dev            # configs

@@ -22,7 +22,8 @@ TransformerConfig model_config(const io::RunConfig& cfg, std::int64_t src_vocab,
 TransformerConfig training_model_config(const io::RunConfig& cfg, std::int64_t src_vocab, std::int64_t tgt_vocab) {
   TransformerConfig m = model_config(cfg, src_vocab, tgt_vocab);
   m.device = cfg.train.device;
-  m.bf16_compute = cfg.train.precision == io::Precision::bf16;
+  // On the CPU, bf16 means bfloat16 GEMMs on float32 tensors (cpu::set_bf16_matmul), not a compute dtype.
+  m.bf16_compute = cfg.train.precision == io::Precision::bf16 && cfg.train.device == Device::cuda;
   m.recompute_layers = cfg.train.recompute == io::Recompute::layer;
   m.vocab_parallel = cfg.parallel.vocab_parallel;
   return m;

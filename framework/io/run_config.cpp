@@ -106,8 +106,9 @@ void define_keys(Keys& k, RunConfig& c) {
   k.choice("train.device", c.train.device, "cpu", {{"cpu", Device::cpu}, {"cuda", Device::cuda}},
            "where the model trains: cpu, or cuda (one GPU per process, chosen by its rank on the machine)");
   k.choice("train.precision", c.train.precision, "fp32", {{"fp32", Precision::fp32}, {"bf16", Precision::bf16}},
-           "bf16: bfloat16 copies of the weights and bfloat16 activations in compute; float32 master weights, "
-           "optimizer and loss (train.device: cuda only)");
+           "bf16 on a GPU: bfloat16 copies of the weights and bfloat16 activations in compute; on a CPU with AMX or "
+           "AVX512-BF16: float32 activations, the GEMMs of the linear layers and the output projection on "
+           "bfloat16-rounded operands (oneDNN). Float32 master weights, optimizer and loss either way");
   k.boolean("train.tf32", c.train.tf32, false,
             "float32 GEMMs on the GPU's TF32 tensor cores (faster, ~10 mantissa bits)");
   k.choice("train.recompute", c.train.recompute, "none", {{"none", Recompute::none}, {"layer", Recompute::layer}},

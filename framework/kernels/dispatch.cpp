@@ -12,6 +12,7 @@
 #include "kernels/cpu/elementwise.h"
 #include "kernels/cpu/embedding.h"
 #include "kernels/cpu/gemm.h"
+#include "kernels/cpu/gemm_bf16.h"
 #include "kernels/cpu/layer_norm.h"
 #include "kernels/cpu/layout.h"
 #include "kernels/cpu/reduce.h"
@@ -175,6 +176,8 @@ void set_allow_tf32(bool allow) {
   (void)allow;
 #endif
 }
+
+void set_cpu_bf16_matmul(bool on) { cpu::set_bf16_matmul(on); }
 
 Tensor matmul(const Tensor& a, const Tensor& b, bool trans_a, bool trans_b) {
   if (on_cpu(a)) return cpu::matmul(a, b, trans_a, trans_b);

@@ -42,6 +42,8 @@ Tensor full(const Shape& shape, double value, DType dtype, Device device);
 // ---- GEMM and layout ----
 // float32 GEMMs on the GPU's TF32 tensor cores (off by default; no effect on the CPU).
 void set_allow_tf32(bool allow);
+// float32 GEMMs on the CPU with bfloat16-rounded operands (oneDNN; off by default; no effect on the GPU).
+void set_cpu_bf16_matmul(bool on);
 Tensor matmul(const Tensor& a, const Tensor& b, bool trans_a = false, bool trans_b = false);
 // sum_i op(a_i) @ op(b_i) over the batch of 3-D a [batch, ., .] and b [batch, ., .]: on the CPU
 // one GEMM call accumulating every batch into the result, on the GPU a batched GEMM then a sum.

@@ -3,7 +3,7 @@
 // op, failing for an op without a case, so a new op without a twin test fails CI (ggml's
 // test-backend-ops). dispatch.cpp checks at compile time that each name is a dispatch function.
 // Not listed: the inline conveniences over listed ops (add, sub, mul, div over binary;
-// dropout_backward is dropout_forward) and the setting set_allow_tf32.
+// dropout_backward is dropout_forward) and the settings set_allow_tf32 and set_cpu_bf16_matmul.
 #pragma once
 
 // X(op) for each op, grouped as in dispatch.h.

@@ -281,7 +281,7 @@ Layout layout_of(const io::RunConfig& cfg) {
           .zero = cfg.parallel.zero == 1,
           .recompute = cfg.train.recompute == io::Recompute::layer,
           .vocab_parallel = cfg.parallel.vocab_parallel,
-          .bf16 = cfg.train.precision == io::Precision::bf16,
+          .bf16 = cfg.train.precision == io::Precision::bf16 && cfg.train.device == Device::cuda,
           .gpu = cfg.train.device == Device::cuda};
 }
 

@@ -11,6 +11,7 @@
 
 #include "common/fault_injection.h"
 #include "kernels/cpu/blas_core.h"
+#include "kernels/cpu/gemm_bf16.h"
 #include "models/from_config.h"
 #include "tensor/allocator.h"
 #include "train/metrics_log.h"
@@ -95,7 +96,8 @@ void Run::print_setup() const {
                model_.config().bf16_compute ? "bfloat16 mixed-precision" : "float32",
                cfg_.train.tf32 && !model_.config().bf16_compute ? " (TF32 GEMMs)" : "");
   else
-    fmt::print("device: cpu; {} OpenMP threads, {}\n", omp_get_max_threads(), cpu::blas_description());
+    fmt::print("device: cpu; {} OpenMP threads, {}{}\n", omp_get_max_threads(), cpu::blas_description(),
+               cpu::bf16_matmul() ? fmt::format("; bfloat16 GEMMs: oneDNN {}", cpu::bf16_matmul_kernel()) : "");
   if (grid_.size > 1)
     fmt::print("parallel: {} processes = {} tensor-parallel x {} data-parallel ({} parameters per rank){}\n",
                grid_.size, grid_.tensor->size(), grid_.data->size(), model_.num_parameters(),

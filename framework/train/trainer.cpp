@@ -10,7 +10,9 @@
 
 #include "common/hash.h"
 #include "data/task_data.h"
+#include "dist/hosts.h"
 #include "dist/launcher.h"
+#include "kernels/cpu/gemm_bf16.h"
 #include "kernels/dispatch.h"
 #include "models/from_config.h"
 #include "plan/preflight.h"
@@ -24,6 +26,18 @@ namespace {
 
 namespace fs = std::filesystem;
 
+// train.precision bf16 on the CPU: bfloat16 GEMMs, refused on a CPU where oneDNN would emulate
+// them (slower than float32). Each rank checks its own CPU, so the error names its host.
+void set_cpu_matmul_precision(const io::RunConfig& cfg) {
+  const bool bf16 = cfg.train.device == Device::cpu && cfg.train.precision == io::Precision::bf16;
+  if (bf16 && !cpu::bf16_matmul_native())
+    fail(
+        "train.precision = bf16 on the CPU needs AMX or AVX512-BF16, which the CPU of host {} lacks (oneDNN "
+        "would run its '{}' kernel, slower than float32): use train.precision: fp32",
+        dist::this_host(), cpu::bf16_matmul_kernel());
+  kernels::set_cpu_bf16_matmul(bf16);
+}
+
 // Everything about the config that can fail is checked before any work, on every rank alike.
 void check_before_any_work(const io::RunConfig& cfg, const ProcessGrid& grid) {
   // The model's own constraints (heads divide d_model and the tensor-parallel size, ...).
@@ -34,6 +48,7 @@ void check_before_any_work(const io::RunConfig& cfg, const ProcessGrid& grid) {
   }
   io::check_key_combinations(cfg);
   kernels::set_allow_tf32(cfg.train.tf32);
+  set_cpu_matmul_precision(cfg);
   // Rank 0 alone logs; the others' standard output is dropped (their errors still reach stderr).
   if (!grid.root() && std::freopen("/dev/null", "w", stdout) == nullptr) fail("cannot silence rank {}", grid.rank);
   const fs::path dir(cfg.output.dir);

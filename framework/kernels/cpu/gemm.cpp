@@ -2,6 +2,10 @@
 
 #include <cblas.h>
 
+#include <type_traits>
+
+#include "kernels/cpu/gemm_bf16.h"
+
 namespace tessera::cpu {
 namespace {
 
@@ -80,6 +84,24 @@ template void gemm_strided_batched<double>(bool, bool, std::int64_t, std::int64_
                                            std::int64_t, std::int64_t, const double*, std::int64_t, std::int64_t,
                                            double, double*, std::int64_t, std::int64_t, std::int64_t);
 
+namespace {
+// The GEMM behind the tensor matmuls: bfloat16 operands for float32 when set_bf16_matmul is on.
+template <typename T>
+void tensor_gemm(bool trans_a, bool trans_b, std::int64_t m, std::int64_t n, std::int64_t k, T alpha, const T* a,
+                 std::int64_t lda, std::int64_t stride_a, const T* b, std::int64_t ldb, std::int64_t stride_b, T beta,
+                 T* c, std::int64_t ldc, std::int64_t stride_c, std::int64_t batch) {
+  if constexpr (std::is_same_v<T, float>) {
+    if (bf16_matmul()) {
+      gemm_bf16_strided_batched(trans_a, trans_b, m, n, k, alpha, a, lda, stride_a, b, ldb, stride_b, beta, c, ldc,
+                                stride_c, batch);
+      return;
+    }
+  }
+  gemm_strided_batched<T>(trans_a, trans_b, m, n, k, alpha, a, lda, stride_a, b, ldb, stride_b, beta, c, ldc, stride_c,
+                          batch);
+}
+}  // namespace
+
 void matmul_into(Tensor& out, const Tensor& a, const Tensor& b, bool trans_a, bool trans_b, double alpha, double beta) {
   const MatmulDims d = matmul_dims("matmul", a, b, trans_a, trans_b);
   Shape want = a.shape();
@@ -105,13 +127,13 @@ void matmul_into(Tensor& out, const Tensor& a, const Tensor& b, bool trans_a, bo
     const std::int64_t lda = a.size(-1), ldb = b.size(-1);
     if (d.b_shared && !trans_a) {
       // [batch*M, K] @ [K, N]: one large GEMM instead of `batch` small ones.
-      gemm_strided_batched<T>(false, trans_b, d.batch * d.m, d.n, d.k, static_cast<T>(alpha), a.data<T>(), lda, 0,
-                              b.data<T>(), ldb, 0, static_cast<T>(beta), out.data<T>(), d.n, 0, 1);
+      tensor_gemm<T>(false, trans_b, d.batch * d.m, d.n, d.k, static_cast<T>(alpha), a.data<T>(), lda, 0, b.data<T>(),
+                     ldb, 0, static_cast<T>(beta), out.data<T>(), d.n, 0, 1);
       return;
     }
-    gemm_strided_batched<T>(trans_a, trans_b, d.m, d.n, d.k, static_cast<T>(alpha), a.data<T>(), lda,
-                            a.size(-1) * a.size(-2), b.data<T>(), ldb, d.b_shared ? 0 : b.size(-1) * b.size(-2),
-                            static_cast<T>(beta), out.data<T>(), d.n, d.m * d.n, d.batch);
+    tensor_gemm<T>(trans_a, trans_b, d.m, d.n, d.k, static_cast<T>(alpha), a.data<T>(), lda, a.size(-1) * a.size(-2),
+                   b.data<T>(), ldb, d.b_shared ? 0 : b.size(-1) * b.size(-2), static_cast<T>(beta), out.data<T>(), d.n,
+                   d.m * d.n, d.batch);
   });
 }
 
@@ -132,8 +154,8 @@ Tensor matmul_batch_sum(const Tensor& a, const Tensor& b, bool trans_a, bool tra
   Tensor out = Tensor::zeros({d.m, d.n}, a.dtype());
   if (out.numel() == 0 || d.k == 0 || d.batch == 0) return out;  // a sum of no products
   dispatch_float("matmul_batch_sum", a.dtype(), [&]<typename T>() {
-    gemm_strided_batched<T>(trans_a, trans_b, d.m, d.n, d.k, T(1), a.data<T>(), a.size(-1), a.size(-1) * a.size(-2),
-                            b.data<T>(), b.size(-1), b.size(-1) * b.size(-2), T(1), out.data<T>(), d.n, 0, d.batch);
+    tensor_gemm<T>(trans_a, trans_b, d.m, d.n, d.k, T(1), a.data<T>(), a.size(-1), a.size(-1) * a.size(-2), b.data<T>(),
+                   b.size(-1), b.size(-1) * b.size(-2), T(1), out.data<T>(), d.n, 0, d.batch);
   });
   return out;
 }
