@@ -90,6 +90,19 @@ TEST(GemmBf16, EveryTransposeCaseWithPaddedLeadingDimensionsAndBatches) {
     }
 }
 
+// Rows beyond 512 and depths beyond 2048 run as whole chunks, a multiple of 32 and a tail padded
+// with zeros (1100 rows: 512 + 512 + 64 + 12; depth 2100: 2048 + 32 + 20), beta added once.
+TEST(GemmBf16, LongRowsAndDepthsRunInPiecesWithTheSameResult) {
+  for (bool ta : {false, true})
+    for (bool tb : {false, true}) {
+      const std::int64_t m = 1100, n = 24, k = 2100;
+      Problem p{ta, tb, m, n, k, ta ? m : k, 0, tb ? k : n, 0, n, 0, 1};
+      p.alpha = 0.5f;
+      p.beta = ta ? 1.0f : 0.0f;
+      run_and_check(p);
+    }
+}
+
 TEST(GemmBf16, AlphaBetaSharedOperandsAndAccumulatedBatches) {
   const std::int64_t m = 16, n = 24, k = 40;
   Problem scaled{false, true, m, n, k, k, m * k, k, n * k, n, m * n, 2};

@@ -1,5 +1,6 @@
 #include "kernels/cpu/gemm_bf16.h"
 
+#include <algorithm>
 #include <atomic>
 #include <cstddef>
 #include <functional>
@@ -141,6 +142,117 @@ void run_plan(const GemmPlan& plan, const float* a, const float* b, float* c) {
   stream.wait();
 }
 
+// ---- One GEMM in pieces of a few fixed shapes ----
+// A training step's token count changes from batch to batch, and it is the row count M of the
+// forward and input-gradient GEMMs and the depth K of the weight-gradient GEMMs. Every new shape
+// costs a plan (about 1.5 ms and up to 1 MB), so M and K are cut into pieces of a few sizes: whole
+// chunks, a multiple of kPad, and a tail shorter than kPad run padded with zeros.
+constexpr std::int64_t kRowChunk = 512;     // rows of C per call
+constexpr std::int64_t kDepthChunk = 2048;  // products summed per call
+constexpr std::int64_t kPad = 32;
+
+// C = alpha * op(A) op(B) + beta * C, one matrix each (row-major, leading dimensions lda, ldb, ldc).
+struct Gemm {
+  bool ta, tb;
+  std::int64_t m, n, k, lda, ldb, ldc;
+  float alpha, beta;
+  const float* a;
+  const float* b;
+  float* c;
+
+  float a_at(std::int64_t i, std::int64_t l) const { return ta ? a[l * lda + i] : a[i * lda + l]; }
+  float b_at(std::int64_t l, std::int64_t j) const { return tb ? b[j * ldb + l] : b[l * ldb + j]; }
+  Gemm rows(std::int64_t first, std::int64_t count) const {  // rows [first, first + count) of C
+    Gemm g = *this;
+    g.m = count;
+    g.a = ta ? a + first : a + first * lda;
+    g.c = c + first * ldc;
+    return g;
+  }
+  Gemm depth(std::int64_t first, std::int64_t count, float beta_here) const {  // products [first, +count)
+    Gemm g = *this;
+    g.k = count;
+    g.beta = beta_here;
+    g.a = ta ? a + first * lda : a + first;
+    g.b = tb ? b + first : b + first * ldb;
+    return g;
+  }
+};
+
+void run_exact(const Gemm& g) {
+  const GemmKey key{g.ta, g.tb, g.m, g.n, g.k, g.lda, 0, g.ldb, 0, g.ldc, 0, 1, g.alpha, g.beta};
+  run_plan(plan_for(key), g.a, g.b, g.c);
+}
+
+// [first, length) pieces of `total`: whole chunks, then a multiple of kPad, then the tail.
+std::vector<std::pair<std::int64_t, std::int64_t>> pieces(std::int64_t total, std::int64_t chunk) {
+  std::vector<std::pair<std::int64_t, std::int64_t>> out;
+  std::int64_t first = 0;
+  for (; total - first >= chunk; first += chunk) out.emplace_back(first, chunk);
+  if (const std::int64_t middle = (total - first) / kPad * kPad; middle > 0) {
+    out.emplace_back(first, middle);
+    first += middle;
+  }
+  if (first < total) out.emplace_back(first, total - first);
+  return out;
+}
+
+// A depth shorter than kPad: both operands copied with zeros up to kPad products.
+void run_depth_tail(const Gemm& g) {
+  thread_local std::vector<float> a_pad, b_pad;
+  a_pad.assign(static_cast<std::size_t>(g.m * kPad), 0.0f);
+  b_pad.assign(static_cast<std::size_t>(kPad * g.n), 0.0f);
+  for (std::int64_t i = 0; i < g.m; ++i)
+    for (std::int64_t l = 0; l < g.k; ++l) a_pad[static_cast<std::size_t>(i * kPad + l)] = g.a_at(i, l);
+  for (std::int64_t l = 0; l < g.k; ++l)
+    for (std::int64_t j = 0; j < g.n; ++j) b_pad[static_cast<std::size_t>(l * g.n + j)] = g.b_at(l, j);
+  run_exact({false, false, g.m, g.n, kPad, kPad, g.n, g.ldc, g.alpha, g.beta, a_pad.data(), b_pad.data(), g.c});
+}
+
+// The depth in pieces: the first adds beta * C, the others add to what it wrote.
+void run_depth_pieces(const Gemm& g) {
+  float beta = g.beta;
+  for (const auto& [first, count] : pieces(g.k, kDepthChunk)) {
+    const Gemm piece = g.depth(first, count, beta);
+    if (count < kPad) {
+      run_depth_tail(piece);
+    } else {
+      run_exact(piece);
+    }
+    beta = 1.0f;
+  }
+}
+
+// Fewer rows than kPad: op(A)'s rows and C's copied with zeros up to kPad rows, and C's copied back.
+void run_row_tail(const Gemm& g) {
+  thread_local std::vector<float> a_pad, c_pad;
+  a_pad.assign(static_cast<std::size_t>(kPad * g.k), 0.0f);
+  c_pad.assign(static_cast<std::size_t>(kPad * g.n), 0.0f);
+  for (std::int64_t i = 0; i < g.m; ++i) {
+    for (std::int64_t l = 0; l < g.k; ++l) a_pad[static_cast<std::size_t>(i * g.k + l)] = g.a_at(i, l);
+    std::copy_n(g.c + i * g.ldc, g.n, c_pad.data() + i * g.n);
+  }
+  Gemm padded = g;
+  padded.ta = false;
+  padded.m = kPad;
+  padded.a = a_pad.data();
+  padded.lda = g.k;
+  padded.c = c_pad.data();
+  padded.ldc = g.n;
+  run_depth_pieces(padded);
+  for (std::int64_t i = 0; i < g.m; ++i) std::copy_n(c_pad.data() + i * g.n, g.n, g.c + i * g.ldc);
+}
+
+void run_in_pieces(const Gemm& g) {
+  for (const auto& [first, count] : pieces(g.m, kRowChunk)) {
+    if (count < kPad) {
+      run_row_tail(g.rows(first, count));
+    } else {
+      run_depth_pieces(g.rows(first, count));
+    }
+  }
+}
+
 }  // namespace
 
 void set_bf16_matmul(bool on) { use_bf16.store(on); }
@@ -175,6 +287,10 @@ void gemm_bf16_strided_batched(bool trans_a, bool trans_b, std::int64_t m, std::
     for (std::int64_t i = 0; i < batch; ++i)
       gemm_bf16_strided_batched(trans_a, trans_b, m, n, k, alpha, a, lda, 0, b + i * stride_b, ldb, 0, beta,
                                 c + i * stride_c, ldc, 0, 1);
+    return;
+  }
+  if (batch == 1) {
+    run_in_pieces({trans_a, trans_b, m, n, k, lda, ldb, ldc, alpha, beta, a, b, c});
     return;
   }
   const GemmKey key{trans_a, trans_b, m, n, k, lda, stride_a, ldb, stride_b, ldc, stride_c, batch, alpha, beta};
