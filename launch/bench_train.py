@@ -13,6 +13,7 @@ oneDNN) and PyTorch under torch.autocast("cpu", torch.bfloat16).
   OMP_NUM_THREADS=2 python3 launch/bench_train.py --tessera build/tessera --out /tmp/bench_train
 """
 import argparse
+import glob
 import gzip
 import os
 import random
@@ -39,6 +40,8 @@ def sgemm_rate(tessera):
 
 def tessera_rate(tessera, config, out_dir, steps, precision):
     """Mean target tokens/s over the logged steps after the first (warm-up) log line."""
+    for name in glob.glob(os.path.join(out_dir, "*.h5")):  # the last run's checkpoints; the vocabulary stays
+        os.remove(name)
     log = subprocess.run([tessera, "train", "--config", config, "--set", f"train.max_steps={steps}",
                           "--set", f"train.precision={precision}", "--set", "train.fit_steps_to_time=false",
                           "--set", "train.log_every=4", "--set", f"output.dir={out_dir}",
