@@ -278,6 +278,29 @@ TEST(Transformer, BeamSearchNBestScoresAreTheModelsLogProbabilities) {
   EXPECT_GT(cut, 0);
 }
 
+// A sentence stops once no live hypothesis can beat its n-th best finished one (alpha >= 0: a
+// continuation only adds log-probabilities <= 0). Its n best are then those of the search that
+// waits for k finished hypotheses (n = k: the rule before), with the same scores in the same order.
+TEST(Transformer, BeamSearchStopsEarlyOnlyWhenTheNBestAreFinal) {
+  const std::unique_ptr<Transformer> model = model_with_boosted_logits({{data::kEosId, 2.0f}});
+  Tensor src, pad;
+  random_sources(8, 10, 23, src, pad);
+  for (const double alpha : {0.0, 0.6, 1.5}) {
+    const models::DecodeOptions opt{.beam = 4, .length_penalty = alpha, .max_extra_len = 6, .sampling = std::nullopt};
+    const models::NBestRows all = models::beam_search_nbest(*model, src, pad, opt, 4);
+    for (const std::size_t n : {1u, 2u}) {
+      const models::NBestRows some = models::beam_search_nbest(*model, src, pad, opt, static_cast<std::int64_t>(n));
+      for (std::size_t b = 0; b < all.size(); ++b) {
+        ASSERT_EQ(some[b].size(), std::min(n, all[b].size())) << "sentence " << b << ", alpha " << alpha;
+        for (std::size_t i = 0; i < some[b].size(); ++i) {
+          EXPECT_EQ(some[b][i].tokens, all[b][i].tokens) << "sentence " << b << ", alpha " << alpha << ", n " << n;
+          EXPECT_EQ(some[b][i].score, all[b][i].score) << "sentence " << b << ", alpha " << alpha << ", n " << n;
+        }
+      }
+    }
+  }
+}
+
 // Sentences leave the batch as they finish (their cache rows are dropped, the others compacted):
 // each translation of a batch equals the sentence's translation alone, greedy and beam, for a
 // model that ends some hypotheses with eos and others at the length limit.
