@@ -13,6 +13,9 @@ log p / len^alpha. Only alpha = 0 (no normalization) is the same search in both,
 
   python3 launch/bench_translate.py --checkpoint run/checkpoint_best.h5 \
       --input test_2016_flickr.en --tessera build/tessera --beam 4
+
+With --baseline OTHER_BUILD/tessera, that build runs too, interleaved with the others in the same
+layouts: the speed-up of a change, and whether its translations are the baseline's line by line.
 """
 import argparse
 import math
@@ -30,6 +33,7 @@ def parse_args():
     p.add_argument("--checkpoint", required=True, help="Tessera HDF5 checkpoint")
     p.add_argument("--input", required=True, help="source sentences, one a line")
     p.add_argument("--tessera", default="build/tessera", help="the tessera binary")
+    p.add_argument("--baseline", default="", help="another tessera binary (e.g. main's build) timed beside it")
     p.add_argument("--beam", type=int, default=4)
     p.add_argument("--length-penalty", type=float, default=0.0, help="alpha; only 0 matches CTranslate2's formula")
     p.add_argument("--threads", type=int, default=2, help="threads of the one-process runs")
@@ -40,9 +44,9 @@ def parse_args():
     return p.parse_args()
 
 
-def run_tessera(args, out, mpi):
+def run_tessera(args, out, mpi, binary=None):
     """Seconds of decoding `tessera translate` reports (model loading excluded), and its output file."""
-    cmd = [args.tessera, "translate", "--checkpoint", args.checkpoint, "-i", args.input, "-o", out,
+    cmd = [binary or args.tessera, "translate", "--checkpoint", args.checkpoint, "-i", args.input, "-o", out,
            "--beam", str(args.beam), "--length-penalty", str(args.length_penalty), "--batch", str(args.batch)]
     env = dict(os.environ, OMP_NUM_THREADS="1" if mpi else str(args.threads))
     if mpi:
@@ -168,6 +172,22 @@ def run_ct2(model_dir, sp, sources, args, translators, threads):
     return seconds, [sp.decode(r.hypotheses[0]) for r in res]
 
 
+def read_lines(path):
+    return [line.rstrip("\n") for line in open(path, encoding="utf-8")]
+
+
+def compare_with_baseline(args, best, workdir, n):
+    """The speed-up over the baseline build and the lines its translations share, per layout."""
+    layouts = [("1x%d" % args.threads, "tessera.txt", "baseline.txt")]
+    if not args.no_mpi:
+        layouts.append(("mpirun 2x1", "tessera_mpi.txt", "baseline_mpi.txt"))
+    for layout, ours, theirs in layouts:
+        same = sum(a == b for a, b in zip(read_lines(os.path.join(workdir, ours)),
+                                          read_lines(os.path.join(workdir, theirs))))
+        print(f"  tessera {layout} / baseline {layout}: {best['baseline ' + layout] / best['tessera ' + layout]:.2f}x"
+              f" the sentences/s; identical lines {same} / {n}")
+
+
 def main():
     args = parse_args()
     workdir = args.workdir or tempfile.mkdtemp(prefix="bench_translate_")
@@ -176,6 +196,12 @@ def main():
     runs = {"tessera 1x%d" % args.threads: lambda: run_tessera(args, os.path.join(workdir, "tessera.txt"), False)}
     if not args.no_mpi:
         runs["tessera mpirun 2x1"] = lambda: run_tessera(args, os.path.join(workdir, "tessera_mpi.txt"), True)
+    if args.baseline:
+        runs["baseline 1x%d" % args.threads] = lambda: run_tessera(
+            args, os.path.join(workdir, "baseline.txt"), False, args.baseline)
+        if not args.no_mpi:
+            runs["baseline mpirun 2x1"] = lambda: run_tessera(
+                args, os.path.join(workdir, "baseline_mpi.txt"), True, args.baseline)
     ct2_out = None
     try:
         import ctranslate2  # noqa: F401
@@ -200,13 +226,15 @@ def main():
     print(f"{n} sentences, beam {args.beam}, length penalty {args.length_penalty} (best of {args.repeats})")
     for name, seconds in best.items():
         print(f"  {name:22s} {seconds:8.2f} s  {n / seconds:8.1f} sentences/s")
+    if args.baseline:
+        compare_with_baseline(args, best, workdir, n)
     if ct2_out is not None:
         pairs = [("tessera 1x%d" % args.threads, "ctranslate2 1x%d" % args.threads)]
         if not args.no_mpi:
             pairs.append(("tessera mpirun 2x1", "ctranslate2 2x1"))
         for ours, theirs in pairs:
             print(f"  {ours} / {theirs}: {best[theirs] / best[ours]:.2f}x the sentences/s")
-        mine = [line.rstrip("\n") for line in open(os.path.join(workdir, "tessera.txt"), encoding="utf-8")]
+        mine = read_lines(os.path.join(workdir, "tessera.txt"))
         same = sum(a == b for a, b in zip(mine, ct2_out["one"]))
         print(f"  identical lines, Tessera vs CTranslate2: {same} / {n}")
         with open(os.path.join(workdir, "ctranslate2.txt"), "w", encoding="utf-8") as f:

@@ -2,8 +2,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <limits>
-#include <numeric>
 
 #include "data/vocab.h"
 #include "kernels/dispatch.h"
@@ -61,26 +61,25 @@ Tensor encode_no_grad(const Transformer& model, const Tensor& src, const Tensor&
   return model.encode(src, src_padding, no_dropout).value();
 }
 
-// The ensemble's decoder caches, stepped together. Row r of the caches decodes sentence
-// rows[r] of the batch (beam search: k rows a sentence); empty `rows`: one row a sentence. The
-// cross-attention keys and values are computed once a sentence, then copied to its rows; the
-// self-attention caches hold `steps` positions without growing.
+// The ensemble's decoder caches, stepped together, one row a sentence of the batch at the start
+// (select_rows then picks and repeats rows: beam search's k a sentence). The cross-attention keys
+// and values are computed once a sentence, then copied to its rows; the self-attention caches hold
+// `steps` positions without growing.
 class EnsembleDecoder {
  public:
-  EnsembleDecoder(const Ensemble& models, const Tensor& src, const Tensor& src_padding, std::int64_t steps,
-                  const std::vector<std::int64_t>& rows = {})
+  EnsembleDecoder(const Ensemble& models, const Tensor& src, const Tensor& src_padding, std::int64_t steps)
       : models_(models) {
-    for (const Transformer* m : models.models()) {
+    for (const Transformer* m : models.models())
       caches_.push_back(m->start_decoding(encode_no_grad(*m, src, src_padding), src_padding, steps));
-      if (!rows.empty()) caches_.back().select_rows(rows);
-    }
   }
 
-  // Log-probabilities [rows, vocab] (CPU, float32) of the token after `last`: one model's own, or
-  // log(mean_i p_i) = logsumexp_i(log p_i) - log(models), in double.
-  Tensor step(const std::vector<std::int32_t>& last) {
+  // Log-probabilities [rows, vocab] (float32) of the token after `last`: one model's own, where it
+  // ran (beam search chooses there), or the ensemble's log(mean_i p_i) = logsumexp_i(log p_i) -
+  // log(models), in double, on the host.
+  Tensor step_on_device(const std::vector<std::int32_t>& last) {
     const auto& models = models_.models();
-    if (models.size() == 1) return models[0]->decode_step(caches_[0], last).to(DType::f32);  // a float64 model too
+    if (models.size() == 1)  // a float64 model's too
+      return kernels::cast(models[0]->decode_step_on_device(caches_[0], last), DType::f32);
     std::vector<Tensor> each;
     for (std::size_t i = 0; i < models.size(); ++i)
       each.push_back(models[i]->decode_step(caches_[i], last).to(DType::f32));
@@ -96,6 +95,8 @@ class EnsembleDecoder {
     }
     return mean;
   }
+  // The same on the host (greedy decoding and sampling choose there).
+  Tensor step(const std::vector<std::int32_t>& last) { return step_on_device(last).to(Device::cpu); }
 
   // Keeps only the given rows, in the given order (cross_rows: as DecoderCache::select_rows).
   void select_rows(const std::vector<std::int64_t>& rows, const std::optional<std::vector<std::int64_t>>& cross_rows) {
@@ -262,141 +263,188 @@ TokenRows greedy_decode_uncached(const Transformer& model, const Tensor& src, co
 }
 
 namespace {
-// A live beam-search hypothesis.
-struct BeamHyp {
-  std::vector<std::int32_t> tokens;
-  double log_prob;  // sum of its tokens' log-probabilities
+// The hypotheses' tokens as back-pointers: extending a hypothesis adds a node (its token and its
+// parent's node), so that reordering the beams copies no token lists; a finished one is read back.
+class HypothesisTree {
+ public:
+  static constexpr std::int64_t kRoot = -1;  // the empty hypothesis
+
+  std::int64_t extend(std::int64_t parent, std::int32_t token) {
+    nodes_.push_back({parent, token});
+    return static_cast<std::int64_t>(nodes_.size()) - 1;
+  }
+  std::vector<std::int32_t> tokens(std::int64_t node) const {
+    std::vector<std::int32_t> out;
+    for (; node != kRoot; node = nodes_[static_cast<std::size_t>(node)].parent)
+      out.push_back(nodes_[static_cast<std::size_t>(node)].token);
+    std::reverse(out.begin(), out.end());
+    return out;
+  }
+
+ private:
+  struct Node {
+    std::int64_t parent;
+    std::int32_t token;
+  };
+  std::vector<Node> nodes_;
 };
 
-// One token appended to beam `beam`.
-struct Candidate {
-  double log_prob;
-  std::int64_t beam;
-  std::int32_t token;
+// The live hypotheses of the active sentences, in the decoder's rows (a sentence's together).
+struct Beams {
+  std::vector<std::int64_t> active;      // the sentences, by batch index
+  std::vector<std::int64_t> node;        // each row's hypothesis in the HypothesisTree
+  std::vector<double> log_prob;          // its summed log-probabilities; -inf: a dead row
+  std::vector<std::int32_t> last;        // its last token, the decoder's next input
+  std::vector<std::int64_t> from_row;    // the row of the step before it continues
+  std::vector<std::int64_t> cross_rows;  // the rows of its sentence's encoder output
+  void clear() {
+    for (auto* v : {&active, &node, &from_row, &cross_rows}) v->clear();
+    log_prob.clear();
+    last.clear();
+  }
+  void add_row(std::int64_t node_id, double lp, std::int32_t token, std::int64_t row) {
+    node.push_back(node_id);
+    log_prob.push_back(lp);
+    last.push_back(token);
+    from_row.push_back(row);
+  }
+  void drop_rows(std::size_t n) {  // the last n rows added
+    node.resize(node.size() - n);
+    log_prob.resize(log_prob.size() - n);
+    last.resize(last.size() - n);
+    from_row.resize(from_row.size() - n);
+  }
 };
 
-// Best first: the higher log-probability, then the earlier beam, then the lower id (as greedy
-// decoding), so that beam 1 is greedy decoding and the order does not depend on how they are found.
-bool better(const Candidate& x, const Candidate& y) {
-  if (x.log_prob != y.log_prob) return x.log_prob > y.log_prob;
-  return x.beam != y.beam ? x.beam < y.beam : x.token < y.token;
-}
-
-// The 2k best continuations over the k beams of one sentence into `best` (rows: their
-// log-probabilities [k, vocab], one row a beam; dead beams have log_prob -inf), best first; only
-// eos where there is no room for a token. A short sorted list: no k * vocab candidates are stored.
-void best_continuations(const std::vector<BeamHyp>& beams, const float* rows, std::int64_t vocab, bool no_room,
-                        std::vector<Candidate>& best) {
-  const auto k = static_cast<std::int64_t>(beams.size());
-  const auto top = static_cast<std::size_t>(2 * k);
-  best.clear();
-  for (std::int64_t j = 0; j < k; ++j) {
-    const double base = beams[static_cast<std::size_t>(j)].log_prob;
-    if (base == -std::numeric_limits<double>::infinity()) continue;
-    const float* row = rows + j * vocab;
-    for (std::int64_t v = no_room ? kEosId : 0; v < (no_room ? kEosId + 1 : vocab); ++v) {
-      const Candidate c{base + row[v], j, static_cast<std::int32_t>(v)};
-      if (!is_output_token(v) || (best.size() == top && !better(c, best.back()))) continue;
-      if (best.size() == top) best.pop_back();
-      best.insert(std::upper_bound(best.begin(), best.end(), c, better), c);
+// Beam search over a batch. The first step decodes one row a sentence (its only live hypothesis,
+// bos), the next ones k rows a sentence, sentence-major. Each step kernels::beam_topk picks each
+// sentence's 2k best continuations where the decoder ran (on a GPU, only they come to the host);
+// of them the k best that do not end a hypothesis go on. The per-step vectors are swapped and
+// reused, not allocated again.
+class BeamSearch {
+ public:
+  BeamSearch(const Ensemble& models, const Tensor& src, const Tensor& src_padding, const DecodeOptions& opt,
+             std::int64_t n)
+      : opt_(opt),
+        k_(opt.beam),
+        n_(n),
+        vocab_(models.tgt_vocab()),
+        limit_(output_limits(models, src_padding, opt.max_extra_len)),
+        decoder_(models, src, src_padding, most_steps(limit_)),
+        finished_(static_cast<std::size_t>(src.size(0))) {
+    for (std::int64_t s = 0; s < src.size(0); ++s) {
+      now_.active.push_back(s);
+      now_.add_row(HypothesisTree::kRoot, 0.0, kBosId, s);
     }
   }
-}
 
-// best_continuations of every active sentence (log-probabilities logp [active * k, vocab]) into
-// cands_of[a], the sentences shared over the threads.
-void all_best_continuations(const std::vector<std::vector<BeamHyp>>& beams, const std::vector<std::int64_t>& active,
-                            const std::vector<std::int64_t>& limit, std::int64_t step, const Tensor& logp,
-                            std::vector<std::vector<Candidate>>& cands_of) {
-  const auto n = static_cast<std::int64_t>(active.size());
-  const std::int64_t vocab = logp.size(1), k = logp.size(0) / std::max<std::int64_t>(n, 1);
-#pragma omp parallel for schedule(dynamic, 4) if (n > 1)
-  for (std::int64_t a = 0; a < n; ++a) {
-    const auto s = static_cast<std::size_t>(active[static_cast<std::size_t>(a)]);
-    const bool no_room = step >= limit[s];  // a limit of 0: only eos, for an empty hypothesis
-    best_continuations(beams[s], logp.data<float>() + a * k * vocab, vocab, no_room,
-                       cands_of[static_cast<std::size_t>(a)]);
+  NBestRows run() {
+    for (std::int64_t step = 0; !now_.active.empty(); ++step) {
+      const Tensor cands = candidates(step);
+      next_.clear();
+      for (std::size_t a = 0; a < now_.active.size(); ++a)
+        advance(a, cands.data<double>() + static_cast<std::int64_t>(a) * 4 * k_, step);
+      // A sentence's beams share their cross-attention rows: copied only when a sentence has left
+      // (or after the first step, when each sentence's row becomes k).
+      if (!next_.active.empty())
+        decoder_.select_rows(next_.from_row, next_.active.size() == now_.active.size() && rows_ == k_
+                                                 ? std::nullopt
+                                                 : std::optional<std::vector<std::int64_t>>(next_.cross_rows));
+      std::swap(now_, next_);
+      rows_ = k_;
+    }
+    return std::move(finished_);
   }
-}
+
+ private:
+  // This step's (log-probability, flat index) pairs [active, 2k, 2] on the host.
+  Tensor candidates(std::int64_t step) {
+    const Tensor logp = decoder_.step_on_device(now_.last);
+    eos_only_.clear();
+    for (std::int64_t s : now_.active)  // a limit of 0: only eos, for an empty hypothesis
+      eos_only_.push_back(step >= limit_[static_cast<std::size_t>(s)] ? 1 : 0);
+    const kernels::BeamTopKOptions topk{
+        .beam = rows_, .count = 2 * k_, .eos = kEosId, .never_output = {data::kPadId, kBosId}};
+    const auto rows = static_cast<std::int64_t>(now_.log_prob.size());
+    return kernels::beam_topk(logp, Tensor::from(now_.log_prob, {rows}),
+                              Tensor::from(eos_only_, {static_cast<std::int64_t>(eos_only_.size())}), topk)
+        .to(Device::cpu);
+  }
+
+  // Active sentence a's next beams from its candidates `cands` (2k pairs, best first): eos among
+  // the k best ends a hypothesis, and at the length limit every candidate does.
+  void advance(std::size_t a, const double* cands, std::int64_t step) {
+    const auto s = static_cast<std::size_t>(now_.active[a]);
+    const bool at_limit = step + 1 >= limit_[s];
+    const std::int64_t first_row = static_cast<std::int64_t>(a) * rows_;
+    std::size_t kept = 0;
+    for (std::int64_t c = 0; c < 2 * k_ && static_cast<std::int64_t>(kept) < k_; ++c) {
+      const auto index = static_cast<std::int64_t>(cands[2 * c + 1]);
+      if (index < 0) break;  // fewer candidates than 2k
+      const double log_prob = cands[2 * c];
+      const std::int64_t row = first_row + index / vocab_;
+      const auto token = static_cast<std::int32_t>(index % vocab_);
+      const std::int64_t parent = now_.node[static_cast<std::size_t>(row)];
+      if (token == kEosId || at_limit) {
+        if (c < k_) finish(s, parent, token, log_prob);
+        continue;
+      }
+      next_.add_row(tree_.extend(parent, token), log_prob, token, row);
+      ++kept;
+    }
+    if (at_limit || static_cast<std::int64_t>(finished_[s].size()) >= k_ || settled(s, kept)) {
+      next_.drop_rows(kept);  // the sentence is done
+      return;
+    }
+    for (; static_cast<std::int64_t>(kept) < k_; ++kept)  // fewer live candidates than beams: dead rows
+      next_.add_row(HypothesisTree::kRoot, -std::numeric_limits<double>::infinity(), kEosId, first_row);
+    next_.active.push_back(now_.active[a]);
+    for (std::int64_t j = 0; j < k_; ++j) next_.cross_rows.push_back(first_row);
+  }
+
+  // Whether sentence s's n best hypotheses are final, its `live` beams just added to next_: a
+  // continuation only adds log-probabilities (<= 0), so with alpha >= 0 it can score at most the
+  // best live log-probability over the longest length's penalty. A later hypothesis that ties the
+  // n-th best ranks after it (stable order), so stopping keeps the n best, and in their order.
+  bool settled(std::size_t s, std::size_t live) {
+    if (opt_.length_penalty < 0 || static_cast<std::int64_t>(finished_[s].size()) < n_) return false;
+    double best_live = -std::numeric_limits<double>::infinity();
+    for (std::size_t r = next_.log_prob.size() - live; r < next_.log_prob.size(); ++r)
+      best_live = std::max(best_live, next_.log_prob[r]);
+    const double bound = best_live / length_penalty(limit_[s] + 1, opt_.length_penalty);
+    scores_.clear();
+    for (const Hypothesis& h : finished_[s]) scores_.push_back(h.score);
+    std::nth_element(scores_.begin(), scores_.begin() + (n_ - 1), scores_.end(), std::greater<>());
+    return scores_[static_cast<std::size_t>(n_ - 1)] >= bound;
+  }
+
+  // A finished hypothesis: the parent's tokens, then `token` unless it is eos (the length limit).
+  void finish(std::size_t s, std::int64_t parent, std::int32_t token, double log_prob) {
+    std::vector<std::int32_t> toks = tree_.tokens(parent);
+    if (token != kEosId) toks.push_back(token);
+    const auto len = static_cast<std::int64_t>(toks.size()) + 1;  // + eos
+    finished_[s].push_back({std::move(toks), log_prob, log_prob / length_penalty(len, opt_.length_penalty)});
+  }
+
+  const DecodeOptions& opt_;
+  std::int64_t k_, n_, vocab_;
+  std::int64_t rows_ = 1;  // decoder rows a sentence: 1 at the first step, then k
+  std::vector<std::int64_t> limit_;
+  EnsembleDecoder decoder_;
+  NBestRows finished_;
+  HypothesisTree tree_;
+  Beams now_, next_;
+  std::vector<std::int32_t> eos_only_;
+  std::vector<double> scores_;  // settled()'s scratch
+};
 }  // namespace
 
 NBestRows beam_search_nbest(const Ensemble& models, const Tensor& src, const Tensor& src_padding,
                             const DecodeOptions& opt, std::int64_t n) {
-  const std::int64_t batch = src.size(0), k = opt.beam;
-  TESSERA_CHECK(k >= 1, "beam_search: beam size {} must be >= 1", k);
-  TESSERA_CHECK(n >= 1 && n <= k, "beam_search: {} best hypotheses asked of a beam of {} (1 to the beam size)", n, k);
-  const auto limit = output_limits(models, src_padding, opt.max_extra_len);
-  const double neg_inf = -std::numeric_limits<double>::infinity();
-
-  // Every sentence gets k cache rows (sentence-major); only beam 0 is alive at the start.
-  std::vector<std::int64_t> expand;
-  for (std::int64_t b = 0; b < batch; ++b)
-    for (std::int64_t j = 0; j < k; ++j) expand.push_back(b);
-  EnsembleDecoder decoder(models, src, src_padding, most_steps(limit), expand);
-
-  std::vector<std::vector<BeamHyp>> beams(static_cast<std::size_t>(batch));
-  std::vector<std::vector<Hypothesis>> finished(static_cast<std::size_t>(batch));
-  for (auto& bm : beams) {
-    bm.assign(static_cast<std::size_t>(k), BeamHyp{{}, neg_inf});
-    bm[0].log_prob = 0.0;
-  }
-  std::vector<std::int64_t> active(static_cast<std::size_t>(batch));
-  std::iota(active.begin(), active.end(), 0);
-  std::vector<std::int32_t> last(static_cast<std::size_t>(batch * k), kBosId);
-
-  std::vector<std::vector<Candidate>> cands_of(static_cast<std::size_t>(batch));  // by position in `active`
-  for (std::int64_t step = 0; !active.empty(); ++step) {
-    const Tensor logp = decoder.step(last);
-    all_best_continuations(beams, active, limit, step, logp, cands_of);
-    std::vector<std::int64_t> keep_rows, keep_active, cross_rows;
-    std::vector<std::int32_t> next_last;
-    for (std::size_t a = 0; a < active.size(); ++a) {
-      const auto s = static_cast<std::size_t>(active[a]);
-      const bool at_limit = step + 1 >= limit[s];
-      const std::vector<Candidate>& cands = cands_of[a];
-      std::vector<BeamHyp> next;
-      for (std::size_t c = 0; c < cands.size() && static_cast<std::int64_t>(next.size()) < k; ++c) {
-        const Candidate& cd = cands[c];
-        std::vector<std::int32_t> toks = beams[s][static_cast<std::size_t>(cd.beam)].tokens;
-        // eos among the k best ends a hypothesis; at the length limit every candidate ends.
-        if (cd.token == kEosId || at_limit) {
-          if (cd.token != kEosId) toks.push_back(cd.token);
-          if (static_cast<std::int64_t>(c) < k) {
-            const auto len = static_cast<std::int64_t>(toks.size()) + 1;  // + eos
-            finished[s].push_back(
-                {std::move(toks), cd.log_prob, cd.log_prob / length_penalty(len, opt.length_penalty)});
-          }
-          continue;
-        }
-        toks.push_back(cd.token);
-        next.push_back({std::move(toks), cd.log_prob});
-        keep_rows.push_back(static_cast<std::int64_t>(a) * k + cd.beam);
-        next_last.push_back(cd.token);
-      }
-      const bool done = at_limit || static_cast<std::int64_t>(finished[s].size()) >= k;
-      if (done) {  // drop the rows this sentence just claimed
-        keep_rows.resize(keep_rows.size() - next.size());
-        next_last.resize(next_last.size() - next.size());
-        continue;
-      }
-      while (static_cast<std::int64_t>(next.size()) < k) {  // fewer live candidates than beams: pad dead rows
-        next.push_back({{}, neg_inf});
-        keep_rows.push_back(static_cast<std::int64_t>(a) * k);
-        next_last.push_back(kEosId);
-      }
-      beams[s] = std::move(next);
-      keep_active.push_back(active[a]);
-      for (std::int64_t j = 0; j < k; ++j) cross_rows.push_back(static_cast<std::int64_t>(a) * k + j);
-    }
-    // A sentence's beams share their cross-attention rows: copied only when a sentence has left.
-    if (!keep_active.empty())
-      decoder.select_rows(keep_rows, keep_active.size() == active.size()
-                                         ? std::nullopt
-                                         : std::optional<std::vector<std::int64_t>>(std::move(cross_rows)));
-    active = std::move(keep_active);
-    last = std::move(next_last);
-  }
-
+  TESSERA_CHECK(opt.beam >= 1, "beam_search: beam size {} must be >= 1", opt.beam);
+  TESSERA_CHECK(n >= 1 && n <= opt.beam, "beam_search: {} best hypotheses asked of a beam of {} (1 to the beam size)",
+                n, opt.beam);
+  NBestRows finished = BeamSearch(models, src, src_padding, opt, n).run();
   // Best first; stable, so that of equal scores the one finished first leads.
   for (auto& f : finished) {
     std::stable_sort(f.begin(), f.end(), [](const Hypothesis& x, const Hypothesis& y) { return x.score > y.score; });

@@ -171,6 +171,10 @@ DecoderCache Transformer::start_decoding(const Tensor& memory, const Tensor& src
 }
 
 Tensor Transformer::decode_step(DecoderCache& cache, const std::vector<std::int32_t>& tokens) const {
+  return decode_step_on_device(cache, tokens).to(Device::cpu);
+}
+
+Tensor Transformer::decode_step_on_device(DecoderCache& cache, const std::vector<std::int32_t>& tokens) const {
   ag::NoGradGuard no_grad;
   DropoutStream no_dropout;
   const auto rows = static_cast<std::int64_t>(tokens.size());
@@ -180,11 +184,11 @@ Tensor Transformer::decode_step(DecoderCache& cache, const std::vector<std::int3
     y = decoder_[i].step(y, cache.self_attn[i], cache.cross_attn[i], cache.src_padding);
   if (cfg_.pre_norm) y = decoder_final_norm_(y);
   ++cache.steps;
-  // Beam search scores on the host, in float32 (or the model's float64). Vocabulary-parallel, the
-  // ranks gather this step's logits [rows, tgt_vocab] (small beside the training batch's).
+  // In float32 (or the model's float64). Vocabulary-parallel, the ranks gather this step's logits
+  // [rows, tgt_vocab] (small beside the training batch's).
   ag::Var logits = ag::cast(ag::reshape(output_logits(y), {rows, out_block_.count}), cfg_.dtype);
   if (vocab_group_ != nullptr) logits = ag::Var(dist::gather_vocab_logits(logits.value(), *vocab_group_));
-  return ag::log_softmax(logits).value().to(Device::cpu);
+  return ag::log_softmax(logits).value();
 }
 
 }  // namespace tessera::models

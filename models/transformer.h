@@ -69,6 +69,9 @@ class Transformer {
   // `capacity`: the most steps expected, preallocated in each self-attention cache (more still work).
   DecoderCache start_decoding(const Tensor& memory, const Tensor& src_padding, std::int64_t capacity = 0) const;
   Tensor decode_step(DecoderCache& cache, const std::vector<std::int32_t>& tokens) const;
+  // The same log-probabilities left on the model's device (beam search chooses there: see
+  // kernels::beam_topk).
+  Tensor decode_step_on_device(DecoderCache& cache, const std::vector<std::int32_t>& tokens) const;
 
   const TransformerConfig& config() const { return cfg_; }
   // Every trainable parameter by dotted name, in a fixed order (a tied weight appears once).

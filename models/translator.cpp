@@ -2,6 +2,7 @@
 
 #include <fmt/core.h>
 #include <fmt/ranges.h>
+#include <omp.h>
 
 #include <algorithm>
 #include <bit>
@@ -88,14 +89,44 @@ void hang_if_injected_before_decoding() {
   if (launched_by_mpi() && fault::injected("DECODE_HANG", launcher_rank())) fault::hang();
 }
 
+using DecodeBatch = std::function<void(const data::Batch&, const std::vector<std::int64_t>&)>;
+
+// Decodes `batches` (their sentences' indices) on the OpenMP threads at once, a batch a thread, in
+// which each op runs single-threaded: each batch is decoded exactly as alone (the same
+// translations), and the threads never wait on each other inside a step. The last batches (the
+// longest sources) start first, so that no thread is left with a long one at the end. The first
+// error stops the threads that have not started a batch and is rethrown.
+void decode_batches_on_threads(const data::ExampleSet& examples, const std::vector<std::vector<std::int64_t>>& batches,
+                               const DecodeBatch& decode, const std::function<void()>& batch_done) {
+  std::exception_ptr error;
+  const auto n = static_cast<std::int64_t>(batches.size());
+#pragma omp parallel for schedule(dynamic, 1)
+  for (std::int64_t i = n - 1; i >= 0; --i) {
+    bool failed = false;
+#pragma omp critical(tessera_decode_batches)
+    failed = error != nullptr;
+    if (failed) continue;
+    try {
+      const std::vector<std::int64_t>& idx = batches[static_cast<std::size_t>(i)];
+      decode(data::make_batch(examples, idx), idx);
+#pragma omp critical(tessera_decode_batches)
+      batch_done();
+    } catch (...) {
+#pragma omp critical(tessera_decode_batches)
+      if (error == nullptr) error = std::current_exception();
+    }
+  }
+  if (error != nullptr) std::rethrow_exception(error);
+}
+
 // Deals the batches of `sources` out over the ranks of `replicas` and calls decode(batch, sentences)
 // for this rank's. Returns the sentences (indices) this rank decoded; std::nullopt: stopped by
-// `interrupt`.
-using DecodeBatch = std::function<void(const data::Batch&, const std::vector<std::int64_t>&)>;
+// `interrupt`. `on_threads` (no interrupt, models without collectives): this rank's batches go to
+// decode_batches_on_threads when it has at least two a thread.
 std::optional<std::vector<std::int64_t>> decode_own_batches(const std::vector<std::vector<std::int32_t>>& sources,
                                                             std::int64_t batch_sentences, dist::Communicator* replicas,
                                                             const DecodeInterrupt* interrupt, Progress* progress,
-                                                            const DecodeBatch& decode) {
+                                                            const DecodeBatch& decode, bool on_threads) {
   hang_if_injected_before_decoding();
   const int ranks = replicas != nullptr ? replicas->size() : 1, rank = replicas != nullptr ? replicas->rank() : 0;
   // Sorting by length keeps padding low; results go back to input order. An empty source (a blank
@@ -109,7 +140,13 @@ std::optional<std::vector<std::int64_t>> decode_own_batches(const std::vector<st
   data::ExampleSet examples;
   for (const auto& s : sources) examples.add(s, {});
   const std::int64_t done_before = progress != nullptr ? progress->done() : 0;
+  // Each batch of this rank stands for a round of all ranks' in the progress count.
+  const auto report = [&](std::int64_t batches_done) {
+    const std::int64_t round_end = batches_done * ranks * batch_sentences;
+    if (progress != nullptr) progress->set(done_before + std::min(round_end, std::ssize(order)));
+  };
   std::vector<std::int64_t> mine;
+  std::vector<std::vector<std::int64_t>> own;
   std::int64_t batch = 0;
   for (std::size_t start = 0; start < order.size(); start += static_cast<std::size_t>(batch_sentences)) {
     if (interrupt != nullptr && batch % ranks == 0 && interrupted_anywhere(*interrupt)) return std::nullopt;
@@ -118,15 +155,32 @@ std::optional<std::vector<std::int64_t>> decode_own_batches(const std::vector<st
     const std::int64_t round = batch / ranks, seat = batch++ % ranks;
     if ((round % 2 == 0 ? seat : ranks - 1 - seat) != rank) continue;
     const std::size_t end = std::min(order.size(), start + static_cast<std::size_t>(batch_sentences));
-    const std::vector<std::int64_t> idx(order.begin() + static_cast<std::ptrdiff_t>(start),
-                                        order.begin() + static_cast<std::ptrdiff_t>(end));
-    decode(data::make_batch(examples, idx), idx);
-    mine.insert(mine.end(), idx.begin(), idx.end());
-    const std::size_t round_end = start + static_cast<std::size_t>(ranks * batch_sentences);
-    if (progress != nullptr) progress->set(done_before + static_cast<std::int64_t>(std::min(round_end, order.size())));
+    own.emplace_back(order.begin() + static_cast<std::ptrdiff_t>(start),
+                     order.begin() + static_cast<std::ptrdiff_t>(end));
+    mine.insert(mine.end(), own.back().begin(), own.back().end());
+    if (on_threads && interrupt == nullptr) continue;  // decoded below
+    decode(data::make_batch(examples, own.back()), own.back());
+    report(std::ssize(own));
+  }
+  if (on_threads && interrupt == nullptr) {
+    const bool threads_pay = omp_get_max_threads() > 1 && std::ssize(own) >= 2 * omp_get_max_threads();
+    std::int64_t done = 0;
+    if (threads_pay) decode_batches_on_threads(examples, own, decode, [&] { report(++done); });
+    for (std::size_t i = 0; !threads_pay && i < own.size(); ++i) {
+      decode(data::make_batch(examples, own[i]), own[i]);
+      report(++done);
+    }
   }
   if (progress != nullptr) progress->set(done_before + std::ssize(sources));  // blank lines included
   return mine;
+}
+
+// Whether the ensemble's batches may be decoded on several threads at once: CPU models without
+// tensor parallelism (whose steps are collectives that the ranks must make in one order).
+bool batches_are_independent(const models::Ensemble& ensemble) {
+  for (const models::Transformer* m : ensemble.models())
+    if (m->config().device != Device::cpu || m->tensor_parallel_size() > 1) return false;
+  return true;
 }
 
 // An n-best list as one int32 row, to travel through gather_rows: per hypothesis its token count,
@@ -172,15 +226,15 @@ std::optional<models::TokenRows> translate_ids(const models::Ensemble& ensemble,
                                                dist::Communicator* replicas, const DecodeInterrupt* interrupt,
                                                std::int64_t first_sentence, Progress* progress) {
   models::TokenRows out(sources.size());
-  const auto mine = decode_own_batches(sources, batch_sentences, replicas, interrupt, progress,
-                                       [&](const data::Batch& b, const std::vector<std::int64_t>& idx) {
-                                         std::vector<std::int64_t> numbers = idx;
-                                         for (std::int64_t& n : numbers) n += first_sentence;
-                                         models::TokenRows hyps =
-                                             models::translate_batch(ensemble, b.src, b.src_padding, opt, numbers);
-                                         for (std::size_t i = 0; i < idx.size(); ++i)
-                                           out[static_cast<std::size_t>(idx[i])] = std::move(hyps[i]);
-                                       });
+  const auto mine = decode_own_batches(
+      sources, batch_sentences, replicas, interrupt, progress,
+      [&](const data::Batch& b, const std::vector<std::int64_t>& idx) {
+        std::vector<std::int64_t> numbers = idx;
+        for (std::int64_t& n : numbers) n += first_sentence;
+        models::TokenRows hyps = models::translate_batch(ensemble, b.src, b.src_padding, opt, numbers);
+        for (std::size_t i = 0; i < idx.size(); ++i) out[static_cast<std::size_t>(idx[i])] = std::move(hyps[i]);
+      },
+      batches_are_independent(ensemble));
   if (!mine) return std::nullopt;
   if (replicas != nullptr && replicas->size() > 1) gather_rows(out, *mine, *replicas);
   return out;
@@ -191,13 +245,13 @@ models::NBestRows translate_ids_nbest(const models::Ensemble& ensemble,
                                       const models::DecodeOptions& opt, std::int64_t n, std::int64_t batch_sentences,
                                       dist::Communicator* replicas, Progress* progress) {
   models::NBestRows out(sources.size());
-  const auto mine = decode_own_batches(sources, batch_sentences, replicas, nullptr, progress,
-                                       [&](const data::Batch& b, const std::vector<std::int64_t>& idx) {
-                                         models::NBestRows hyps =
-                                             models::beam_search_nbest(ensemble, b.src, b.src_padding, opt, n);
-                                         for (std::size_t i = 0; i < idx.size(); ++i)
-                                           out[static_cast<std::size_t>(idx[i])] = std::move(hyps[i]);
-                                       });
+  const auto mine = decode_own_batches(
+      sources, batch_sentences, replicas, nullptr, progress,
+      [&](const data::Batch& b, const std::vector<std::int64_t>& idx) {
+        models::NBestRows hyps = models::beam_search_nbest(ensemble, b.src, b.src_padding, opt, n);
+        for (std::size_t i = 0; i < idx.size(); ++i) out[static_cast<std::size_t>(idx[i])] = std::move(hyps[i]);
+      },
+      batches_are_independent(ensemble));
   if (replicas != nullptr && replicas->size() > 1) {
     models::TokenRows packed(sources.size());
     for (std::int64_t i : *mine)

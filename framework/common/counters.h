@@ -13,11 +13,12 @@ enum class Event : int {
   device_casts,           // dtype casts run on the GPU (kernels::cast with a CUDA tensor)
   device_to_host_copies,  // copy_bytes from a CUDA pointer to host memory
   host_to_device_copies,  // copy_bytes from host memory to a CUDA pointer
+  device_to_host_bytes,   // the bytes those device-to-host copies moved
   count_                  // number of events; keep last
 };
 
 inline constexpr std::array<std::string_view, static_cast<int>(Event::count_)> event_names{
-    "device_casts", "device_to_host_copies", "host_to_device_copies"};
+    "device_casts", "device_to_host_copies", "host_to_device_copies", "device_to_host_bytes"};
 
 inline std::atomic<std::int64_t>& slot(Event e) {
   static std::array<std::atomic<std::int64_t>, static_cast<int>(Event::count_)> values{};

@@ -124,6 +124,11 @@ Cost attention_backward(const AttentionShape& s, int elem) {
   return {bytes, 2.5 * attention_forward_flops(s)};
 }
 
+Cost beam_topk(std::int64_t rows, std::int64_t vocab, std::int64_t sentences, std::int64_t kept) {
+  return {span(rows * vocab, 4) + span(rows, 8) + span(sentences, 4) + span(sentences * kept * 2, 8),
+          count(rows * vocab)};
+}
+
 // 16 bytes read and 12 written per parameter (+2 for the bf16 copy); the first moment 3, the second
 // 4 and the weight's update 6 operations.
 Cost adam_update(std::int64_t n, bool bf16_copy) { return {span(n, bf16_copy ? 30 : 28), 13 * count(n)}; }

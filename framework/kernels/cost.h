@@ -69,6 +69,11 @@ struct AttentionShape {
 Cost attention_forward(const AttentionShape& s, int elem);
 Cost attention_backward(const AttentionShape& s, int elem);
 
+// Beam search's choice over `rows` = sentences * beam float32 rows of `vocab` log-probabilities:
+// reads them, the float64 row scores and the int32 eos flags, writes `kept` (score, index)
+// float64 pairs a sentence; one add a candidate.
+Cost beam_topk(std::int64_t rows, std::int64_t vocab, std::int64_t sentences, std::int64_t kept);
+
 // Adam over n float32 parameters: reads weight, gradient and both moments, writes weight and
 // moments, and a bfloat16 copy of the weight when `bf16_copy`.
 Cost adam_update(std::int64_t n, bool bf16_copy);

@@ -7,6 +7,7 @@
 #include "common/counters.h"
 #include "kernels/cpu/adam.h"
 #include "kernels/cpu/attention.h"
+#include "kernels/cpu/beam_topk.h"
 #include "kernels/cpu/cross_entropy.h"
 #include "kernels/cpu/dropout.h"
 #include "kernels/cpu/elementwise.h"
@@ -21,6 +22,7 @@
 #ifdef TESSERA_WITH_CUDA
 #include "kernels/cuda/adam.h"
 #include "kernels/cuda/attention.h"
+#include "kernels/cuda/beam_topk.h"
 #include "kernels/cuda/cross_entropy.h"
 #include "kernels/cuda/dropout.h"
 #include "kernels/cuda/elementwise.h"
@@ -337,6 +339,12 @@ AttentionGrads attention_backward(const Tensor& dout, const Tensor& q, const Ten
                 opt.key_length);
   if (on_cpu(q)) return cpu::attention_backward(dout, q, k, v, key_padding, fwd, opt);
   ON_GPU(return cuda::attention_backward(dout, q, k, v, key_padding, fwd, opt));
+}
+
+// ---------------------------------------------------------------- beam search
+Tensor beam_topk(const Tensor& logp, const Tensor& beam_scores, const Tensor& eos_only, const BeamTopKOptions& opt) {
+  if (on_cpu(logp)) return cpu::beam_topk(logp, beam_scores, eos_only, opt);
+  ON_GPU(return cuda::beam_topk(logp, beam_scores, eos_only, opt));
 }
 
 // ---------------------------------------------------------------- the optimizer

@@ -10,6 +10,7 @@
 #include <optional>
 #include <vector>
 
+#include "kernels/beam_topk_types.h"
 #include "kernels/types.h"
 #include "tensor/tensor.h"
 
@@ -104,6 +105,18 @@ AttentionOutput attention_forward(const Tensor& q, const Tensor& k, const Tensor
                                   const AttentionOptions& opt);
 AttentionGrads attention_backward(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v,
                                   const Tensor& key_padding, const AttentionOutput& fwd, const AttentionOptions& opt);
+
+// ---- beam search ----
+// The `count` best continuations of each sentence's `beam` hypotheses, best first, so that a GPU
+// decoder step copies a few candidates to the host, not the vocabulary. logp float32 [S * beam, V]
+// (a sentence's rows together), beam_scores float64 [S * beam] (each row's hypothesis score; -inf:
+// a dead row, no candidates), eos_only int32 [S] (non-zero: eos is the sentence's only token).
+// Candidate (j, v) of sentence s scores beam_scores[s * beam + j] + logp[s * beam + j, v] in double;
+// the higher score ranks first, then the lower flat index j * V + v (the earlier beam, then the
+// lower id); NaN scores and never_output ids are no candidates. Returns float64 [S, count, 2] on
+// logp's device: (score, flat index) pairs, (-inf, -1) past the last candidate. beam_scores and
+// eos_only may be CPU tensors.
+Tensor beam_topk(const Tensor& logp, const Tensor& beam_scores, const Tensor& eos_only, const BeamTopKOptions& opt);
 
 // ---- the optimizer ----
 // One Adam update of every parameter (all on one device): on the CPU parameter by parameter in

@@ -23,6 +23,8 @@
   X(dropout_forward) X(cross_entropy_forward) X(cross_entropy_backward) X(cross_entropy_with_grad) \
   X(cross_entropy_shard_stats) X(cross_entropy_shard_backward)                                     \
   X(attention_forward) X(attention_backward)                                                       \
+  /* beam search */                                                                                \
+  X(beam_topk)                                                                                     \
   /* the optimizer */                                                                              \
   X(adam_update)
 // clang-format on

@@ -2,6 +2,10 @@
 
 #include <fmt/ranges.h>
 
+#include <limits>
+
+#include "kernels/beam_topk_types.h"
+
 namespace tessera::kernels {
 
 void check_ids(const char* op, const Tensor& ids, std::int64_t vocab, std::optional<std::int32_t> ignore_index) {
@@ -48,6 +52,22 @@ void check_time_range(const char* op, const Tensor& dst, std::int64_t dst_t, con
   for (std::int64_t r : src_rows)
     TESSERA_CHECK(r >= 0 && r < src.size(0), "{}: row {} out of range for src {}", op, r, shape_str(src.shape()));
   TESSERA_CHECK(dst.numel() == 0 || dst.raw_data() != src.raw_data(), "{}: dst and src share storage", op);
+}
+
+void check_beam_topk(const char* op, const Tensor& logp, const Tensor& beam_scores, const Tensor& eos_only,
+                     const BeamTopKOptions& opt) {
+  TESSERA_CHECK(opt.beam >= 1 && opt.count >= 1, "{}: beam {} and count {} must be >= 1", op, opt.beam, opt.count);
+  TESSERA_CHECK(logp.dim() == 2 && logp.dtype() == DType::f32 && logp.size(0) % opt.beam == 0,
+                "{}: log-probabilities {} must be float32 [sentences * beam {}, vocab]", op, logp.describe(), opt.beam);
+  const std::int64_t sentences = logp.size(0) / opt.beam, vocab = logp.size(1);
+  TESSERA_CHECK(beam_scores.dtype() == DType::f64 && beam_scores.numel() == logp.size(0),
+                "{}: beam scores {} must be float64, one a row of {}", op, beam_scores.describe(), logp.describe());
+  TESSERA_CHECK(eos_only.dtype() == DType::i32 && eos_only.numel() == sentences,
+                "{}: eos_only {} must be int32, one a sentence ({})", op, eos_only.describe(), sentences);
+  for (std::int32_t id : {opt.eos, opt.never_output[0], opt.never_output[1]})
+    TESSERA_CHECK(id >= -1 && id < vocab, "{}: token id {} outside the vocabulary [0, {})", op, id, vocab);
+  TESSERA_CHECK(opt.beam * vocab <= std::numeric_limits<std::int32_t>::max(),
+                "{}: {} candidates a sentence are more than int32 flat indices reach", op, opt.beam * vocab);
 }
 
 }  // namespace tessera::kernels

@@ -290,7 +290,10 @@ void copy_bytes(void* dst, Device dst_device, const void* src, Device src_device
     return;
   }
 #ifdef TESSERA_WITH_CUDA
-  if (dst_device == Device::cpu) counters::add(counters::Event::device_to_host_copies);
+  if (dst_device == Device::cpu) {
+    counters::add(counters::Event::device_to_host_copies);
+    counters::add(counters::Event::device_to_host_bytes, static_cast<std::int64_t>(bytes));
+  }
   if (src_device == Device::cpu) counters::add(counters::Event::host_to_device_copies);
   const cudaError_t err = cudaMemcpy(dst, src, bytes, cudaMemcpyDefault);
   TESSERA_CHECK(err == cudaSuccess, "copy_bytes: cudaMemcpy of {} bytes failed: {}", bytes, cudaGetErrorString(err));

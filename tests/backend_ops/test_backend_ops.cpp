@@ -5,7 +5,9 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <functional>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -349,11 +351,51 @@ std::vector<OpCase> attention_and_adam_cases() {
   return c;
 }
 
+// beam_topk's (score, index) pairs as float32 values that hold them exactly: the index, the
+// score's float32 rounding and what that rounding left, so a tolerance of 0 checks the double.
+std::vector<Out> beam_candidates(const Tensor& pairs) {
+  const Tensor p = pairs.to(Device::cpu);
+  const std::int64_t n = p.numel() / 2;
+  Tensor index = Tensor::empty({n}, DType::f32), hi = Tensor::empty({n}, DType::f32),
+         lo = Tensor::empty({n}, DType::f32);
+  for (std::int64_t i = 0; i < n; ++i) {
+    const double score = p.data<double>()[2 * i];
+    index.data<float>()[i] = static_cast<float>(p.data<double>()[2 * i + 1]);
+    hi.data<float>()[i] = static_cast<float>(score);
+    lo.data<float>()[i] =
+        std::isinf(score) ? 0.0f : static_cast<float>(score - static_cast<double>(hi.data<float>()[i]));
+  }
+  return {{"index", index, 0.0}, {"score", hi, 0.0}, {"score rest", lo, 0.0}};
+}
+
+// Four sentences of beam 3 over 300 ids: log-probabilities on a grid of 1/8 (ties within a row and,
+// with equal beam scores, across beams), a dead beam, a sentence with room only for eos, one
+// whose beams are all dead (no candidate: -1 indices), more candidates asked than a row has.
+std::vector<OpCase> beam_search_cases() {
+  std::vector<OpCase> c;
+  for (const std::int64_t count : {6, 700})
+    c.push_back({"beam_topk", count == 6 ? "ties_dead_beams_eos_only" : "fewer_candidates_than_count",
+                 [count](const Backend& b) {
+                   Tensor logp = random({12, 300}, 90, -6, 0);
+                   for (std::int64_t i = 0; i < logp.numel(); ++i)
+                     logp.data<float>()[i] = std::round(logp.data<float>()[i] * 8) / 8;
+                   const double inf = std::numeric_limits<double>::infinity();
+                   const Tensor scores = Tensor::from(
+                       std::vector<double>{-1.5, -1.5, -2.0, 0.0, -inf, -inf, -0.25, -3.0, -0.5, -inf, -inf, -inf},
+                       {12});
+                   const Tensor eos_only = ids_tensor({0, 0, 1, 0}, {4});
+                   const BeamTopKOptions opt{.beam = 3, .count = count, .eos = 3, .never_output = {0, 2}};
+                   return beam_candidates(beam_topk(b.elem(logp), scores, eos_only, opt));
+                 },
+                 true});
+  return c;
+}
+
 const std::vector<OpCase>& all_cases() {
   static const std::vector<OpCase> cases = [] {
     std::vector<OpCase> all;
     for (auto make : {elementwise_cases, gemm_and_layout_cases, reduction_cases, layer_norm_embedding_dropout_cases,
-                      cross_entropy_cases, attention_and_adam_cases})
+                      cross_entropy_cases, attention_and_adam_cases, beam_search_cases})
       for (OpCase& c : make()) all.push_back(std::move(c));
     return all;
   }();

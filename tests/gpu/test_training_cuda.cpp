@@ -9,7 +9,9 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <functional>
+#include <limits>
 #include <random>
 #include <utility>
 
@@ -299,14 +301,28 @@ TEST_F(CudaTransformer, IncrementalDecodingMatchesCpu) {
   models::DecoderCache cc = cpu_model.start_decoding(cpu_model.encode(src, src_pad, none).value(), src_pad);
   models::DecoderCache gc = gpu_model.start_decoding(gpu_model.encode(src, src_pad, none).value(), src_pad);
   std::vector<std::int32_t> tokens(6, data::kBosId);
+  // Beam search's choice after each step, as if the six rows were two sentences of three beams
+  // (one of them dead), each keeping six candidates.
+  const kernels::BeamTopKOptions topk{
+      .beam = 3, .count = 6, .eos = data::kEosId, .never_output = {data::kPadId, data::kBosId}};
+  const Tensor beam_scores =
+      Tensor::from(std::vector<double>{0.0, -1.0, -2.5, -0.5, -std::numeric_limits<double>::infinity(), -1.5}, {6});
+  const Tensor eos_only = Tensor::from(std::vector<std::int32_t>{0, 0}, {2});
   for (int step = 0; step < 4; ++step) {
     const Tensor lc = cpu_model.decode_step(cc, tokens);
-    // One copy to the host a step: the log-probabilities (the cache is written in place on the GPU).
+    // One small copy to the host a step: each sentence's six (score, index) pairs, not the
+    // log-probabilities of the vocabulary (the cache is written in place on the GPU).
     counters::reset();
-    const Tensor lg = gpu_model.decode_step(gc, tokens);
+    const Tensor lg = gpu_model.decode_step_on_device(gc, tokens);
+    const Tensor picks = kernels::beam_topk(lg, beam_scores, eos_only, topk).to(Device::cpu);
     EXPECT_EQ(counters::read(counters::Event::device_to_host_copies), 1) << "step " << step;
-    ASSERT_EQ(lg.device(), Device::cpu);
-    expect_close(lg, lc, kF32Tol, "log-probabilities at step " + std::to_string(step));
+    EXPECT_EQ(counters::read(counters::Event::device_to_host_bytes), 2 * 6 * 2 * 8) << "step " << step;
+    ASSERT_EQ(lg.device(), Device::cuda);
+    const Tensor lg_host = lg.to(Device::cpu);
+    expect_close(lg_host, lc, kF32Tol, "log-probabilities at step " + std::to_string(step));
+    // The GPU's choice is the CPU twin's on the same log-probabilities, bit for bit.
+    const Tensor twin = kernels::beam_topk(lg_host, beam_scores, eos_only, topk);
+    EXPECT_EQ(std::memcmp(picks.raw_data(), twin.raw_data(), twin.nbytes()), 0) << "step " << step;
     for (std::size_t r = 0; r < tokens.size(); ++r) tokens[r] = 4 + static_cast<std::int32_t>((r * 7 + step) % 33);
     if (step == 1) {  // beam search reorders and duplicates rows
       const std::vector<std::int64_t> rows{5, 0, 0, 2, 3, 1};

@@ -63,5 +63,13 @@ TEST(KernelCost, ElementwiseAndCopies) {
   EXPECT_EQ(cost::full(100, 4).intensity(), 0.0);
 }
 
+// A decoder step of 64 sentences x beam 4 over 8000 ids: the log-probabilities are read once, and
+// what goes back to the host is 8 candidates of 16 bytes a sentence.
+TEST(KernelCost, BeamTopKReadsTheLogProbabilitiesOnce) {
+  const cost::Cost c = cost::beam_topk(256, 8000, 64, 8);
+  EXPECT_EQ(c.bytes, 256.0 * 8000 * 4 + 256 * 8 + 64 * 4 + 64 * 8 * 16);
+  EXPECT_EQ(c.flops, 256.0 * 8000);
+}
+
 }  // namespace
 }  // namespace tessera

@@ -2,12 +2,14 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <bit>
 #include <cmath>
 #include <limits>
 #include <random>
 
 #include "kernels/cpu/adam.h"
+#include "kernels/cpu/beam_topk.h"
 #include "kernels/cpu/blas_core.h"
 #include "kernels/cpu/cross_entropy.h"
 #include "kernels/cpu/dropout.h"
@@ -580,6 +582,77 @@ TEST(Permute, MovesDimensionsAndInvertsBack) {
               (void)cpu::permute(x, {0, 1, 1, 2});
             }),
             "permute: [0, 1, 1, 2] is not a permutation of the dimensions of [2, 3, 4, 5]");
+}
+
+// ---------------------------------------------------------------- beam search's choice
+// Every candidate of a sentence ranked by a plain sort: the reference of cpu::beam_topk.
+std::vector<std::pair<double, double>> ranked_candidates(const Tensor& logp, const std::vector<double>& scores,
+                                                         bool eos_only, std::int64_t s,
+                                                         const kernels::BeamTopKOptions& opt) {
+  const std::int64_t vocab = logp.size(1);
+  std::vector<std::pair<double, double>> all;  // (score, flat index)
+  for (std::int64_t j = 0; j < opt.beam; ++j)
+    for (std::int64_t v = 0; v < vocab; ++v) {
+      const double base = scores[static_cast<std::size_t>(s * opt.beam + j)];
+      const double x = base + logp.data<float>()[(s * opt.beam + j) * vocab + v];
+      if (base == -std::numeric_limits<double>::infinity() || std::isnan(x) || (eos_only && v != opt.eos) ||
+          v == opt.never_output[0] || v == opt.never_output[1])
+        continue;
+      all.emplace_back(x, static_cast<double>(j * vocab + v));
+    }
+  std::sort(all.begin(), all.end(), [](const auto& a, const auto& b) {
+    return a.first > b.first || (a.first == b.first && a.second < b.second);
+  });
+  all.resize(static_cast<std::size_t>(opt.count), {-std::numeric_limits<double>::infinity(), -1.0});
+  return all;
+}
+
+// Log-probabilities on a grid of 1/4 (many ties: the lower flat index first), runs of -inf (no
+// probability), a NaN (no candidate), dead beams, a sentence that may only end, and a vocabulary
+// longer than the blocks the scan skips by.
+TEST(BeamTopK, EqualsSortingEveryCandidate) {
+  const std::int64_t beam = 3, vocab = 200;
+  Tensor logp = random_t({4 * beam, vocab}, 41);
+  for (std::int64_t i = 0; i < logp.numel(); ++i) {
+    float& x = logp.data<float>()[i];
+    x = i % 37 == 5 ? -std::numeric_limits<float>::infinity() : std::round(x * 16) / 4 - 4;
+  }
+  logp.data<float>()[7] = std::numeric_limits<float>::quiet_NaN();
+  const double inf = std::numeric_limits<double>::infinity();
+  const std::vector<double> scores{-1.0, -1.0, -0.5, 0.0, -inf, -inf, -2.0, -0.25, -inf, -inf, -inf, -inf};
+  const std::vector<std::int32_t> eos_only{0, 0, 1, 0};
+  for (const std::int64_t count : {1, 6, 500}) {
+    const kernels::BeamTopKOptions opt{.beam = beam, .count = count, .eos = 3, .never_output = {0, 2}};
+    const Tensor out = cpu::beam_topk(logp, Tensor::from(scores, {4 * beam}), Tensor::from(eos_only, {4}), opt);
+    ASSERT_EQ(out.shape(), (Shape{4, count, 2}));
+    for (std::int64_t s = 0; s < 4; ++s) {
+      const auto want = ranked_candidates(logp, scores, eos_only[static_cast<std::size_t>(s)] != 0, s, opt);
+      for (std::int64_t c = 0; c < count; ++c) {
+        const double* got = out.data<double>() + (s * count + c) * 2;
+        EXPECT_EQ(got[0], want[static_cast<std::size_t>(c)].first)
+            << "count " << count << " sentence " << s << " #" << c;
+        EXPECT_EQ(got[1], want[static_cast<std::size_t>(c)].second)
+            << "count " << count << " sentence " << s << " #" << c;
+      }
+    }
+  }
+}
+
+TEST(BeamTopK, RefusesMismatchedShapes) {
+  const kernels::BeamTopKOptions opt{.beam = 2, .count = 4, .eos = 3, .never_output = {0, 2}};
+  const Tensor logp = random_t({4, 10}, 42), scores = Tensor::zeros({4}, DType::f64);
+  const Tensor eos_only = Tensor::zeros({2}, DType::i32);
+  EXPECT_NE(error_of([&] {
+              cpu::beam_topk(random_t({5, 10}, 43), scores, eos_only, opt);
+            }).find("beam 2"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] { cpu::beam_topk(logp, Tensor::zeros({4}, DType::f32), eos_only, opt); }).find("float64"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] { cpu::beam_topk(logp, scores, Tensor::zeros({3}, DType::i32), opt); }).find("eos_only"),
+            std::string::npos);
+  kernels::BeamTopKOptions bad = opt;
+  bad.eos = 10;
+  EXPECT_NE(error_of([&] { cpu::beam_topk(logp, scores, eos_only, bad); }).find("token id 10"), std::string::npos);
 }
 
 }  // namespace

@@ -1,15 +1,18 @@
 // The Transformer: parameter counts against the paper, shapes, and decoding consistency.
 #include <gtest/gtest.h>
+#include <omp.h>
 
 #include <algorithm>
 #include <cmath>
 #include <memory>
+#include <optional>
 #include <random>
 #include <set>
 #include <utility>
 
 #include "data/vocab.h"
 #include "models/decoding.h"
+#include "models/translator.h"
 #include "test_util.h"
 
 namespace tessera {
@@ -276,6 +279,66 @@ TEST(Transformer, BeamSearchNBestScoresAreTheModelsLogProbabilities) {
   }
   EXPECT_GT(eos_endings, 0);
   EXPECT_GT(cut, 0);
+}
+
+// A sentence stops once no live hypothesis can beat its n-th best finished one (alpha >= 0: a
+// continuation only adds log-probabilities <= 0). Its n best are then those of the search that
+// waits for k finished hypotheses (n = k: the rule before), with the same scores in the same order.
+TEST(Transformer, BeamSearchStopsEarlyOnlyWhenTheNBestAreFinal) {
+  const std::unique_ptr<Transformer> model = model_with_boosted_logits({{data::kEosId, 2.0f}});
+  Tensor src, pad;
+  random_sources(8, 10, 23, src, pad);
+  for (const double alpha : {0.0, 0.6, 1.5}) {
+    const models::DecodeOptions opt{.beam = 4, .length_penalty = alpha, .max_extra_len = 6, .sampling = std::nullopt};
+    const models::NBestRows all = models::beam_search_nbest(*model, src, pad, opt, 4);
+    for (const std::size_t n : {1u, 2u}) {
+      const models::NBestRows some = models::beam_search_nbest(*model, src, pad, opt, static_cast<std::int64_t>(n));
+      for (std::size_t b = 0; b < all.size(); ++b) {
+        ASSERT_EQ(some[b].size(), std::min(n, all[b].size())) << "sentence " << b << ", alpha " << alpha;
+        for (std::size_t i = 0; i < some[b].size(); ++i) {
+          EXPECT_EQ(some[b][i].tokens, all[b][i].tokens) << "sentence " << b << ", alpha " << alpha << ", n " << n;
+          EXPECT_EQ(some[b][i].score, all[b][i].score) << "sentence " << b << ", alpha " << alpha << ", n " << n;
+        }
+      }
+    }
+  }
+}
+
+// With two OpenMP threads and at least two batches a thread, translate_ids gives each thread a
+// batch at a time (every op inside single-threaded): the translations, n-best lists and samples
+// are one thread's, blank lines included.
+TEST(Translate, BatchesOnThreadsTranslateAsOneThread) {
+  const std::unique_ptr<Transformer> model = model_with_boosted_logits({{data::kEosId, 2.0f}});
+  std::mt19937 rng(7);
+  std::vector<std::vector<std::int32_t>> sources(13);
+  for (auto& s : sources)
+    for (std::size_t n = 1 + rng() % 8; s.size() < n;) s.push_back(4 + static_cast<std::int32_t>(rng() % 19));
+  sources[5].clear();
+  const models::DecodeOptions beam{.beam = 3, .length_penalty = 0.6, .max_extra_len = 4, .sampling = std::nullopt};
+  models::DecodeOptions sample = beam;
+  sample.sampling = models::SamplingOptions{.top_k = 5, .temperature = 1.0, .seed = 3};
+  const int threads = omp_get_max_threads();
+  std::vector<std::optional<models::TokenRows>> out;
+  std::vector<models::NBestRows> nbest;
+  for (const int t : {1, 2}) {
+    omp_set_num_threads(t);
+    for (const models::DecodeOptions& opt : {beam, sample})
+      out.push_back(models::translate_ids(*model, sources, opt, 2));
+    nbest.push_back(models::translate_ids_nbest(*model, sources, beam, 2, 2));
+  }
+  omp_set_num_threads(threads);
+  ASSERT_TRUE(out[0] && out[1] && out[2] && out[3]);
+  EXPECT_EQ(*out[2], *out[0]);
+  EXPECT_EQ(*out[3], *out[1]);
+  EXPECT_TRUE((*out[0])[5].empty());
+  ASSERT_EQ(nbest[1].size(), nbest[0].size());
+  for (std::size_t s = 0; s < nbest[0].size(); ++s) {
+    ASSERT_EQ(nbest[1][s].size(), nbest[0][s].size()) << "sentence " << s;
+    for (std::size_t i = 0; i < nbest[0][s].size(); ++i) {
+      EXPECT_EQ(nbest[1][s][i].tokens, nbest[0][s][i].tokens) << "sentence " << s;
+      EXPECT_EQ(nbest[1][s][i].score, nbest[0][s][i].score) << "sentence " << s;
+    }
+  }
 }
 
 // Sentences leave the batch as they finish (their cache rows are dropped, the others compacted):

@@ -138,6 +138,16 @@ cudaError_t launch_softmax(const void* x, void* y, std::int64_t rows, std::int64
 cudaError_t launch_softmax_backward(const void* dy, const void* y, void* dx, std::int64_t rows, std::int64_t cols,
                                     bool log, Elem elem, cudaStream_t stream);
 
+// ---- beam search (beam_topk.cu): kernels::beam_topk of logp float32 [sentences * beam, vocab],
+// beam_scores float64 [sentences * beam] and eos_only int32 [sentences] into out float64
+// [sentences, count, 2]; the ids never_output0/1 (-1: none) are no candidates. ----
+struct BeamTopKShape {
+  std::int64_t sentences, beam, vocab, count;
+  std::int32_t eos, never_output0, never_output1;
+};
+cudaError_t launch_beam_topk(const float* logp, const double* beam_scores, const std::int32_t* eos_only, double* out,
+                             const BeamTopKShape& s, cudaStream_t stream);
+
 // ---- layout (layout.cu): y = x with dimensions permuted; rank <= kMaxRank ----
 inline constexpr int kMaxRank = 8;
 struct PermuteDims {
