@@ -109,7 +109,8 @@ void define_keys(Keys& k, RunConfig& c) {
            "bf16: bfloat16 copies of the weights and bfloat16 activations in compute; float32 master weights, "
            "optimizer and loss (train.device: cuda only)");
   k.boolean("train.tf32", c.train.tf32, false,
-            "float32 GEMMs on the GPU's TF32 tensor cores (faster, ~10 mantissa bits)");
+            "float32 GEMMs and attention (head dims 64, 128) on the GPU's TF32 tensor cores (faster, ~10 "
+            "mantissa bits)");
   k.choice("train.recompute", c.train.recompute, "none", {{"none", Recompute::none}, {"layer", Recompute::layer}},
            "layer: keep only each encoder and decoder layer's inputs and run the layer again in backward, with "
            "the same dropout masks (less memory, about a third more compute, the same gradients bit for bit)");
