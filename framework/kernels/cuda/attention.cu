@@ -93,8 +93,11 @@ __device__ void load_tile(T* tile, int ld, const T* __restrict__ g, std::int64_t
   }
 }
 
+// __launch_bounds__(threads, 1): without a minimum of blocks per SM ptxas trimmed the registers
+// for occupancy and spilled (bf16 d 32 and 64 on sm_80); the tiles' shared memory keeps few blocks
+// on an SM anyway.
 template <typename T, int D>
-__global__ void __launch_bounds__(Fwd<T, D>::kWarps * 32)
+__global__ void __launch_bounds__(Fwd<T, D>::kWarps * 32, 1)
     attention_forward_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v,
                              const std::int32_t* __restrict__ pad, T* __restrict__ out, float* __restrict__ lse,
                              AttentionShape s) {
@@ -202,8 +205,9 @@ struct Bwd {
   static constexpr int kBytes = kDQ + round_up(kWarps * kBr * kLdA * 4);
 };
 
+// __launch_bounds__(threads, 1) as the forward's (without it: a spill in float32 d 32 on sm_90).
 template <typename T, int D>
-__global__ void __launch_bounds__(Bwd<T, D>::kWarps * 32)
+__global__ void __launch_bounds__(Bwd<T, D>::kWarps * 32, 1)
     attention_backward_kernel(const T* __restrict__ dout, const T* __restrict__ q, const T* __restrict__ k,
                               const T* __restrict__ v, const std::int32_t* __restrict__ pad,
                               const float* __restrict__ lse, const float* __restrict__ delta,
