@@ -110,7 +110,8 @@ void define_keys(Keys& k, RunConfig& c) {
            "AVX512-BF16: float32 activations, the GEMMs of the linear layers and the output projection on "
            "bfloat16-rounded operands (oneDNN). Float32 master weights, optimizer and loss either way");
   k.boolean("train.tf32", c.train.tf32, false,
-            "float32 GEMMs on the GPU's TF32 tensor cores (faster, ~10 mantissa bits)");
+            "float32 GEMMs and attention (head dims 64, 128) on the GPU's TF32 tensor cores (faster, ~10 "
+            "mantissa bits)");
   k.choice("train.recompute", c.train.recompute, "none", {{"none", Recompute::none}, {"layer", Recompute::layer}},
            "layer: keep only each encoder and decoder layer's inputs and run the layer again in backward, with "
            "the same dropout masks (less memory, about a third more compute, the same gradients bit for bit)");

@@ -322,15 +322,7 @@ Tensor cross_entropy_shard_backward(const Tensor& dloss, const Tensor& logits, c
 AttentionOutput attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& key_padding,
                                   const AttentionOptions& opt) {
   if (on_cpu(q)) return cpu::attention_forward(q, k, v, key_padding, opt);
-  if (opt.key_length <= 0 || opt.key_length == k.size(2))
-    ON_GPU(return cuda::attention_forward(q, k, v, key_padding, {.causal = opt.causal, .scale = opt.scale}));
-  // The GPU kernel reads whole keys: the cache's first key_length positions, copied contiguous.
-  Shape used = k.shape();
-  used[2] = opt.key_length;
-  const Tensor ku = Tensor::empty(used, k.dtype(), k.device()), vu = Tensor::empty(used, v.dtype(), v.device());
-  copy_time_range(ku, 0, k, {}, 0, opt.key_length);
-  copy_time_range(vu, 0, v, {}, 0, opt.key_length);
-  ON_GPU(return cuda::attention_forward(q, ku, vu, key_padding, {.causal = opt.causal, .scale = opt.scale}));
+  ON_GPU(return cuda::attention_forward(q, k, v, key_padding, opt));  // a cache's key_length read in place
 }
 
 AttentionGrads attention_backward(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v,

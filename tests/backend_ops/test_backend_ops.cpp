@@ -285,41 +285,103 @@ struct AttentionInputs {
   }
 };
 
-// FlashAttention's bfloat16 P V rounding (tests/gpu/test_kernels_cuda.cpp): lse 1e-3, gradients 4e-2.
+// Tolerances of attention: float32 exact; bfloat16 (FlashAttention's bfloat16 P V and dS rounding,
+// tests/gpu/test_kernels_cuda.cpp): lse 1e-3, gradients 4e-2; float32 on the TF32 tensor cores:
+// kTf32Attention*Tol.
+struct AttentionTols {
+  double out, lse, grad;
+};
+
+AttentionTols attention_tols(const Backend& b, bool tf32) {
+  if (tf32) return {kTf32AttentionTol, kTf32AttentionTol, kTf32AttentionGradTol};
+  const bool f32 = b.dtype == DType::f32;
+  return {b.tol(), f32 ? kF32Tol : 10 * kF32Tol, f32 ? kF32Tol : 2 * kBf16Tol};
+}
+
+// train.tf32 for the GPU's float32 attention while a case runs (the CPU twin stays exact).
+struct ScopedTf32 {
+  explicit ScopedTf32(bool on) { set_allow_tf32(on); }
+  ~ScopedTf32() { set_allow_tf32(false); }
+  ScopedTf32(const ScopedTf32&) = delete;
+  ScopedTf32& operator=(const ScopedTf32&) = delete;
+};
+
+// q [2, 2, lq, d], k and v [2, 2, lk, d]; tf32: float32 only, with train.tf32 on.
+struct AttentionFamily {
+  const char* name;
+  std::int64_t lq, lk, d;
+  bool causal, padded, tf32;
+};
+
+void add_attention_cases(std::vector<OpCase>& c, const AttentionFamily& fam) {
+  c.push_back({"attention_forward", fam.name,
+               [fam](const Backend& b) {
+                 const ScopedTf32 tf32(fam.tf32);
+                 const AttentionInputs in(b, fam.lq, fam.lk, fam.d, fam.causal, fam.padded);
+                 const auto f = attention_forward(in.q, in.k, in.v, in.pad, in.opt);
+                 const AttentionTols tol = attention_tols(b, fam.tf32);
+                 return std::vector<Out>{{"out", f.out, tol.out}, {"lse", f.lse, tol.lse}};
+               },
+               fam.tf32});
+  c.push_back({"attention_backward", fam.name,
+               [fam](const Backend& b) {
+                 const ScopedTf32 tf32(fam.tf32);
+                 const AttentionInputs in(b, fam.lq, fam.lk, fam.d, fam.causal, fam.padded);
+                 const auto f = attention_forward(in.q, in.k, in.v, in.pad, in.opt);
+                 const auto g =
+                     attention_backward(b.elem(random({2, 2, fam.lq, fam.d}, 73)), in.q, in.k, in.v, in.pad, f, in.opt);
+                 const double tol = attention_tols(b, fam.tf32).grad;
+                 return std::vector<Out>{{"dq", g.dq, tol}, {"dk", g.dk, tol}, {"dv", g.dv, tol}};
+               },
+               fam.tf32});
+}
+
+// A decoder step over a preallocated key/value cache: q [2, 2, lq, d], k and v [2, 2, capacity, d]
+// of which the first key_length positions are keys (the rest NaN: a kernel that reads past
+// key_length, or multiplies a zero weight by them, fails), key_padding [2, key_length].
+struct CacheFamily {
+  const char* name;
+  std::int64_t lq, capacity, key_length, d;
+};
+
+OpCase attention_cache_case(const CacheFamily& fam) {
+  return {"attention_forward", fam.name, [fam](const Backend& b) {
+            Tensor k = random({2, 2, fam.capacity, fam.d}, 74), v = random({2, 2, fam.capacity, fam.d}, 75);
+            for (Tensor* t : {&k, &v})
+              for (std::int64_t bh = 0; bh < 4; ++bh)
+                std::fill_n(t->data<float>() + (bh * fam.capacity + fam.key_length) * fam.d,
+                            (fam.capacity - fam.key_length) * fam.d, std::nanf(""));
+            std::vector<std::int32_t> p(static_cast<std::size_t>(2 * fam.key_length), 0);
+            p[static_cast<std::size_t>(2 * fam.key_length - 1)] = 1;  // the second sequence's last key
+            const AttentionOptions opt{.causal = false, .scale = 0.0, .key_length = fam.key_length};
+            const auto f = attention_forward(b.elem(random({2, 2, fam.lq, fam.d}, 76)), b.elem(k), b.elem(v),
+                                             b.ids(ids_tensor(p, {2, fam.key_length})), opt);
+            const AttentionTols tol = attention_tols(b, false);
+            return std::vector<Out>{{"out", f.out, tol.out}, {"lse", f.lse, tol.lse}};
+          }};
+}
+
 std::vector<OpCase> attention_and_adam_cases() {
   std::vector<OpCase> c;
-  struct Family {
-    const char* name;
-    std::int64_t lq, lk, d;
-    bool causal, padded;
-  };
-  // d 64 and 128 in bfloat16 run the FlashAttention-2 forward (attention_fa2.cu): the long
-  // families span several query blocks and key tiles (its cp.async double buffering), with
-  // ragged lengths (neither a multiple of the 64-row tiles) and Lq != Lk under the causal mask.
-  for (const Family fam_case :
-       {Family{"cross_padded", 9, 13, 32, false, true}, Family{"self_causal", 16, 16, 32, true, false},
-        Family{"d64_cross_padded", 9, 13, 64, false, true}, Family{"d128_self_causal", 16, 16, 128, true, false},
-        Family{"d64_long_causal_padded", 130, 200, 64, true, true},
-        Family{"d128_long_ragged_padded", 100, 150, 128, false, true},
-        Family{"d128_long_causal", 67, 100, 128, true, false}}) {
-    const std::int64_t lq = fam_case.lq, lk = fam_case.lk, d = fam_case.d;
-    const bool causal = fam_case.causal, padded = fam_case.padded;
-    const char* fam = fam_case.name;
-    c.push_back({"attention_forward", fam, [=](const Backend& b) {
-                   const AttentionInputs in(b, lq, lk, d, causal, padded);
-                   const auto f = attention_forward(in.q, in.k, in.v, in.pad, in.opt);
-                   return std::vector<Out>{{"out", f.out, b.tol()},
-                                           {"lse", f.lse, b.dtype == DType::f32 ? kF32Tol : 10 * kF32Tol}};
-                 }});
-    c.push_back(
-        {"attention_backward", fam, [=](const Backend& b) {
-           const AttentionInputs in(b, lq, lk, d, causal, padded);
-           const auto f = attention_forward(in.q, in.k, in.v, in.pad, in.opt);
-           const auto g = attention_backward(b.elem(random({2, 2, lq, d}, 73)), in.q, in.k, in.v, in.pad, f, in.opt);
-           const double tol = b.dtype == DType::f32 ? kF32Tol : 2 * kBf16Tol;
-           return std::vector<Out>{{"dq", g.dq, tol}, {"dk", g.dk, tol}, {"dv", g.dv, tol}};
-         }});
-  }
+  // d 64 and 128 in bfloat16 (and float32 under tf32) run the FlashAttention-2 kernels
+  // (attention_fa2.cu): the long families span several query blocks and key tiles (its cp.async
+  // double buffering), with ragged lengths (neither a multiple of the 64-row tiles) and Lq != Lk
+  // under the causal mask.
+  for (const AttentionFamily& fam : {AttentionFamily{"cross_padded", 9, 13, 32, false, true, false},
+                                     AttentionFamily{"self_causal", 16, 16, 32, true, false, false},
+                                     AttentionFamily{"d64_cross_padded", 9, 13, 64, false, true, false},
+                                     AttentionFamily{"d128_self_causal", 16, 16, 128, true, false, false},
+                                     AttentionFamily{"d64_long_causal_padded", 130, 200, 64, true, true, false},
+                                     AttentionFamily{"d128_long_ragged_padded", 100, 150, 128, false, true, false},
+                                     AttentionFamily{"d128_long_causal", 67, 100, 128, true, false, false},
+                                     AttentionFamily{"tf32_d64_long_causal_padded", 130, 200, 64, true, true, true},
+                                     AttentionFamily{"tf32_d128_ragged_padded", 100, 75, 128, false, true, true}})
+    add_attention_cases(c, fam);
+  // A decoder cache: d 32 on attention.cu's kernel, 64 and 128 (several key tiles) on FA2's in bf16.
+  for (const CacheFamily& fam :
+       {CacheFamily{"cache_d32", 3, 24, 9, 32}, CacheFamily{"cache_d64_one_query", 1, 40, 17, 64},
+        CacheFamily{"cache_d128_long", 5, 150, 130, 128}})
+    c.push_back(attention_cache_case(fam));
   // Bit-identical (no fused multiply-add on the GPU side); float32 only.
   c.push_back({"adam_update", "two_params",
                [](const Backend& b) {

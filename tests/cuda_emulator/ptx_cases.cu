@@ -39,6 +39,36 @@ __global__ void mma_kernel(const __nv_bfloat16* a, const __nv_bfloat16* b, const
   for (int i = 0; i < 4; ++i) d[(g + 8 * (i >> 1)) * 8 + 2 * t + (i & 1)] = fd[i];
 }
 
+__global__ void mma_tf32_kernel(const float* a, const float* b, const float* c, float* d, Tf32Indexing indexing,
+                                bool raw) {
+  const int lane = static_cast<int>(threadIdx.x), g = lane >> 2, t = lane % 4;
+  const auto operand = [raw](float x) {
+    std::uint32_t bits;
+    __builtin_memcpy(&bits, &x, 4);
+    return raw ? bits : tessera::cuda::ptx::to_tf32(x);
+  };
+  // A: a0 (g, t), a1 (g + 8, t), a2 (g, t + 4), a3 (g + 8, t + 4).
+  std::uint32_t fa[4];
+  for (int r = 0; r < 4; ++r) fa[r] = operand(a[(g + 8 * (r & 1)) * 8 + t + 4 * (r >> 1)]);
+  if (indexing == Tf32Indexing::swapped_a_registers) {
+    const std::uint32_t x = fa[1];
+    fa[1] = fa[2];
+    fa[2] = x;
+  }
+  // B: b0 (k = t, n = g), b1 (k = t + 4, n = g).
+  const int step = indexing == Tf32Indexing::b_rows_off_by_three ? 1 : 4;
+  const std::uint32_t fb[2] = {operand(b[t * 8 + g]), operand(b[(t + step) * 8 + g])};
+  float fc[4], fd[4];
+  for (int i = 0; i < 4; ++i) fc[i] = c[(g + 8 * (i >> 1)) * 8 + 2 * t + (i & 1)];
+  tessera::cuda::ptx::mma_tf32_16x8x8(fd, fa, fb, fc);
+  for (int i = 0; i < 4; ++i) d[(g + 8 * (i >> 1)) * 8 + 2 * t + (i & 1)] = fd[i];
+}
+
+__global__ void round_tf32_kernel(const float* in, std::uint32_t* out) {
+  const int lane = static_cast<int>(threadIdx.x);
+  out[lane] = tessera::cuda::ptx::to_tf32(in[lane]);
+}
+
 __global__ void ldmatrix_kernel(const std::uint16_t* rows, std::uint32_t* out, bool trans, int stride) {
   extern __shared__ __align__(128) unsigned char smem[];
   auto* tile = reinterpret_cast<std::uint16_t*>(smem);
@@ -69,6 +99,17 @@ cudaError_t mma_product(const void* a, const void* b, const float* c, float* d, 
                         bool exited_lanes) {
   mma_kernel<<<1, 32>>>(static_cast<const __nv_bfloat16*>(a), static_cast<const __nv_bfloat16*>(b), c, d, indexing,
                         exited_lanes);
+  return cudaGetLastError();
+}
+
+cudaError_t mma_tf32_product(const float* a, const float* b, const float* c, float* d, Tf32Indexing indexing,
+                             bool raw) {
+  mma_tf32_kernel<<<1, 32>>>(a, b, c, d, indexing, raw);
+  return cudaGetLastError();
+}
+
+cudaError_t round_to_tf32(const float* in, std::uint32_t* out) {
+  round_tf32_kernel<<<1, 32>>>(in, out);
   return cudaGetLastError();
 }
 

@@ -17,6 +17,15 @@ enum class FragmentIndexing { documented, swapped_a_registers, b_rows_off_by_fac
 // before the mma.
 cudaError_t mma_product(const void* a, const void* b, const float* c, float* d, FragmentIndexing indexing,
                         bool exited_lanes = false);
+// The same for mma.sync.m16n8k8 .tf32: d (16 x 8) = a (16 x 8 f32, row-major) * b (8 x 8 f32,
+// row-major) + c, each a and b element rounded by cvt.rna.tf32.f32 unless raw (then the tensor
+// cores truncate it). The slips: A's registers 1 and 2 swapped (rows + 8 and columns + 4
+// confused), or B's rows threadID_in_group + 4 taken as + 1.
+enum class Tf32Indexing { documented, swapped_a_registers, b_rows_off_by_three };
+cudaError_t mma_tf32_product(const float* a, const float* b, const float* c, float* d, Tf32Indexing indexing,
+                             bool raw = false);
+// out[i] = the bits of cvt.rna.tf32.f32(in[i]) for 32 values (one warp).
+cudaError_t round_to_tf32(const float* in, std::uint32_t* out);
 // ldmatrix.x4 (.trans when trans) of 32 rows of 8 b16 each, row r of matrix r / 8 (the rows
 // copied into shared memory with a row stride of `stride` elements, a multiple of 8 keeps
 // them 16-byte aligned): out[lane * 4 + m] = register m of lane.

@@ -5,7 +5,8 @@
 # plugins (the one-rank NCCL test initializes MPI), except the C/C++ runtime and the CUDA
 # libraries (the GPU machine has its own: the driver, and cuBLAS, NCCL and the CUDA runtime from
 # its toolkit or PyTorch's wheels).
-# Usage: tests/gpu/bundle.sh BUILD_DIR OUT_DIR     (after building tessera, tessera_gpu_tests, tessera_gpu_bench and tessera_gpu_kernel_bench)
+# Usage: tests/gpu/bundle.sh BUILD_DIR OUT_DIR     (after building tessera, tessera_gpu_tests,
+# tessera_backend_ops_tests, tessera_gpu_bench and tessera_gpu_kernel_bench)
 # Configure BUILD_DIR with -DTESSERA_NATIVE_ARCH=OFF: -march=native code may not run on the GPU
 # machine's CPU.
 set -euo pipefail
@@ -27,7 +28,8 @@ copy_libraries() {
     esac
   done
 }
-for exe in tessera tests/tessera_gpu_tests tests/tessera_gpu_bench tests/tessera_gpu_kernel_bench; do
+for exe in tessera tests/tessera_gpu_tests tests/tessera_backend_ops_tests tests/tessera_gpu_bench \
+  tests/tessera_gpu_kernel_bench; do
   cp "$build/$exe" "$out/"
   copy_libraries "$build/$exe"
 done

@@ -1,13 +1,15 @@
 #!/bin/bash
 # The GPU check, on a machine with one GPU: (1) every CUDA kernel and the GPU training path
-# against their CPU twins (tessera_gpu_tests), (2) 50 training steps on the GPU (float32 and
+# against their CPU twins (tessera_gpu_tests, and tessera_backend_ops_tests: every op of
+# kernels/ops.h, with attention over a decoder cache read in place and float32 attention on TF32), (2) 50 training steps on the GPU (float32 and
 # bfloat16) against the CPU run's losses, (3) flash attention throughput beside PyTorch's
 # scaled_dot_product_attention on the same shapes, (4) each hot kernel's time, GB/s and TFLOP/s
 # against the roofline (its bytes and FLOPs from kernels/cost.h), and (5) training tokens/s,
 # model-FLOPs utilization and peak memory for the base and big models in bfloat16. Writes a
 # Markdown report.
 #   tests/gpu/check.sh BIN_DIR REPORT
-# BIN_DIR holds tessera, tessera_gpu_tests, tessera_gpu_bench and tessera_gpu_kernel_bench: a build
+# BIN_DIR holds tessera, tessera_gpu_tests, tessera_backend_ops_tests, tessera_gpu_bench and
+# tessera_gpu_kernel_bench: a build
 # folder, or a bundle made here by tests/gpu/bundle.sh (with lib/ beside them) for a GPU image
 # without our libraries.
 set -uo pipefail
@@ -73,6 +75,13 @@ mpi=(OMPI_MCA_ess_singleton_isolated=1 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_A
   suites=$("${ours[@]}" "$(exe tessera_gpu_tests)" --gtest_list_tests 2>&1 | grep -E '^[A-Za-z0-9_/]+\.$' | sed 's/\.$//' |
            grep -v '^Nccl$')
   [ -n "$suites" ] || echo "could not list the tests: $("${ours[@]}" "$(exe tessera_gpu_tests)" --gtest_list_tests 2>&1 | head -3)"
+  # Every op of kernels/ops.h against the CPU (tests/backend_ops), its attention cases included:
+  # d 32/64/128, causal and padded, a decoder cache's key_length, float32 on the TF32 tensor cores.
+  log="$work/backend_ops.log"
+  limit 90 "${ours[@]}" "$(exe tessera_backend_ops_tests)" > "$log" 2>&1
+  echo "BackendOps: exit status $?"
+  grep -E '^\[ *FAILED *\] .*\([0-9]+ ms\)|Failure|worst at|no GPU answers|skipped:' "$log" | head -20
+  grep -E '^\[ *(PASSED|FAILED) *\] [0-9]+ test' "$log"
   for suite in $suites Nccl; do
     log="$work/gpu_tests_$suite.log"
     if [ "$suite" = Nccl ]; then

@@ -8,6 +8,7 @@
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <limits>
@@ -273,6 +274,12 @@ TEST(CudaKernels, FusedAdamIsBitIdenticalToCpu) {
   }
 }
 
+// Puts cuda::allow_tf32 (train.tf32) back as it was.
+struct RestoreTf32 {
+  bool was = cuda::allow_tf32();
+  ~RestoreTf32() { cuda::set_allow_tf32(was); }
+};
+
 struct AttentionCase {
   std::int64_t b, h, lq, lk, d;
   bool causal;
@@ -333,6 +340,50 @@ TEST(CudaKernels, FlashAttentionMatchesCpu) {
     expect_attention_matches_cpu({2, 2, 40, 40, 64, true}, dt, Tensor(), 61, 0.37);
     expect_attention_matches_cpu({2, 2, 17, 33, 64, false}, dt, Tensor::from(std::vector<std::int32_t>(66, 0), {2, 33}),
                                  62, 1.5);
+  }
+}
+
+// A decoder step over a preallocated cache: the kernels themselves read the first key_length
+// positions of k and v [b, h, capacity, d] (the rest NaN, which a read past key_length spreads).
+TEST(CudaKernels, FlashAttentionReadsADecoderCacheInPlace) {
+  SKIP_WITHOUT_GPU();
+  const std::int64_t capacity = 90, key_length = 70;
+  for (DType dt : {DType::f32, DType::bf16})
+    for (std::int64_t d : {32, 64, 128}) {
+      Tensor k = as_input(random({2, 3, capacity, d}, 63), dt), v = as_input(random({2, 3, capacity, d}, 64), dt);
+      for (Tensor* t : {&k, &v})
+        for (std::int64_t bh = 0; bh < 6; ++bh)
+          std::fill_n(t->data<float>() + (bh * capacity + key_length) * d, (capacity - key_length) * d, std::nanf(""));
+      const Tensor q = as_input(random({2, 3, 1, d}, 65), dt);
+      const cpu::AttentionOptions opt{.causal = false, .scale = 0.0, .key_length = key_length};
+      const auto cf = cpu::attention_forward(q, k, v, Tensor(), opt);
+      const auto gf = cuda::attention_forward(to_gpu(q, dt), to_gpu(k, dt), to_gpu(v, dt), Tensor(), opt);
+      const std::string l = dtype_label(dt) + " cache d" + std::to_string(d);
+      expect_close(gf.out, cf.out, tol_of(dt), l + " out");
+      expect_close(gf.lse, cf.lse, dt == DType::f32 ? kF32Tol : 10 * kF32Tol, l + " lse");
+    }
+}
+
+// float32 attention with train.tf32 runs on the TF32 tensor cores at d 64 and 128: its result is
+// not the exact float32 kernels' (which would pass the tolerance too), and stays within it.
+TEST(CudaKernels, Tf32AttentionRoundsItsOperands) {
+  SKIP_WITHOUT_GPU();
+  const RestoreTf32 restore;
+  for (std::int64_t d : {64, 128}) {
+    const Tensor q = random({2, 2, 70, d}, 66), k = random({2, 2, 90, d}, 67), v = random({2, 2, 90, d}, 68);
+    const cpu::AttentionOptions opt{.causal = true};
+    const auto on_gpu = [&](bool tf32) {
+      cuda::set_allow_tf32(tf32);
+      return from_gpu(
+          cuda::attention_forward(q.to(Device::cuda), k.to(Device::cuda), v.to(Device::cuda), Tensor(), opt).out);
+    };
+    const Tensor exact = on_gpu(false), tf32 = on_gpu(true);
+    double differs = 0.0;
+    for (std::int64_t i = 0; i < exact.numel(); ++i)
+      differs = std::max(differs, static_cast<double>(std::abs(exact.data<float>()[i] - tf32.data<float>()[i])));
+    EXPECT_GT(differs, 1e-6) << "d " << d << ": train.tf32 gave the exact float32 kernels' result";
+    expect_close(tf32, cpu::attention_forward(q, k, v, Tensor(), opt).out, kTf32AttentionTol,
+                 "tf32 attention d " + std::to_string(d));
   }
 }
 
@@ -456,10 +507,7 @@ TEST(CudaKernels, SoftmaxAtVocabularyWidthMatchesCpu) {
 // and an element by at most 2^-8 of sum |a||b| with float32 accumulation's error included.
 TEST(CudaKernels, Tf32GemmStaysWithinItsRoundingBound) {
   SKIP_WITHOUT_GPU();
-  struct RestoreTf32 {
-    bool was = cuda::allow_tf32();
-    ~RestoreTf32() { cuda::set_allow_tf32(was); }
-  } restore;
+  const RestoreTf32 restore;
   cuda::set_allow_tf32(true);
   const auto absolute = [](const Tensor& t) {
     Tensor r = t.clone();

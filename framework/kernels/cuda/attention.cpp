@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "kernels/cuda/device.h"
+#include "kernels/cuda/gemm.h"
 
 namespace tessera::cuda {
 namespace {
@@ -15,11 +16,11 @@ struct Prepared {
 
 // The tiles are sized for sm_80/sm_90 (up to 163/227 KB of shared memory per block). Smaller
 // GPUs (sm_86/sm_89: 99 KB) would fail the launch with "invalid argument"; say why instead.
-void check_shared_memory(const char* op, bool backward, std::int64_t head_dim, const Tensor& q, Elem elem) {
+void check_shared_memory(const char* op, bool backward, std::int64_t head_dim, const Tensor& q, Elem elem, bool tf32) {
   int device = 0, allowed = 0;
   check_launch(op, cudaGetDevice(&device));
   check_launch(op, cudaDeviceGetAttribute(&allowed, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
-  const int needed = attention_shared_bytes(head_dim, elem, backward);
+  const int needed = attention_shared_bytes(head_dim, elem, backward, tf32);
   TESSERA_CHECK(needed <= allowed,
                 "{}: head dimension {} in {} needs {} bytes of shared memory per block, this GPU allows {}: the "
                 "attention kernels need an sm_80 or sm_90 class GPU (A100, H100, H200)",
@@ -27,6 +28,8 @@ void check_shared_memory(const char* op, bool backward, std::int64_t head_dim, c
 }
 
 // Checks the inputs of the forward, or of the backward (whose tiles need more shared memory).
+// opt.key_length > 0 (forward only): the keys are the first key_length positions of k and v, a
+// decoder cache read in place.
 Prepared prepare(const char* op, bool backward, const Tensor& q, const Tensor& k, const Tensor& v,
                  const Tensor& key_padding, const kernels::AttentionOptions& opt) {
   const Elem elem = elem_of(op, q);
@@ -36,16 +39,20 @@ Prepared prepare(const char* op, bool backward, const Tensor& q, const Tensor& k
   TESSERA_CHECK(
       k.dtype() == q.dtype() && v.dtype() == q.dtype() && k.device() == q.device() && v.device() == q.device(),
       "{}: q {}, k {}, v {} must share dtype and device", op, q.describe(), k.describe(), v.describe());
-  const std::int64_t B = q.size(0), H = q.size(1), Lq = q.size(2), D = q.size(3), Lk = k.size(2);
-  TESSERA_CHECK(k.shape() == Shape({B, H, Lk, D}) && v.shape() == Shape({B, H, Lk, D}),
+  const std::int64_t B = q.size(0), H = q.size(1), Lq = q.size(2), D = q.size(3), rows = k.size(2);
+  TESSERA_CHECK(k.shape() == Shape({B, H, rows, D}) && v.shape() == Shape({B, H, rows, D}),
                 "{}: k {} and v {} must be [{}, {}, Lk, {}] for q {}", op, k.describe(), v.describe(), B, H, D,
                 q.describe());
+  TESSERA_CHECK(opt.key_length >= 0 && opt.key_length <= rows && (!backward || opt.key_length == 0),
+                "{}: key_length {} outside k {} (or in a backward)", op, opt.key_length, k.describe());
+  const std::int64_t Lk = opt.key_length > 0 ? opt.key_length : rows;
   TESSERA_CHECK(attention_supports_head_dim(D), "{}: head dimension {} is not supported on the GPU (32, 64 or 128)", op,
                 D);
   TESSERA_CHECK(B <= 65535 && H <= 65535, "{}: batch {} or heads {} exceeds 65535", op, B, H);
-  check_shared_memory(op, backward, D, q, elem);
+  const bool tf32 = elem == Elem::f32 && allow_tf32();  // train.tf32, as for the GEMMs
+  check_shared_memory(op, backward, D, q, elem, tf32);
   Prepared p{{B, H, Lq, Lk, D, opt.causal,
-              static_cast<float>(opt.scale > 0.0 ? opt.scale : 1.0 / std::sqrt(static_cast<double>(D)))},
+              static_cast<float>(opt.scale > 0.0 ? opt.scale : 1.0 / std::sqrt(static_cast<double>(D))), rows, tf32},
              elem,
              {}};
   if (key_padding.defined()) {

@@ -6,7 +6,8 @@
 // j <= i + Lk - Lq), keys beyond Lk and queries beyond Lq. The tiles use up to 124 KB of shared
 // memory: sm_80 (A100) and sm_90 (H100/H200) class GPUs; sm_86/sm_89/sm_120 (99 KB) would need smaller
 // ones, and get a clear error instead (cuda/attention.cpp). bfloat16 at head dims 64 and 128 goes to
-// attention_fa2.cu's FlashAttention-2 kernels (mma.sync, registers-resident accumulators).
+// attention_fa2.cu's FlashAttention-2 kernels (mma.sync, registers-resident accumulators), and so
+// does float32 there when train.tf32 allows TF32 (AttentionShape::tf32).
 #include <mma.h>
 
 #include <algorithm>
@@ -92,8 +93,11 @@ __device__ void load_tile(T* tile, int ld, const T* __restrict__ g, std::int64_t
   }
 }
 
+// __launch_bounds__(threads, 1): without a minimum of blocks per SM ptxas trimmed the registers
+// for occupancy and spilled (bf16 d 32 and 64 on sm_80); the tiles' shared memory keeps few blocks
+// on an SM anyway.
 template <typename T, int D>
-__global__ void __launch_bounds__(Fwd<T, D>::kWarps * 32)
+__global__ void __launch_bounds__(Fwd<T, D>::kWarps * 32, 1)
     attention_forward_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v,
                              const std::int32_t* __restrict__ pad, T* __restrict__ out, float* __restrict__ lse,
                              AttentionShape s) {
@@ -110,8 +114,8 @@ __global__ void __launch_bounds__(Fwd<T, D>::kWarps * 32)
   // grid: (query tiles, heads, batch): y and z each stay under 65535 for any batch x heads.
   const std::int64_t b = blockIdx.z, bh = b * s.heads + blockIdx.y, q0 = static_cast<std::int64_t>(blockIdx.x) * C::kBr;
   const T* qg = q + bh * s.q_len * D;
-  const T* kg = k + bh * s.k_len * D;
-  const T* vg = v + bh * s.k_len * D;
+  const T* kg = k + bh * s.k_rows * D;  // a decoder cache holds k_rows >= k_len positions
+  const T* vg = v + bh * s.k_rows * D;
   load_tile<T, D>(Qs, C::kLd, qg, q0, C::kBr, s.q_len);
   for (int idx = lane; idx < 16 * D; idx += 32) Ow[(idx / D) * C::kLdO + idx % D] = 0.0f;
   __syncwarp();  // the epilogue reads other lanes' zeros when no key tile runs
@@ -201,8 +205,9 @@ struct Bwd {
   static constexpr int kBytes = kDQ + round_up(kWarps * kBr * kLdA * 4);
 };
 
+// __launch_bounds__(threads, 1) as the forward's (without it: a spill in float32 d 32 on sm_90).
 template <typename T, int D>
-__global__ void __launch_bounds__(Bwd<T, D>::kWarps * 32)
+__global__ void __launch_bounds__(Bwd<T, D>::kWarps * 32, 1)
     attention_backward_kernel(const T* __restrict__ dout, const T* __restrict__ q, const T* __restrict__ k,
                               const T* __restrict__ v, const std::int32_t* __restrict__ pad,
                               const float* __restrict__ lse, const float* __restrict__ delta,
@@ -320,9 +325,9 @@ cudaError_t backward(const void* dout, const void* q, const void* k, const void*
         static_cast<const T*>(dout), static_cast<const T*>(out), delta, rows);
     if ((err = cudaGetLastError()) != cudaSuccess) return err;
   }
-  if (attention_fa2_applies(D, std::is_same_v<T, float> ? Elem::f32 : Elem::bf16, q, k, v) &&
+  if (attention_fa2_applies(s, elem, q, k, v) &&
       reinterpret_cast<std::uintptr_t>(dout) % 16 == 0) {  // attention_fa2.cu
-    err = launch_attention_backward_fa2(dout, q, k, v, pad, lse, delta, dq_accum, dk, dv, s, stream);
+    err = launch_attention_backward_fa2(dout, q, k, v, pad, lse, delta, dq_accum, dk, dv, s, elem, stream);
     if (err != cudaSuccess) return err;
     return launch_cast(dq_accum, Elem::f32, dq, elem, rows * D, stream);
   }
@@ -339,8 +344,9 @@ cudaError_t backward(const void* dout, const void* q, const void* k, const void*
 template <typename T>
 cudaError_t forward_d(const void* q, const void* k, const void* v, const std::int32_t* pad, void* out, float* lse,
                       const AttentionShape& s, cudaStream_t stream) {
-  if (attention_fa2_applies(s.head_dim, std::is_same_v<T, float> ? Elem::f32 : Elem::bf16, q, k, v))
-    return launch_attention_forward_fa2(q, k, v, pad, out, lse, s, stream);  // attention_fa2.cu
+  const Elem elem = std::is_same_v<T, float> ? Elem::f32 : Elem::bf16;
+  if (attention_fa2_applies(s, elem, q, k, v))
+    return launch_attention_forward_fa2(q, k, v, pad, out, lse, s, elem, stream);  // attention_fa2.cu
   switch (s.head_dim) {
     case 32:
       return forward<T, 32>(q, k, v, pad, out, lse, s, stream);
@@ -394,10 +400,11 @@ bool launchable(const AttentionShape& s) { return s.batch <= 65535 && s.heads <=
 
 bool attention_supports_head_dim(std::int64_t head_dim) { return head_dim == 32 || head_dim == 64 || head_dim == 128; }
 
-int attention_shared_bytes(std::int64_t head_dim, Elem elem, bool backward) {
-  if (elem != Elem::bf16) return shared_bytes_d<float>(head_dim, backward);
-  const int tiles = shared_bytes_d<__nv_bfloat16>(head_dim, backward);  // the fallback's, when unaligned
-  return std::max(tiles, attention_fa2_shared_bytes(head_dim, backward));
+int attention_shared_bytes(std::int64_t head_dim, Elem elem, bool backward, bool tf32) {
+  const int tiles = elem == Elem::bf16 ? shared_bytes_d<__nv_bfloat16>(head_dim, backward)
+                                       : shared_bytes_d<float>(head_dim, backward);  // the fallback's, when unaligned
+  if (elem == Elem::f32 && !tf32) return tiles;
+  return std::max(tiles, attention_fa2_shared_bytes(head_dim, elem, backward));
 }
 
 cudaError_t launch_attention_forward(const void* q, const void* k, const void* v, const std::int32_t* key_padding,

@@ -92,27 +92,33 @@ inline constexpr std::int64_t kAdamChunk = 4096;
 cudaError_t launch_adam(const AdamSegment* segments, const std::int32_t* chunk_segment, const std::int64_t* chunk_start,
                         std::int64_t chunks, AdamHyper hyper, cudaStream_t stream);
 
-// ---- flash attention (attention.cu): q [B, H, Lq, D], k, v [B, H, Lk, D], out [B, H, Lq, D],
-// lse float32 [B, H, Lq]; key_padding int32 [B, Lk] or null; causal aligned bottom right. ----
+// ---- flash attention (attention.cu): q [B, H, Lq, D], k, v [B, H, k_rows, D] of which the first
+// Lk = k_len positions of each (b, h) are keys (k_rows > Lk: a decoder cache read in place; the
+// backward needs k_rows == Lk), out [B, H, Lq, D], lse float32 [B, H, Lq]; key_padding int32
+// [B, Lk] or null; causal aligned bottom right. ----
 struct AttentionShape {
   std::int64_t batch, heads, q_len, k_len, head_dim;
   bool causal;
   float scale;
+  std::int64_t k_rows;  // positions k and v hold per (b, h): k_len, or a cache's capacity
+  bool tf32;            // float32 may multiply on the TF32 tensor cores (train.tf32)
 };
 bool attention_supports_head_dim(std::int64_t head_dim);  // 32, 64, 128
 // Shared memory per block the forward (or backward) kernel needs; 0 for an unsupported head size.
-int attention_shared_bytes(std::int64_t head_dim, Elem elem, bool backward);
+int attention_shared_bytes(std::int64_t head_dim, Elem elem, bool backward, bool tf32);
 // The FlashAttention-2 kernels (attention_fa2.cu; mma.sync, accumulators in registers): taken by
-// launch_attention_forward / _backward for bfloat16 at head dims 64 and 128 with 16-byte aligned
-// q, k, v (and dout). The backward adds into dq_accum (zeroed) and needs delta computed.
-bool attention_fa2_applies(std::int64_t head_dim, Elem elem, const void* q, const void* k, const void* v);
-int attention_fa2_shared_bytes(std::int64_t head_dim, bool backward);
+// launch_attention_forward / _backward at head dims 64 and 128 with 16-byte aligned q, k, v (and
+// dout) for bfloat16 (m16n8k16), and for float32 when s.tf32 (m16n8k8 .tf32). The backward adds
+// into dq_accum (zeroed) and needs delta computed.
+bool attention_fa2_applies(const AttentionShape& s, Elem elem, const void* q, const void* k, const void* v);
+int attention_fa2_shared_bytes(std::int64_t head_dim, Elem elem, bool backward);
 cudaError_t launch_attention_backward_fa2(const void* dout, const void* q, const void* k, const void* v,
                                           const std::int32_t* key_padding, const float* lse, const float* delta,
-                                          float* dq_accum, void* dk, void* dv, const AttentionShape& s,
+                                          float* dq_accum, void* dk, void* dv, const AttentionShape& s, Elem elem,
                                           cudaStream_t stream);
 cudaError_t launch_attention_forward_fa2(const void* q, const void* k, const void* v, const std::int32_t* key_padding,
-                                         void* out, float* lse, const AttentionShape& s, cudaStream_t stream);
+                                         void* out, float* lse, const AttentionShape& s, Elem elem,
+                                         cudaStream_t stream);
 cudaError_t launch_attention_forward(const void* q, const void* k, const void* v, const std::int32_t* key_padding,
                                      void* out, float* lse, const AttentionShape& s, Elem elem, cudaStream_t stream);
 // dq_accum: float32 [B, H, Lq, D] scratch that the launcher zeroes; delta: float32 [B, H, Lq]

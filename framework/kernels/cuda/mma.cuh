@@ -1,9 +1,12 @@
-// Warp-level tensor-core and async-copy wrappers (sm_80+): mma.sync m16n8k16 bf16 -> f32,
-// ldmatrix m8n8 x4 (.trans), cp.async.cg 16 bytes with commit/wait groups. On a GPU each is one
+// Warp-level tensor-core and async-copy wrappers (sm_80+): mma.sync m16n8k16 bf16 -> f32 and
+// m16n8k8 tf32 -> f32 (with cvt.rna.tf32.f32), ldmatrix m8n8 x4 (.trans), cp.async.cg 16 bytes
+// with commit/wait groups. On a GPU each is one
 // PTX instruction; on the CUDA emulator each follows the PTX ISA's fragment layouts lane by lane
 // (framework/cuda_emulator/include/ptx_fragments.h), so a kernel's fragment indexing is checked
 // there. Fragments: A = 4 registers (8 bf16: rows groupID and groupID + 8, columns
-// 2 * threadID_in_group (+1) and + 8), B = 2 registers (4 bf16), C/D = 4 floats.
+// 2 * threadID_in_group (+1) and + 8), B = 2 registers (4 bf16), C/D = 4 floats. tf32: A = 4
+// registers (rows groupID, + 8; columns threadID_in_group, + 4), B = 2 (rows threadID_in_group,
+// + 4; column groupID), C/D as bf16's.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -28,6 +31,32 @@ __device__ __forceinline__ void mma_bf16_16x8x16(float (&d)[4], const std::uint3
       "{%10, %11, %12, %13};\n"
       : "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3])
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]), "f"(c[0]), "f"(c[1]), "f"(c[2]), "f"(c[3]));
+#endif
+}
+
+// d = a * b + c (A 16 x 8 row-major, B 8 x 8 column-major, tf32 in 32-bit registers; C and D
+// float32). The tensor cores read the top 19 bits of each operand: round with to_tf32 first.
+__device__ __forceinline__ void mma_tf32_16x8x8(float (&d)[4], const std::uint32_t (&a)[4], const std::uint32_t (&b)[2],
+                                                const float (&c)[4]) {
+#if defined(TESSERA_CUDA_EMULATED_DEVICE)
+  cuda_emulator::ptx::mma_m16n8k8_tf32(d, a, b, c);
+#else
+  asm volatile(
+      "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+      "{%10, %11, %12, %13};\n"
+      : "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]), "f"(c[0]), "f"(c[1]), "f"(c[2]), "f"(c[3]));
+#endif
+}
+
+// float32 -> tf32 (10 mantissa bits), rounded to nearest with ties away from zero (cvt.rna).
+__device__ __forceinline__ std::uint32_t to_tf32(float x) {
+#if defined(TESSERA_CUDA_EMULATED_DEVICE)
+  return cuda_emulator::ptx::cvt_rna_tf32(x);
+#else
+  std::uint32_t r;
+  asm("cvt.rna.tf32.f32 %0, %1;\n" : "=r"(r) : "f"(x));
+  return r;
 #endif
 }
 
