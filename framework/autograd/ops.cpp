@@ -176,10 +176,38 @@ Var matmul(const Var& a, const Var& b, bool ta, bool tb) {
   });
 }
 
-Var linear(const Var& x, const Var& w, const Var& b) {
-  Var y = matmul(x, w, false, true);
-  return b.defined() ? add(y, b) : y;
+namespace {
+// y = act(x w^T + b) over x's rows ([..., in] as [rows, in]); w [out, in] is 2-D.
+Var linear_act(const Var& x, const Var& w, const Var& b, bool relu, const char* name) {
+  const Tensor vx = x.value(), vw = w.value();
+  TESSERA_CHECK(vw.dim() == 2 && vx.dim() >= 1, "{}: weight {} must be 2-D, input {} at least 1-D", name,
+                shape_str(vw.shape()), shape_str(vx.shape()));
+  const Shape sx = vx.shape();
+  Shape sy = sx;
+  sy.back() = vw.size(0);
+  std::int64_t rows = 1;
+  for (std::size_t i = 0; i + 1 < sx.size(); ++i) rows *= sx[i];
+  const Tensor x2 = vx.reshape({rows, sx.back()});
+  Tensor y = kernels::matmul(x2, vw, false, true);
+  const Tensor vb = b.defined() ? b.value() : Tensor();
+  if (vb.defined() || relu) kernels::bias_relu_inplace(y, vb, relu);
+  const bool need_x = x.requires_grad(), need_w = w.requires_grad(), need_b = b.defined() && b.requires_grad();
+  std::vector<Var> inputs = {x, w};
+  if (b.defined()) inputs.push_back(b);
+  return make_result(y.reshape(sy), name, inputs, [=](const Tensor& grad) {
+    // relu's gradient from its output: y > 0 exactly where x w^T + b > 0.
+    const Tensor g = relu ? relu_backward(grad.reshape(y.shape()), y) : grad.reshape(y.shape());
+    std::vector<Tensor> out = {need_x ? kernels::matmul(g, vw, false, false).reshape(sx) : Tensor(),
+                               need_w ? kernels::matmul(g, x2, true, false) : Tensor()};
+    if (vb.defined()) out.push_back(need_b ? sum_to_shape(g, vb.shape()) : Tensor());
+    return out;
+  });
 }
+}  // namespace
+
+Var linear(const Var& x, const Var& w, const Var& b) { return linear_act(x, w, b, false, "linear"); }
+
+Var linear_relu(const Var& x, const Var& w, const Var& b) { return linear_act(x, w, b, true, "linear_relu"); }
 
 // ------------------------------------------------------------ layout
 Var reshape(const Var& x, const Shape& shape) {

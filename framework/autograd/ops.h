@@ -30,8 +30,11 @@ Var mean(const Var& x, std::int64_t dim, bool keepdim = false);
 
 // Matrix products over the last two dimensions (b may be 2-D and shared by every batch).
 Var matmul(const Var& a, const Var& b, bool trans_a = false, bool trans_b = false);
-// y = x w^T + b, with w: [out, in] and b: [out] (optional).
+// y = x w^T + b, with w: [out, in] and b: [out] (optional). The bias lands in the product's own
+// storage (no second tensor).
 Var linear(const Var& x, const Var& w, const Var& b = Var());
+// relu(x w^T + b) as one op: bias and activation in one pass over the product, in place.
+Var linear_relu(const Var& x, const Var& w, const Var& b = Var());
 
 // Layout.
 Var reshape(const Var& x, const Shape& shape);

@@ -19,6 +19,9 @@ Cost affine(std::int64_t n, int elem) { return {2 * span(n, elem), 2 * count(n)}
 // Reads dy and x, writes dx; one comparison each.
 Cost relu_backward(std::int64_t n, int elem) { return {3 * span(n, elem), count(n)}; }
 // Reads dst and src, writes dst; a multiply and an add each.
+Cost bias_relu_inplace(std::int64_t n, std::int64_t cols, int elem) {
+  return {2 * span(n, elem) + span(cols, elem), 2 * count(n)};
+}
 Cost add_inplace(std::int64_t n, int elem) { return {3 * span(n, elem), 2 * count(n)}; }
 Cost scale_inplace(std::int64_t n, int elem) { return {2 * span(n, elem), count(n)}; }
 Cost sum_of_squares(std::int64_t n, int elem) { return {span(n, elem) + 8, 2 * count(n)}; }

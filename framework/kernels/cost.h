@@ -23,7 +23,8 @@ Cost binary(std::int64_t n, int elem);  // out = a op b
 Cost unary(std::int64_t n, int elem);   // out = f(x)
 Cost affine(std::int64_t n, int elem);  // alpha x + beta
 Cost relu_backward(std::int64_t n, int elem);
-Cost add_inplace(std::int64_t n, int elem);  // dst += alpha src
+Cost bias_relu_inplace(std::int64_t n, std::int64_t cols, int elem);  // y = relu?(y + bias), n elements
+Cost add_inplace(std::int64_t n, int elem);                           // dst += alpha src
 Cost scale_inplace(std::int64_t n, int elem);
 Cost sum_of_squares(std::int64_t n, int elem);
 Cost sum_to_shape(std::int64_t n_in, std::int64_t n_out, int elem);

@@ -93,6 +93,14 @@ Tensor relu_backward(const Tensor& dy, const Tensor& x) {
   ON_GPU(return cuda::relu_backward(dy, x));
 }
 
+void bias_relu_inplace(Tensor& y, const Tensor& bias, bool relu) {
+  if (on_cpu(y)) return cpu::bias_relu_inplace(y, bias, relu);
+  ON_GPU({  // the GPU's own elementwise kernels, rounded into y's storage as add_inplace does
+    if (bias.defined()) y.copy_from(binary(BinaryOp::add, y, bias));
+    if (relu) y.copy_from(cuda::unary(UnaryOp::relu, y));
+  });
+}
+
 void add_inplace(Tensor& dst, const Tensor& src, double alpha) {
   if (on_cpu(dst)) return cpu::add_inplace(dst, src, alpha);
   ON_GPU({

@@ -25,6 +25,9 @@ inline Tensor div(const Tensor& a, const Tensor& b) { return kernels::binary(Bin
 Tensor unary(UnaryOp op, const Tensor& x);
 Tensor affine(const Tensor& x, double alpha, double beta);
 Tensor relu_backward(const Tensor& dy, const Tensor& x);
+// y = relu?(y + bias) in place (bias [n] over y's last dimension, or undefined): a linear layer's
+// output from its GEMM.
+void bias_relu_inplace(Tensor& y, const Tensor& bias, bool relu);
 // dst += alpha * src (same shape and dtype).
 void add_inplace(Tensor& dst, const Tensor& src, double alpha = 1.0);
 // t *= alpha, in place (gradient clipping).

@@ -10,7 +10,7 @@
 // clang-format off
 #define TESSERA_KERNEL_OPS(X)                                                                      \
   /* elementwise */                                                                                \
-  X(binary) X(unary) X(affine) X(relu_backward) X(add_inplace) X(scale_inplace) X(sum_of_squares)  \
+  X(binary) X(unary) X(affine) X(relu_backward) X(bias_relu_inplace) X(add_inplace) X(scale_inplace) X(sum_of_squares)  \
   X(sum_to_shape) X(broadcast_to) X(cast) X(full)                                                  \
   /* GEMM and layout */                                                                            \
   X(matmul) X(matmul_batch_sum) X(permute) X(concat) X(index_rows)                                 \

@@ -40,4 +40,9 @@ ag::Var ColumnParallelLinear::forward_entered(const ag::Var& x) const {
   return gather_output_ && group_ != nullptr ? gather_last_dim(y, *group_) : y;
 }
 
+ag::Var ColumnParallelLinear::forward_relu(const ag::Var& x) const {
+  if (gather_output_ && group_ != nullptr) return ag::relu((*this)(x));
+  return local_.forward_relu(enter(x));
+}
+
 }  // namespace tessera::nn

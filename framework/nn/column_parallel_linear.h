@@ -24,6 +24,8 @@ class ColumnParallelLinear {
   ag::Var enter(const ag::Var& x) const;
   // ...then each applies itself to the entered input.
   ag::Var forward_entered(const ag::Var& x) const;
+  // relu of operator()'s output, fused into the layer when the output stays split (relu is elementwise).
+  ag::Var forward_relu(const ag::Var& x) const;
 
   std::vector<Parameter> parameters() const { return local_.parameters(); }
 

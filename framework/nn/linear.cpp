@@ -19,4 +19,9 @@ ag::Var Linear::operator()(const ag::Var& x) const {
   return ag::linear(x, w, b);
 }
 
+ag::Var Linear::forward_relu(const ag::Var& x) const {
+  const ag::Var w = ag::compute_copy(weight_.var, compute_), b = ag::compute_copy(bias_.var, compute_);
+  return ag::linear_relu(x, w, b);
+}
+
 }  // namespace tessera::nn

@@ -19,6 +19,8 @@ class Linear {
 
   // x [..., in] -> [..., out], the product in the placement's compute dtype.
   ag::Var operator()(const ag::Var& x) const;
+  // relu(x W^T + b) as one op (bias and activation in one pass over the product).
+  ag::Var forward_relu(const ag::Var& x) const;
 
   const ag::Var& weight() const { return weight_.var; }
   const ag::Var& bias() const { return bias_.var; }

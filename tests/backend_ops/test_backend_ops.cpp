@@ -73,6 +73,16 @@ std::vector<OpCase> elementwise_cases() {
                  const Tensor dy = b.elem(random({9, 130}, 6)), x = b.elem(random({9, 130}, 7));
                  return std::vector<Out>{{"dx", relu_backward(dy, x), b.tol()}};
                }});
+  c.push_back({"bias_relu_inplace", "odd_rows", [](const Backend& b) {
+                 Tensor biased = b.elem(random({7, 9, 130}, 20)), both = b.elem(random({7, 9, 130}, 20)),
+                        relu_only = b.elem(random({9, 130}, 21));
+                 const Tensor bias = b.elem(random({130}, 22));
+                 bias_relu_inplace(biased, bias, false);
+                 bias_relu_inplace(both, bias, true);
+                 bias_relu_inplace(relu_only, Tensor(), true);
+                 return std::vector<Out>{
+                     {"y + b", biased, b.tol()}, {"relu(y + b)", both, b.tol()}, {"relu(y)", relu_only, b.tol()}};
+               }});
   c.push_back({"add_inplace", "flat", [](const Backend& b) {
                  Tensor dst = b.elem(random({1000}, 8));
                  add_inplace(dst, b.elem(random({1000}, 9)), 0.25);

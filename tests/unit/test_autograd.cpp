@@ -1,6 +1,8 @@
 // The autograd engine: accumulation, graph freeing, deep graphs, no-grad, NaN check.
 #include <gtest/gtest.h>
 
+#include <cmath>
+
 #include "autograd/ops.h"
 #include "kernels/types.h"
 #include "optim/adam.h"
@@ -22,6 +24,38 @@ TEST(Autograd, SharedSubexpressionsAccumulate) {
   EXPECT_EQ(x.grad().item(), 14.0);
   x.zero_grad();
   EXPECT_FALSE(x.grad().defined());
+}
+
+// The fused linear layers do the unfused ops' arithmetic in the same order: equal bit for bit.
+TEST(Autograd, FusedLinearEqualsItsParts) {
+  const auto random = [](const Shape& shape, double seed) {
+    Tensor t = Tensor::empty(shape, DType::f32);
+    for (std::int64_t i = 0; i < t.numel(); ++i)
+      t.data<float>()[i] = static_cast<float>(std::sin(seed * static_cast<double>(i + 1)));
+    return t;
+  };
+  const Tensor x0 = random({3, 5, 16}, 0.7), w0 = random({24, 16}, 1.3), b0 = random({24}, 2.9),
+               seed = random({3, 5, 24}, 3.1);
+  for (bool relu : {false, true}) {
+    SCOPED_TRACE(relu ? "linear_relu" : "linear");
+    std::vector<Tensor> values, grads;
+    for (bool fused : {false, true}) {
+      auto x = ag::Var::parameter(x0.clone(), "x"), w = ag::Var::parameter(w0.clone(), "w"),
+           b = ag::Var::parameter(b0.clone(), "b");
+      ag::Var y;
+      if (fused) {
+        y = relu ? ag::linear_relu(x, w, b) : ag::linear(x, w, b);
+      } else {
+        y = ag::add(ag::matmul(x, w, false, true), b);
+        if (relu) y = ag::relu(y);
+      }
+      values.push_back(y.value());
+      ag::sum(ag::mul(y, ag::Var(seed))).backward();
+      for (const auto& p : {x, w, b}) grads.push_back(p.grad());
+    }
+    EXPECT_EQ(values[0].to_doubles(), values[1].to_doubles());
+    for (std::size_t i = 0; i < 3; ++i) EXPECT_EQ(grads[i].to_doubles(), grads[i + 3].to_doubles()) << i;
+  }
 }
 
 TEST(Autograd, LeafGradientsAreOwnedNotAliased) {

@@ -81,6 +81,13 @@ TEST(GradCheck, LinearWithBias) {
                          {random_double({2, 3, 4}, 1), random_double({5, 4}, 2), random_double({5}, 3)});
 }
 
+TEST(GradCheck, LinearReluWithAndWithoutBias) {
+  const Tensor x = random_double({2, 3, 4}, 4), w = random_double({5, 4}, 5), b = random_double({5}, 6);
+  expect_gradients_match([](const Vars& v) { return ag::linear_relu(v[0], v[1], v[2]); }, {x, w, b});
+  expect_gradients_match([](const Vars& v) { return ag::linear_relu(v[0], v[1]); }, {x, w});
+  expect_gradients_match([](const Vars& v) { return ag::linear(v[0], v[1]); }, {x, w});
+}
+
 TEST(GradCheck, ReshapeAndPermute) {
   const Tensor x = random_double({2, 3, 4}, 8);
   expect_gradients_match([](const Vars& v) { return ag::reshape(v[0], {4, -1}); }, {x});

@@ -172,6 +172,36 @@ Tensor relu_backward(const Tensor& dy, const Tensor& x) {
   return dx;
 }
 
+void bias_relu_inplace(Tensor& y, const Tensor& bias, bool relu) {
+  check_float("bias_relu_inplace", y);
+  check_cpu("bias_relu_inplace", y);
+  const std::int64_t n = y.dim() == 0 ? 1 : y.size(-1);
+  if (bias.defined()) {
+    check_cpu("bias_relu_inplace", bias);
+    check_same_dtype("bias_relu_inplace", y, bias);
+    TESSERA_CHECK(bias.shape() == Shape{n}, "bias_relu_inplace: bias {} for rows of {} (expected [{}])",
+                  shape_str(bias.shape()), n, n);
+  }
+  if (y.numel() == 0) return;
+  dispatch_float("bias_relu_inplace", y.dtype(), [&]<typename T>() {
+    T* d = y.data<T>();
+    const T* b = bias.defined() ? bias.data<T>() : nullptr;
+    const std::int64_t rows = y.numel() / n;
+#pragma omp parallel for schedule(static) if (y.numel() > 32768)
+    for (std::int64_t r = 0; r < rows; ++r) {
+      T* __restrict__ row = d + r * n;
+      if (b != nullptr) {
+#pragma omp simd
+        for (std::int64_t i = 0; i < n; ++i) row[i] += b[i];
+      }
+      if (relu) {
+#pragma omp simd
+        for (std::int64_t i = 0; i < n; ++i) row[i] = !(row[i] <= T(0)) ? row[i] : T(0);  // NaN stays, as relu's
+      }
+    }
+  });
+}
+
 void add_inplace(Tensor& dst, const Tensor& src, double alpha) {
   check_same_shape("add_inplace", dst, src);
   check_same_dtype("add_inplace", dst, src);

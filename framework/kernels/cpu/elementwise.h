@@ -24,6 +24,10 @@ Tensor affine(const Tensor& x, double alpha, double beta);
 // dx = dy where x > 0, else 0
 Tensor relu_backward(const Tensor& dy, const Tensor& x);
 
+// y = y + bias (bias [n] over y's rows of n, or undefined: none), then relu(y) when `relu`, in
+// place in one pass: a linear layer's output straight from its GEMM.
+void bias_relu_inplace(Tensor& y, const Tensor& bias, bool relu);
+
 // dst += alpha * src (same shape and dtype): gradient accumulation.
 void add_inplace(Tensor& dst, const Tensor& src, double alpha = 1.0);
 // Sums t over the dimensions that broadcasting expanded, giving a tensor of `shape`.
