@@ -4,6 +4,7 @@
 
 #include <algorithm>
 
+#include "autograd/projected_cross_entropy.h"
 #include "common/error.h"
 #include "tensor/allocator.h"
 
@@ -112,10 +113,10 @@ std::vector<ParamTensor> parameter_tensors(const ModelShape& m, const Layout& l)
 // What one multi-head attention keeps for `tq` queries over `tkv` keys (self: the same tokens).
 double attention_bytes(const Dims& x, std::int64_t tq, std::int64_t tkv, bool self) {
   const std::int64_t dl = x.d_local;
-  double b = self ? blocks(6, tq * dl, x.act) + blocks(3, tq * dl, x.act)  // Q, K, V: GEMM, + bias, heads split
-                  : blocks(3, tq * dl, x.act) + blocks(6, tkv * dl, x.act);
+  // Q, K, V: the GEMM (its bias added in place), heads split.
+  double b = self ? blocks(6, tq * dl, x.act) : blocks(2, tq * dl, x.act) + blocks(4, tkv * dl, x.act);
   b += blocks(2, tq * dl, x.act) + blocks(1, tq * x.heads_local, x.act);  // output, heads merged, log-sum-exp
-  b += blocks(x.tp > 1 ? 3 : 2, tq * x.d, x.act);  // output projection (+ the all-reduce's sum), + bias
+  b += blocks(x.tp > 1 ? 3 : 1, tq * x.d, x.act);  // output projection (+ the all-reduce's sum, + bias)
   return b;
 }
 
@@ -125,7 +126,8 @@ double residual_bytes(const Dims& x, std::int64_t t) {
 }
 
 double feed_forward_bytes(const Dims& x, std::int64_t t) {
-  return blocks(3, t * x.f_local, x.act) + blocks(x.tp > 1 ? 3 : 2, t * x.d, x.act);  // fc1, + bias, ReLU; fc2
+  // fc1 with its bias and ReLU in place; fc2 (+ the all-reduce's sum, + bias)
+  return blocks(1, t * x.f_local, x.act) + blocks(x.tp > 1 ? 3 : 1, t * x.d, x.act);
 }
 
 double encoder_layer_bytes(const Dims& x) {
@@ -201,16 +203,19 @@ MemoryEstimate estimate_memory(const ModelShape& m, const Layout& l, std::int64_
   e.activation_bytes_no_recompute = a.full;
   e.activation_bytes_recompute = a.recompute;
   e.activation_bytes = l.recompute ? a.recompute : a.full;
-  // The logits and their gradient; the output layer's input gradient; its weight gradient and the
-  // float32 copy the parameter keeps of it.
-  e.logits_bytes = blocks(2, x.tokens * vocab_local, x.act) + blocks(1, x.tokens * x.d, x.act) +
+  // The logits and their gradient (on the CPU, ag::projected_cross_entropy's: a block of rows at a
+  // time); the output layer's input gradient; its weight gradient and the float32 copy the
+  // parameter keeps of it.
+  const bool fused_loss = !l.gpu && !(l.vocab_parallel && l.tensor > 1);
+  const std::int64_t logit_rows = fused_loss ? std::min(x.tokens, ag::kProjectedCrossEntropyRows) : x.tokens;
+  e.logits_bytes = blocks(2, logit_rows * vocab_local, x.act) + blocks(1, x.tokens * x.d, x.act) +
                    blocks(1, vocab_local * m.d_model, x.act) + blocks(1, vocab_local * m.d_model, kF32);
   e.table_bytes = blocks(1, m.max_positions * m.d_model, x.act);
   const double held = e.parameter_bytes + e.optimizer_bytes + e.bucket_bytes + e.table_bytes;
   const double start = held + e.activation_bytes + e.logits_bytes;
-  // The logits stay to the end: the training step's reshaped view of them holds their storage.
+  // Unfused, the logits stay to the end: the training step's reshaped view of them holds their storage.
   const double end = held + e.gradient_bytes + blocks(1, vocab_rows(m.src_vocab, l) * m.d_model, kF32) +
-                     blocks(1, x.tokens * vocab_local, x.act);
+                     (fused_loss ? 0.0 : blocks(1, x.tokens * vocab_local, x.act));
   e.peak_at_start = start >= end;
   e.peak_bytes = std::max(start, end);
   return e;
