@@ -86,15 +86,6 @@ std::size_t Run::optimizer_state_bytes() const {
   return bytes;
 }
 
-namespace {
-// Which library runs the GEMMs of the linear layers on the CPU, for the log's device line.
-std::string gemm_description() {
-  if (cpu::bf16_matmul()) return fmt::format("; bfloat16 GEMMs: oneDNN {}", cpu::bf16_matmul_kernel());
-  if (cpu::onednn_f32_matmul()) return fmt::format("; float32 GEMMs: oneDNN {}", cpu::onednn_f32_matmul_kernel());
-  return "";
-}
-}  // namespace
-
 void Run::print_setup() const {
   const io::ModelConfig& m = cfg_.model;
   fmt::print("model: {} parameters, {} layers, d_model {}, d_ff {}, {} heads, {}-norm; {} batches per epoch\n",
@@ -106,7 +97,7 @@ void Run::print_setup() const {
                cfg_.train.tf32 && !model_.config().bf16_compute ? " (TF32 GEMMs)" : "");
   else
     fmt::print("device: cpu; {} OpenMP threads, {}{}\n", omp_get_max_threads(), cpu::blas_description(),
-               gemm_description());
+               cpu::bf16_matmul() ? fmt::format("; bfloat16 GEMMs: oneDNN {}", cpu::bf16_matmul_kernel()) : "");
   if (grid_.size > 1)
     fmt::print("parallel: {} processes = {} tensor-parallel x {} data-parallel ({} parameters per rank){}\n",
                grid_.size, grid_.tensor->size(), grid_.data->size(), model_.num_parameters(),

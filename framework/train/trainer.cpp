@@ -26,9 +26,8 @@ namespace {
 
 namespace fs = std::filesystem;
 
-// The GEMMs of training on the CPU. train.precision bf16: bfloat16 GEMMs, refused on a CPU where
-// oneDNN would emulate them (slower than float32); each rank checks its own CPU, so the error
-// names its host. fp32: oneDNN's float32 matmul. (Decoding keeps OpenBLAS, and its outputs.)
+// train.precision bf16 on the CPU: bfloat16 GEMMs, refused on a CPU where oneDNN would emulate
+// them (slower than float32). Each rank checks its own CPU, so the error names its host.
 void set_cpu_matmul_precision(const io::RunConfig& cfg) {
   const bool bf16 = cfg.train.device == Device::cpu && cfg.train.precision == io::Precision::bf16;
   if (bf16 && !cpu::bf16_matmul_native())
@@ -37,9 +36,6 @@ void set_cpu_matmul_precision(const io::RunConfig& cfg) {
         "would run its '{}' kernel, slower than float32): use train.precision: fp32",
         dist::this_host(), cpu::bf16_matmul_kernel());
   kernels::set_cpu_bf16_matmul(bf16);
-  // float32 on the CPU: oneDNN's matmul reads the activations where they are, while OpenBLAS
-  // copies them into panels and zeroes C first (a fifth of a training step in a profile).
-  cpu::set_onednn_f32_matmul(cfg.train.device == Device::cpu && !bf16);
 }
 
 // Everything about the config that can fail is checked before any work, on every rank alike.

@@ -96,11 +96,6 @@ void tensor_gemm(bool trans_a, bool trans_b, std::int64_t m, std::int64_t n, std
                                 stride_c, batch);
       return;
     }
-    if (onednn_f32_matmul()) {
-      gemm_onednn_f32_strided_batched(trans_a, trans_b, m, n, k, alpha, a, lda, stride_a, b, ldb, stride_b, beta, c,
-                                      ldc, stride_c, batch);
-      return;
-    }
   }
   gemm_strided_batched<T>(trans_a, trans_b, m, n, k, alpha, a, lda, stride_a, b, ldb, stride_b, beta, c, ldc, stride_c,
                           batch);

@@ -19,7 +19,6 @@ using dnnl::memory;
 using Dims = memory::dims;
 
 std::atomic<bool> use_bf16{false};
-std::atomic<bool> use_onednn_f32{false};
 
 dnnl::engine& cpu_engine() {
   static dnnl::engine engine(dnnl::engine::kind::cpu, 0);
@@ -28,17 +27,16 @@ dnnl::engine& cpu_engine() {
 
 // One GEMM's shape, operand layout and scalars: what a plan is made for.
 struct GemmKey {
-  bool bf16;  // bfloat16 operands (rounded by the plan's reorders); else float32 as they are
   bool ta, tb;
   std::int64_t m, n, k, lda, sa, ldb, sb, ldc, sc, batch;
   float alpha, beta;
-  auto tie() const { return std::tie(bf16, ta, tb, m, n, k, lda, sa, ldb, sb, ldc, sc, batch, alpha, beta); }
+  auto tie() const { return std::tie(ta, tb, m, n, k, lda, sa, ldb, sb, ldc, sc, batch, alpha, beta); }
   bool operator==(const GemmKey& o) const { return tie() == o.tie(); }
 };
 
 struct GemmKeyHash {
   std::size_t operator()(const GemmKey& key) const {
-    std::size_t h = std::hash<bool>()(key.bf16) * 4 + std::hash<bool>()(key.ta) * 2 + std::hash<bool>()(key.tb);
+    std::size_t h = std::hash<bool>()(key.ta) * 2 + std::hash<bool>()(key.tb);
     for (std::int64_t v : {key.m, key.n, key.k, key.lda, key.sa, key.ldb, key.sb, key.ldc, key.sc, key.batch})
       h = h * 1000003u ^ std::hash<std::int64_t>()(v);
     return h * 1000003u ^ std::hash<float>()(key.alpha) ^ (std::hash<float>()(key.beta) << 1);
@@ -55,11 +53,9 @@ memory::desc f32_view(std::int64_t batch, std::int64_t rows, std::int64_t cols, 
   return memory::desc(Dims{batch, rows, cols}, memory::data_type::f32, strides);
 }
 
-// The primitives of one GEMM shape: for bfloat16, two reorders that round the float32 operands
-// into the layouts the matmul asked for; the matmul with alpha and beta folded in. A float32 plan
-// has no reorders: its matmul reads the operands where they are.
+// The primitives of one GEMM shape: two reorders that round the float32 operands into the
+// bfloat16 layouts the matmul asked for, and the matmul with alpha and beta folded in.
 struct GemmPlan {
-  bool bf16;
   memory::desc a_f32, b_f32, a_bf16, b_bf16, c_f32;
   dnnl::reorder round_a, round_b;
   dnnl::matmul matmul;
@@ -79,16 +75,11 @@ dnnl::matmul::primitive_desc matmul_desc(const memory::desc& a, const memory::de
 
 GemmPlan make_plan(const GemmKey& key) {
   GemmPlan plan;
-  plan.bf16 = key.bf16;
   const std::int64_t batch_b = key.sb == 0 ? 1 : key.batch;  // one shared B broadcasts over the batch
   plan.a_f32 = f32_view(key.batch, key.m, key.k, key.lda, key.sa, key.ta);
   plan.b_f32 = f32_view(batch_b, key.k, key.n, key.ldb, key.sb, key.tb);
   plan.c_f32 = memory::desc(Dims{key.batch, key.m, key.n}, memory::data_type::f32,
                             Dims{key.batch == 1 ? key.m * key.ldc : key.sc, key.ldc, 1});
-  if (!key.bf16) {
-    plan.matmul = dnnl::matmul(matmul_desc(plan.a_f32, plan.b_f32, plan.c_f32, key.alpha, key.beta));
-    return plan;
-  }
   const auto any = memory::format_tag::any;
   const memory::desc a_any(Dims{key.batch, key.m, key.k}, memory::data_type::bf16, any);
   const memory::desc b_any(Dims{batch_b, key.k, key.n}, memory::data_type::bf16, any);
@@ -140,14 +131,8 @@ void run_plan(const GemmPlan& plan, const float* a, const float* b, float* c) {
   thread_local std::vector<std::byte> a_buffer, b_buffer;
   dnnl::engine& engine = cpu_engine();
   dnnl::stream stream(engine);
-  memory a_f32(plan.a_f32, engine, const_cast<float*>(a));  // read only
+  memory a_f32(plan.a_f32, engine, const_cast<float*>(a));  // read only: the reorder's source
   memory b_f32(plan.b_f32, engine, const_cast<float*>(b));
-  if (!plan.bf16) {
-    memory c_f32(plan.c_f32, engine, c);
-    plan.matmul.execute(stream, {{DNNL_ARG_SRC, a_f32}, {DNNL_ARG_WEIGHTS, b_f32}, {DNNL_ARG_DST, c_f32}});
-    stream.wait();
-    return;
-  }
   memory a_bf16(plan.a_bf16, engine, scratch(a_buffer, plan.a_bf16.get_size()));
   memory b_bf16(plan.b_bf16, engine, scratch(b_buffer, plan.b_bf16.get_size()));
   memory c_f32(plan.c_f32, engine, c);
@@ -168,7 +153,6 @@ constexpr std::int64_t kPad = 32;
 
 // C = alpha * op(A) op(B) + beta * C, one matrix each (row-major, leading dimensions lda, ldb, ldc).
 struct Gemm {
-  bool bf16;
   bool ta, tb;
   std::int64_t m, n, k, lda, ldb, ldc;
   float alpha, beta;
@@ -196,7 +180,7 @@ struct Gemm {
 };
 
 void run_exact(const Gemm& g) {
-  const GemmKey key{g.bf16, g.ta, g.tb, g.m, g.n, g.k, g.lda, 0, g.ldb, 0, g.ldc, 0, 1, g.alpha, g.beta};
+  const GemmKey key{g.ta, g.tb, g.m, g.n, g.k, g.lda, 0, g.ldb, 0, g.ldc, 0, 1, g.alpha, g.beta};
   run_plan(plan_for(key), g.a, g.b, g.c);
 }
 
@@ -222,7 +206,7 @@ void run_depth_tail(const Gemm& g) {
     for (std::int64_t l = 0; l < g.k; ++l) a_pad[static_cast<std::size_t>(i * kPad + l)] = g.a_at(i, l);
   for (std::int64_t l = 0; l < g.k; ++l)
     for (std::int64_t j = 0; j < g.n; ++j) b_pad[static_cast<std::size_t>(l * g.n + j)] = g.b_at(l, j);
-  run_exact({g.bf16, false, false, g.m, g.n, kPad, kPad, g.n, g.ldc, g.alpha, g.beta, a_pad.data(), b_pad.data(), g.c});
+  run_exact({false, false, g.m, g.n, kPad, kPad, g.n, g.ldc, g.alpha, g.beta, a_pad.data(), b_pad.data(), g.c});
 }
 
 // The depth in pieces: the first adds beta * C, the others add to what it wrote.
@@ -273,8 +257,6 @@ void run_in_pieces(const Gemm& g) {
 
 void set_bf16_matmul(bool on) { use_bf16.store(on); }
 bool bf16_matmul() { return use_bf16.load(); }
-void set_onednn_f32_matmul(bool on) { use_onednn_f32.store(on); }
-bool onednn_f32_matmul() { return use_onednn_f32.load(); }
 
 std::string bf16_matmul_kernel() {
   static const std::string name = [] {
@@ -285,61 +267,34 @@ std::string bf16_matmul_kernel() {
   return name;
 }
 
-std::string onednn_f32_matmul_kernel() {
-  static const std::string name = [] {
-    const memory::desc a(Dims{1, 64, 64}, memory::data_type::f32, memory::format_tag::abc);
-    return std::string(matmul_desc(a, a, a, 1.0f, 0.0f).impl_info_str());
-  }();
-  return name;
-}
-
 bool bf16_matmul_native() {
   const std::string name = bf16_matmul_kernel();
   return name.find("amx") != std::string::npos || name.find("bf16") != std::string::npos;
 }
 
-namespace {
-// gemm_strided_batched<float>'s contract on oneDNN, with bfloat16 or float32 operands.
-void gemm_onednn(bool bf16, bool trans_a, bool trans_b, std::int64_t m, std::int64_t n, std::int64_t k, float alpha,
-                 const float* a, std::int64_t lda, std::int64_t stride_a, const float* b, std::int64_t ldb,
-                 std::int64_t stride_b, float beta, float* c, std::int64_t ldc, std::int64_t stride_c,
-                 std::int64_t batch) {
-  if (m == 0 || n == 0 || batch == 0) return;
-  if (stride_c == 0 && batch > 1) {  // every batch accumulates into one C: one after another
-    for (std::int64_t i = 0; i < batch; ++i)
-      gemm_onednn(bf16, trans_a, trans_b, m, n, k, alpha, a + i * stride_a, lda, 0, b + i * stride_b, ldb, 0, beta, c,
-                  ldc, 0, 1);
-    return;
-  }
-  if (stride_a == 0 && batch > 1) {  // a shared A: oneDNN broadcasts only B, so run the batches alone
-    for (std::int64_t i = 0; i < batch; ++i)
-      gemm_onednn(bf16, trans_a, trans_b, m, n, k, alpha, a, lda, 0, b + i * stride_b, ldb, 0, beta, c + i * stride_c,
-                  ldc, 0, 1);
-    return;
-  }
-  if (batch == 1) {
-    run_in_pieces({bf16, trans_a, trans_b, m, n, k, lda, ldb, ldc, alpha, beta, a, b, c});
-    return;
-  }
-  const GemmKey key{bf16, trans_a, trans_b, m, n, k, lda, stride_a, ldb, stride_b, ldc, stride_c, batch, alpha, beta};
-  run_plan(plan_for(key), a, b, c);
-}
-}  // namespace
-
 void gemm_bf16_strided_batched(bool trans_a, bool trans_b, std::int64_t m, std::int64_t n, std::int64_t k, float alpha,
                                const float* a, std::int64_t lda, std::int64_t stride_a, const float* b,
                                std::int64_t ldb, std::int64_t stride_b, float beta, float* c, std::int64_t ldc,
                                std::int64_t stride_c, std::int64_t batch) {
-  gemm_onednn(true, trans_a, trans_b, m, n, k, alpha, a, lda, stride_a, b, ldb, stride_b, beta, c, ldc, stride_c,
-              batch);
-}
-
-void gemm_onednn_f32_strided_batched(bool trans_a, bool trans_b, std::int64_t m, std::int64_t n, std::int64_t k,
-                                     float alpha, const float* a, std::int64_t lda, std::int64_t stride_a,
-                                     const float* b, std::int64_t ldb, std::int64_t stride_b, float beta, float* c,
-                                     std::int64_t ldc, std::int64_t stride_c, std::int64_t batch) {
-  gemm_onednn(false, trans_a, trans_b, m, n, k, alpha, a, lda, stride_a, b, ldb, stride_b, beta, c, ldc, stride_c,
-              batch);
+  if (m == 0 || n == 0 || batch == 0) return;
+  if (stride_c == 0 && batch > 1) {  // every batch accumulates into one C: one after another
+    for (std::int64_t i = 0; i < batch; ++i)
+      gemm_bf16_strided_batched(trans_a, trans_b, m, n, k, alpha, a + i * stride_a, lda, 0, b + i * stride_b, ldb, 0,
+                                beta, c, ldc, 0, 1);
+    return;
+  }
+  if (stride_a == 0 && batch > 1) {  // a shared A: oneDNN broadcasts only B, so run the batches alone
+    for (std::int64_t i = 0; i < batch; ++i)
+      gemm_bf16_strided_batched(trans_a, trans_b, m, n, k, alpha, a, lda, 0, b + i * stride_b, ldb, 0, beta,
+                                c + i * stride_c, ldc, 0, 1);
+    return;
+  }
+  if (batch == 1) {
+    run_in_pieces({trans_a, trans_b, m, n, k, lda, ldb, ldc, alpha, beta, a, b, c});
+    return;
+  }
+  const GemmKey key{trans_a, trans_b, m, n, k, lda, stride_a, ldb, stride_b, ldc, stride_c, batch, alpha, beta};
+  run_plan(plan_for(key), a, b, c);
 }
 
 }  // namespace tessera::cpu

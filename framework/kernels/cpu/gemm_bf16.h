@@ -13,14 +13,6 @@ namespace tessera::cpu {
 void set_bf16_matmul(bool on);
 bool bf16_matmul();
 
-// Whether those matmuls on float32 tensors run on oneDNN's float32 matmul instead of OpenBLAS
-// (when the bfloat16 path is off).
-void set_onednn_f32_matmul(bool on);
-bool onednn_f32_matmul();
-
-// The oneDNN kernel a float32 matmul runs on this CPU, e.g. "brg:avx512_core", for logs.
-std::string onednn_f32_matmul_kernel();
-
 // The oneDNN kernel a bfloat16 GEMM runs on this CPU, e.g. "brg:avx512_core_amx_bf16", for logs.
 std::string bf16_matmul_kernel();
 // True when that kernel uses bfloat16 instructions (AMX or AVX512-BF16) rather than oneDNN's
@@ -33,12 +25,5 @@ void gemm_bf16_strided_batched(bool trans_a, bool trans_b, std::int64_t m, std::
                                const float* a, std::int64_t lda, std::int64_t stride_a, const float* b,
                                std::int64_t ldb, std::int64_t stride_b, float beta, float* c, std::int64_t ldc,
                                std::int64_t stride_c, std::int64_t batch);
-
-// The same on float32 operands as they are (oneDNN's float32 matmul, which reads A in place where
-// OpenBLAS copies it into panels first).
-void gemm_onednn_f32_strided_batched(bool trans_a, bool trans_b, std::int64_t m, std::int64_t n, std::int64_t k,
-                                     float alpha, const float* a, std::int64_t lda, std::int64_t stride_a,
-                                     const float* b, std::int64_t ldb, std::int64_t stride_b, float beta, float* c,
-                                     std::int64_t ldc, std::int64_t stride_c, std::int64_t batch);
 
 }  // namespace tessera::cpu
