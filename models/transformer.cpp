@@ -1,5 +1,6 @@
 #include "models/transformer.h"
 
+#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -15,7 +16,9 @@ void DecoderCache::select_rows(const std::vector<std::int64_t>& self_rows,
   for (nn::KeyValueCache& c : self_attn) c.select_rows(self_rows);
   if (!cross_rows) return;
   for (nn::KeyValueCache& c : cross_attn) c.select_rows(*cross_rows);
-  src_padding = kernels::index_rows(src_padding, *cross_rows);
+  // Mapped caches keep their rows, and the padding (theirs) with them.
+  if (cross_attn.empty() || !cross_attn.front().row_map().defined())
+    src_padding = kernels::index_rows(src_padding, *cross_rows);
 }
 
 void Transformer::add(const std::vector<nn::Parameter>& params) {
@@ -163,8 +166,12 @@ DecoderCache Transformer::start_decoding(const Tensor& memory, const Tensor& src
   DecoderCache cache;
   cache.src_padding = src_padding;
   const ag::Var mem(memory);
+  // Most hypotheses end long before the length limit: a first buffer of 32 positions (doubled when
+  // full) is the same size for every batch, so the allocator hands back the last batch's pages
+  // rather than new ones that fault in as they are first written.
+  const std::int64_t first_capacity = std::min<std::int64_t>(capacity, 32);
   for (const DecoderLayer& l : decoder_) {
-    cache.self_attn.emplace_back(capacity);
+    cache.self_attn.emplace_back(first_capacity);
     cache.cross_attn.push_back(l.project_memory(mem));
   }
   return cache;

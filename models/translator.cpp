@@ -29,6 +29,7 @@
 #include "dist/mpi_communicator.h"
 #include "io/checkpoint.h"
 #include "io/run_config.h"
+#include "kernels/cpu/packed_gemm.h"
 #include "models/from_config.h"
 #include "tensor/allocator.h"
 
@@ -218,6 +219,14 @@ std::vector<models::Hypothesis> unpack_hypotheses(const std::vector<std::int32_t
   }
   return hyps;
 }
+// The ensemble's weight matrices, packed for its CPU matmuls while decoding (they do not change).
+std::vector<Tensor> weight_matrices(const models::Ensemble& ensemble) {
+  std::vector<Tensor> out;
+  for (const models::Transformer* m : ensemble.models())
+    for (const ag::Var& p : m->parameters())
+      if (p.value().dim() == 2) out.push_back(p.value());
+  return out;
+}
 }  // namespace
 
 std::optional<models::TokenRows> translate_ids(const models::Ensemble& ensemble,
@@ -226,6 +235,7 @@ std::optional<models::TokenRows> translate_ids(const models::Ensemble& ensemble,
                                                dist::Communicator* replicas, const DecodeInterrupt* interrupt,
                                                std::int64_t first_sentence, Progress* progress) {
   models::TokenRows out(sources.size());
+  const cpu::PackedWeightScope packed_weights(weight_matrices(ensemble));
   const auto mine = decode_own_batches(
       sources, batch_sentences, replicas, interrupt, progress,
       [&](const data::Batch& b, const std::vector<std::int64_t>& idx) {
@@ -245,6 +255,7 @@ models::NBestRows translate_ids_nbest(const models::Ensemble& ensemble,
                                       const models::DecodeOptions& opt, std::int64_t n, std::int64_t batch_sentences,
                                       dist::Communicator* replicas, Progress* progress) {
   models::NBestRows out(sources.size());
+  const cpu::PackedWeightScope packed_weights(weight_matrices(ensemble));
   const auto mine = decode_own_batches(
       sources, batch_sentences, replicas, nullptr, progress,
       [&](const data::Batch& b, const std::vector<std::int64_t>& idx) {

@@ -330,6 +330,22 @@ Tensor cross_entropy_shard_backward(const Tensor& dloss, const Tensor& logits, c
 AttentionOutput attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& key_padding,
                                   const AttentionOptions& opt) {
   if (on_cpu(q)) return cpu::attention_forward(q, k, v, key_padding, opt);
+  if (opt.kv_rows.defined()) {  // the GPU kernel reads row b: gather the rows first
+    const std::vector<std::int64_t> rows = kv_row_indices(opt.kv_rows, q.size(0), k.size(0));
+    AttentionOptions gathered = opt;
+    gathered.kv_rows = Tensor();
+    const auto gather = [&](const Tensor& x) {
+      Shape shape = x.shape();
+      shape[0] = static_cast<std::int64_t>(rows.size());
+      Tensor out = Tensor::empty(shape, x.dtype(), x.device());
+      copy_time_range(out, 0, x, rows, 0, x.size(2));
+      return out;
+    };
+    return attention_forward(
+        q, gather(k), gather(v),
+        key_padding.defined() ? index_rows(key_padding.to(Device::cpu), rows).to(key_padding.device()) : Tensor(),
+        gathered);
+  }
   ON_GPU(return cuda::attention_forward(q, k, v, key_padding, opt));  // a cache's key_length read in place
 }
 
@@ -337,6 +353,7 @@ AttentionGrads attention_backward(const Tensor& dout, const Tensor& q, const Ten
                                   const Tensor& key_padding, const AttentionOutput& fwd, const AttentionOptions& opt) {
   TESSERA_CHECK(opt.key_length == 0, "attention_backward: key_length {} (a decoder cache) has no backward",
                 opt.key_length);
+  TESSERA_CHECK(!opt.kv_rows.defined(), "attention_backward: kv_rows (shared key/value rows) has no backward");
   if (on_cpu(q)) return cpu::attention_backward(dout, q, k, v, key_padding, fwd, opt);
   ON_GPU(return cuda::attention_backward(dout, q, k, v, key_padding, fwd, opt));
 }

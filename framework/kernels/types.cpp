@@ -8,6 +8,20 @@
 
 namespace tessera::kernels {
 
+std::vector<std::int64_t> kv_row_indices(const Tensor& kv_rows, std::int64_t q_batch, std::int64_t kv_batch) {
+  check_cpu("attention", kv_rows);
+  TESSERA_CHECK(kv_rows.dtype() == DType::i32 && kv_rows.shape() == Shape{q_batch},
+                "attention: kv_rows must be int32 [B={}], got {}", q_batch, kv_rows.describe());
+  std::vector<std::int64_t> out(static_cast<std::size_t>(q_batch));
+  for (std::int64_t b = 0; b < q_batch; ++b) {
+    const std::int32_t r = kv_rows.data<std::int32_t>()[b];
+    TESSERA_CHECK(r >= 0 && r < kv_batch, "attention: kv_rows[{}] = {} is outside the {} rows of k and v", b, r,
+                  kv_batch);
+    out[static_cast<std::size_t>(b)] = r;
+  }
+  return out;
+}
+
 void check_ids(const char* op, const Tensor& ids, std::int64_t vocab, std::optional<std::int32_t> ignore_index) {
   check_cpu(op, ids);
   TESSERA_CHECK(ids.dtype() == DType::i32, "{}: ids must be int32, got {}", op, ids.describe());

@@ -37,7 +37,12 @@ struct AttentionOptions {
   // 0: every key of k [B, H, Lk, D]; n > 0 (forward only): only the first n of each (b, h), as
   // read from a decoder cache preallocated for Lk positions (key_padding is then [B, n]).
   std::int64_t key_length = 0;
+  // Forward only: int32 [B] on the host, the row of k, v and key_padding that query row b reads
+  // (a sentence's beams share its encoder output); undefined: row b.
+  Tensor kv_rows = Tensor();
 };
+// opt.kv_rows as indices, checked: int32 [q_batch] on the host, each in [0, kv_batch).
+std::vector<std::int64_t> kv_row_indices(const Tensor& kv_rows, std::int64_t q_batch, std::int64_t kv_batch);
 struct AttentionOutput {
   Tensor out;  // [B, H, Lq, Dv]
   Tensor lse;  // [B, H, Lq]: log-sum-exp of each query's scaled scores, for the backward

@@ -8,7 +8,18 @@
 namespace tessera::nn {
 
 KeyValueCache::KeyValueCache(const Tensor& k, const Tensor& v)
-    : k_(k), v_(v), rows_(k.size(0)), length_(k.size(2)), capacity_(k.size(2)) {}
+    : k_(k), v_(v), fixed_(true), rows_(k.size(0)), length_(k.size(2)), capacity_(k.size(2)) {}
+
+void KeyValueCache::map_rows(const std::vector<std::int64_t>& rows) {
+  std::vector<std::int32_t> map(rows.size());
+  for (std::size_t i = 0; i < rows.size(); ++i) {
+    TESSERA_CHECK(rows[i] >= 0 && rows[i] < rows_, "key/value cache: row {} of {} selected", rows[i], rows_);
+    const auto r = static_cast<std::size_t>(rows[i]);
+    map[i] = row_map_.defined() ? row_map_.data<std::int32_t>()[r] : static_cast<std::int32_t>(r);
+  }
+  row_map_ = Tensor::from(map, {static_cast<std::int64_t>(map.size())});
+  rows_ = static_cast<std::int64_t>(rows.size());
+}
 
 void KeyValueCache::grow(std::int64_t rows, std::int64_t capacity) {
   Shape shape = k_.shape();
@@ -41,6 +52,10 @@ void KeyValueCache::append(const Tensor& k_new, const Tensor& v_new) {
 
 void KeyValueCache::select_rows(const std::vector<std::int64_t>& rows) {
   if (!k_.defined()) return;  // nothing written yet: the first step sets the rows
+  if (fixed_ && k_.device() == Device::cpu) {
+    map_rows(rows);
+    return;
+  }
   const auto n = static_cast<std::int64_t>(rows.size());
   bool prefix = n <= rows_;
   for (std::int64_t r = 0; prefix && r < n; ++r) prefix = rows[static_cast<std::size_t>(r)] == r;
@@ -71,13 +86,16 @@ MultiHeadAttention::MultiHeadAttention(const std::string& name, std::int64_t d_m
                 heads, placement.tensor_parallel_size());
 }
 
+// One position (a decoding step): [B, 1, H, dk] and [B, H, 1, dk] are one layout, so no copy.
 ag::Var MultiHeadAttention::split_heads(const ag::Var& x) const {
   const std::int64_t b = x.shape()[0], l = x.shape()[1];
+  if (l == 1) return ag::reshape(x, {b, local_heads_, 1, head_dim_});
   return ag::permute(ag::reshape(x, {b, l, local_heads_, head_dim_}), {0, 2, 1, 3});
 }
 
 ag::Var MultiHeadAttention::merge_heads(const ag::Var& x) const {
   const std::int64_t b = x.shape()[0], l = x.shape()[2];
+  if (l == 1) return ag::reshape(x, {b, 1, local_heads_ * head_dim_});
   return ag::reshape(ag::permute(x, {0, 2, 1, 3}), {b, l, local_heads_ * head_dim_});
 }
 
@@ -93,8 +111,9 @@ ag::Var MultiHeadAttention::operator()(const ag::Var& query, const ag::Var& key_
 
 ag::Var MultiHeadAttention::attend_cache(const ag::Var& q, const KeyValueCache& cache,
                                          const Tensor& key_padding) const {
-  return out_(merge_heads(ag::attention(q, ag::Var(cache.keys()), ag::Var(cache.values()), key_padding,
-                                        {.causal = false, .scale = 0.0, .key_length = cache.length()})));
+  return out_(merge_heads(
+      ag::attention(q, ag::Var(cache.keys()), ag::Var(cache.values()), key_padding,
+                    {.causal = false, .scale = 0.0, .key_length = cache.length(), .kv_rows = cache.row_map()})));
 }
 
 KeyValueCache MultiHeadAttention::project_memory(const ag::Var& memory) const {

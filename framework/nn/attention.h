@@ -17,6 +17,8 @@ namespace tessera::nn {
 // empty and each step writes its position in place (reserve the capacity up front: a full buffer
 // is doubled); a cross-attention one holds the memory's, computed once. Reordering rows (beam
 // search) copies the filled positions into a spare buffer; keeping a prefix of rows copies nothing.
+// A cross-attention cache on the CPU copies nothing either: it keeps its rows (one a sentence) and
+// maps each live row to one of them (row_map), which attention reads through.
 class KeyValueCache {
  public:
   KeyValueCache() = default;
@@ -29,15 +31,21 @@ class KeyValueCache {
   void select_rows(const std::vector<std::int64_t>& rows);
 
   // The live rows' buffers [rows, H, capacity, dk] (views): attention reads their first length().
-  Tensor keys() const { return k_.narrow_rows(0, rows_); }
-  Tensor values() const { return v_.narrow_rows(0, rows_); }
+  // With a row map, all the rows held, which live row i reads at row_map()[i].
+  Tensor keys() const { return row_map_.defined() ? k_ : k_.narrow_rows(0, rows_); }
+  Tensor values() const { return row_map_.defined() ? v_ : v_.narrow_rows(0, rows_); }
+  // int32 [rows()] on the host: the row of keys() each live row reads; undefined: its own.
+  const Tensor& row_map() const { return row_map_; }
   std::int64_t length() const { return length_; }
   std::int64_t rows() const { return rows_; }
 
  private:
-  void grow(std::int64_t rows, std::int64_t capacity);  // new buffers, the filled positions copied
+  void grow(std::int64_t rows, std::int64_t capacity);   // new buffers, the filled positions copied
+  void map_rows(const std::vector<std::int64_t>& rows);  // a fixed cache's select_rows, on the CPU
 
   Tensor k_, v_, k_spare_, v_spare_;
+  Tensor row_map_;
+  bool fixed_ = false;  // the memory's keys and values: never appended to
   std::int64_t rows_ = 0, length_ = 0, capacity_ = 0;
 };
 

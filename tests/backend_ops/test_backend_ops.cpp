@@ -371,6 +371,23 @@ OpCase attention_cache_case(const CacheFamily& fam) {
           }};
 }
 
+// Beams sharing their sentence's cross-attention rows: q [3, 2, 1, 32] reads rows 1, 0, 1 of k and
+// v [2, 2, 11, 32] (opt.kv_rows, on the host); the GPU gathers those rows before its kernel.
+OpCase attention_kv_rows_case() {
+  return {"attention_forward", "cache_kv_rows", [](const Backend& b) {
+            std::vector<std::int32_t> p(22, 0);
+            p[21] = 1;  // the second sentence's last key
+            const AttentionOptions opt{.causal = false,
+                                       .scale = 0.0,
+                                       .key_length = 0,
+                                       .kv_rows = ids_tensor(std::vector<std::int32_t>{1, 0, 1}, {3})};
+            const auto f = attention_forward(b.elem(random({3, 2, 1, 32}, 77)), b.elem(random({2, 2, 11, 32}, 78)),
+                                             b.elem(random({2, 2, 11, 32}, 79)), b.ids(ids_tensor(p, {2, 11})), opt);
+            const AttentionTols tol = attention_tols(b, false);
+            return std::vector<Out>{{"out", f.out, tol.out}, {"lse", f.lse, tol.lse}};
+          }};
+}
+
 std::vector<OpCase> attention_and_adam_cases() {
   std::vector<OpCase> c;
   // d 64 and 128 in bfloat16 (and float32 under tf32) run the FlashAttention-2 kernels
@@ -392,6 +409,7 @@ std::vector<OpCase> attention_and_adam_cases() {
        {CacheFamily{"cache_d32", 3, 24, 9, 32}, CacheFamily{"cache_d64_one_query", 1, 40, 17, 64},
         CacheFamily{"cache_d128_long", 5, 150, 130, 128}})
     c.push_back(attention_cache_case(fam));
+  c.push_back(attention_kv_rows_case());
   // Bit-identical (no fused multiply-add on the GPU side); float32 only.
   c.push_back({"adam_update", "two_params",
                [](const Backend& b) {

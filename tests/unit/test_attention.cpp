@@ -1,11 +1,13 @@
 // Tiled (flash-style) attention against the worked example and a naive full-matrix reference.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <random>
 
 #include "kernels/cpu/attention.h"
+#include "unit/test_util.h"
 
 namespace tessera {
 namespace {
@@ -234,6 +236,48 @@ TEST(AttentionNaN, AQueryRowOfNaNIsNaNNotARowThatSeesNothing) {
   EXPECT_TRUE(std::isnan(lse[2]));
   for (std::int64_t c = 0; c < 4; ++c) EXPECT_TRUE(std::isnan(out[2 * 4 + c])) << c;
   for (std::int64_t i : {0, 1, 3, 4}) EXPECT_TRUE(std::isfinite(lse[i])) << i;
+}
+
+// ---------------------------------------------------------------- shared key/value rows
+// kv_rows: query row b reads row kv_rows[b] of k, v and key_padding (a sentence's beams share its
+// encoder output). The same as attention over those rows copied out, one query (the decoding
+// step's path) or several (the tiles').
+TEST(AttentionKvRows, EqualsTheRowsCopiedOut) {
+  const std::int64_t kv_batch = 3, h = 2, lk = 9, d = 16;
+  const std::vector<std::int32_t> rows{2, 0, 0, 1, 2};
+  const auto b = static_cast<std::int64_t>(rows.size());
+  const Tensor k = random_f32({kv_batch, h, lk, d}, 21), v = random_f32({kv_batch, h, lk, d}, 22);
+  Tensor pad = Tensor::zeros({kv_batch, lk}, DType::i32);
+  for (std::int64_t j = 5; j < lk; ++j) pad.data<std::int32_t>()[0 * lk + j] = 1;
+  for (std::int64_t j = 0; j < lk; ++j) pad.data<std::int32_t>()[1 * lk + j] = 1;  // sees nothing
+  const auto copy_rows = [&](const Tensor& x) {  // float32 or int32: 4 bytes an element
+    Shape shape = x.shape();
+    shape[0] = b;
+    Tensor out = Tensor::empty(shape, x.dtype());
+    const std::int64_t row_bytes = x.numel() / x.size(0) * 4;
+    for (std::int64_t i = 0; i < b; ++i)
+      std::copy_n(static_cast<const char*>(x.raw_data()) + rows[static_cast<std::size_t>(i)] * row_bytes, row_bytes,
+                  static_cast<char*>(out.raw_data()) + i * row_bytes);
+    return out;
+  };
+  for (const std::int64_t lq : {1, 3}) {
+    const Tensor q = random_f32({b, h, lq, d}, 23);
+    const auto shared = cpu::attention_forward(q, k, v, pad, {.kv_rows = Tensor::from(rows, {b})});
+    const auto copied = cpu::attention_forward(q, copy_rows(k), copy_rows(v), copy_rows(pad), {});
+    EXPECT_EQ(shared.out.to_doubles(), copied.out.to_doubles()) << "Lq " << lq;
+    EXPECT_EQ(shared.lse.to_doubles(), copied.lse.to_doubles()) << "Lq " << lq;
+  }
+  const Tensor q = random_f32({b, h, 1, d}, 24);
+  EXPECT_EQ(testing::error_of([&] {
+              (void)cpu::attention_forward(q, k, v, pad,
+                                           {.kv_rows = Tensor::from(std::vector<std::int32_t>{0, 1, 2, 3, 0}, {b})});
+            }),
+            "attention: kv_rows[3] = 3 is outside the 3 rows of k and v");
+  EXPECT_EQ(
+      testing::error_of([&] {
+        (void)cpu::attention_forward(q, k, v, pad, {.kv_rows = Tensor::from(std::vector<std::int32_t>{0, 1}, {2})});
+      }),
+      "attention: kv_rows must be int32 [B=5], got int32[2] cpu");
 }
 
 // ---------------------------------------------------------------- bad input

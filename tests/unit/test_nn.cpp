@@ -2,9 +2,12 @@
 // float64 reference, the key/value cache against attention without it, and float64 gradients.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <random>
 
 #include "gradcheck.h"
+#include "kernels/dispatch.h"
 #include "nn/attention.h"
 #include "nn/embedding.h"
 #include "nn/feed_forward.h"
@@ -212,6 +215,68 @@ TEST(NnKeyValueCache, WritesInPlaceGrowsAndReordersRows) {
   EXPECT_EQ(cache.keys().raw_data(), buffer);
   EXPECT_EQ(held(1, 0, 4), written(0, 0, 4));
   EXPECT_THROW(cache.append(ks[0], ks[0]), Error);  // 3 rows into a cache of 2
+}
+
+// Beam search's reorders, step after step: most rows keep their place, some take another's
+// history, rows repeat, every row changes now and then, and the batch shrinks. Every row's history
+// stays what it was written as, while the buffers double.
+TEST(NnKeyValueCache, ReordersKeepEveryRowsHistory) {
+  const std::int64_t heads = 2, d = 3;
+  nn::KeyValueCache cache(4);
+  std::vector<std::vector<std::vector<double>>> history;  // [row][position] -> heads * d values
+  std::mt19937 rng(7);
+  std::int64_t rows = 8;
+  for (std::int64_t step = 0; step < 12; ++step) {
+    const Tensor k = random_double({rows, heads, 1, d}, 100 + static_cast<std::uint64_t>(step));
+    cache.append(k, k);
+    history.resize(static_cast<std::size_t>(rows));
+    for (std::int64_t r = 0; r < rows; ++r)
+      history[static_cast<std::size_t>(r)].emplace_back(k.data<double>() + r * heads * d,
+                                                        k.data<double>() + (r + 1) * heads * d);
+    const std::int64_t next = step == 6 ? rows - 3 : rows;  // three rows leave once
+    std::vector<std::int64_t> order(static_cast<std::size_t>(next));
+    for (std::int64_t r = 0; r < next; ++r)
+      order[static_cast<std::size_t>(r)] = rng() % 3 == 0 ? static_cast<std::int64_t>(rng() % rows) : r;
+    if (step % 4 == 3) std::reverse(order.begin(), order.end());  // every row changes
+    cache.select_rows(order);
+    std::vector<std::vector<std::vector<double>>> moved;
+    for (const std::int64_t from : order) moved.push_back(history[static_cast<std::size_t>(from)]);
+    history = moved;
+    rows = next;
+    const Tensor held = cache.values();
+    ASSERT_EQ(cache.rows(), rows);
+    for (std::int64_t r = 0; r < rows; ++r)
+      for (std::int64_t t = 0; t <= step; ++t)
+        for (std::int64_t h = 0; h < heads; ++h)
+          for (std::int64_t c = 0; c < d; ++c)
+            ASSERT_EQ(
+                held.data<double>()[((r * heads + h) * held.size(2) + t) * d + c],
+                history[static_cast<std::size_t>(r)][static_cast<std::size_t>(t)][static_cast<std::size_t>(h * d + c)])
+                << "step " << step << " row " << r << " position " << t;
+  }
+}
+
+// A cross-attention cache on the CPU keeps its rows and maps the live ones onto them: reorders
+// compose, nothing is copied, and attention through the map equals attention over copied rows.
+TEST(NnKeyValueCache, MemoryCacheMapsRowsWithoutCopying) {
+  const nn::MultiHeadAttention attn = attention_layer();
+  const Tensor memory = random_double({2, 3, 8}, 11);
+  const Tensor padding = Tensor::from(std::vector<std::int32_t>{0, 0, 1, 0, 0, 0}, {2, 3});
+  ag::NoGradGuard no_grad;
+  nn::KeyValueCache cross = attn.project_memory(ag::Var(memory));
+  const void* keys = cross.keys().raw_data();
+  cross.select_rows({1, 1, 0, 0});
+  cross.select_rows({3, 0, 1});
+  EXPECT_EQ(cross.keys().raw_data(), keys);
+  ASSERT_EQ(cross.rows(), 3);
+  ASSERT_TRUE(cross.row_map().defined());
+  const std::vector<std::int64_t> rows{0, 1, 1};
+  EXPECT_EQ(cross.row_map().to_doubles(), (std::vector<double>{0, 1, 1}));
+  const Tensor x = random_double({3, 1, 8}, 12);
+  const std::vector<double> mapped = attn.attend_cached(ag::Var(x), cross, padding).value().to_doubles();
+  const Tensor copied_memory = kernels::index_rows(memory, rows), copied_padding = kernels::index_rows(padding, rows);
+  const nn::KeyValueCache copied = attn.project_memory(ag::Var(copied_memory));
+  EXPECT_EQ(mapped, attn.attend_cached(ag::Var(x), copied, copied_padding).value().to_doubles());
 }
 
 TEST(NnMultiHeadAttention, InputGradientsMatchCentralDifferences) {

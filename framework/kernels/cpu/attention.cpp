@@ -19,8 +19,9 @@ struct Dims {
   std::int64_t k_rows;  // positions k and v hold a (b, h): lk, or a decoder cache's capacity
 };
 
+// kv_batch: the rows k, v and key_padding hold (q's, unless kv_rows picks theirs).
 Dims check_attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& key_padding,
-                     std::int64_t key_length = 0) {
+                     std::int64_t key_length = 0, std::int64_t kv_batch = -1) {
   const char* op = "attention";
   check_rank(op, q, 4, "q");
   check_rank(op, k, 4, "k");
@@ -35,16 +36,17 @@ Dims check_attention(const Tensor& q, const Tensor& k, const Tensor& v, const Te
                 shape_str(k.shape()));
   const Dims d{q.size(0), q.size(1), q.size(2), key_length > 0 ? key_length : k.size(2),
                q.size(3), v.size(3), k.size(2)};
-  TESSERA_CHECK(k.size(0) == d.b && k.size(1) == d.h && k.size(3) == d.d,
+  const std::int64_t kb = kv_batch >= 0 ? kv_batch : d.b;
+  TESSERA_CHECK(k.size(0) == kb && k.size(1) == d.h && k.size(3) == d.d,
                 "attention: k {} does not match q {} (need [B={}, H={}, Lk, D={}])", shape_str(k.shape()),
-                shape_str(q.shape()), d.b, d.h, d.d);
-  TESSERA_CHECK(v.size(0) == d.b && v.size(1) == d.h && v.size(2) == d.k_rows,
+                shape_str(q.shape()), kb, d.h, d.d);
+  TESSERA_CHECK(v.size(0) == kb && v.size(1) == d.h && v.size(2) == d.k_rows,
                 "attention: v {} does not match k {} (need [B={}, H={}, Lk={}, Dv])", shape_str(v.shape()),
-                shape_str(k.shape()), d.b, d.h, d.lk);
+                shape_str(k.shape()), kb, d.h, d.lk);
   if (key_padding.defined()) {
     check_cpu(op, key_padding);
-    TESSERA_CHECK(key_padding.dtype() == DType::i32 && key_padding.shape() == Shape({d.b, d.lk}),
-                  "attention: key_padding must be int32 [B={}, Lk={}], got {}", d.b, d.lk, key_padding.describe());
+    TESSERA_CHECK(key_padding.dtype() == DType::i32 && key_padding.shape() == Shape({kb, d.lk}),
+                  "attention: key_padding must be int32 [B={}, Lk={}], got {}", kb, d.lk, key_padding.describe());
   }
   return d;
 }
@@ -189,15 +191,79 @@ void backward_head(const T* q, const T* k, const T* v, const T* o, const T* dout
   }
 }
 
+// A single query (a decoding step): the scores, their softmax and the weighted sum of values in
+// one pass over the keys, without the tiles' GEMM calls (most of their time, for one query row).
+template <typename T>
+void forward_one_query(const T* q, const T* k, const T* v, const std::int32_t* pad, T* out, T* lse, const Dims& d,
+                       T scale, T* s) {
+  const T neg_inf = -std::numeric_limits<T>::infinity();
+  T m = neg_inf;
+  for (std::int64_t j = 0; j < d.lk; ++j) {
+    const T* kj = k + j * d.d;
+    T dot = 0;
+#pragma omp simd reduction(+ : dot)
+    for (std::int64_t c = 0; c < d.d; ++c) dot += q[c] * kj[c];
+    s[j] = pad != nullptr && pad[j] != 0 ? neg_inf : scale * dot;
+    m = max_keeping_nan(m, s[j]);
+  }
+  if (m == neg_inf) {  // no visible key
+    std::fill_n(out, d.dv, T(0));
+    *lse = neg_inf;
+    return;
+  }
+  T sum = 0;
+#pragma omp simd reduction(+ : sum)
+  for (std::int64_t j = 0; j < d.lk; ++j) sum += (s[j] = exp_vec(s[j] - m));
+  std::fill_n(out, d.dv, T(0));
+  for (std::int64_t j = 0; j < d.lk; ++j) {
+    const T p = s[j];
+    const T* vj = v + j * d.dv;
+#pragma omp simd
+    for (std::int64_t c = 0; c < d.dv; ++c) out[c] += p * vj[c];
+  }
+  const T inv = T(1) / sum;
+#pragma omp simd
+  for (std::int64_t c = 0; c < d.dv; ++c) out[c] *= inv;
+  *lse = m + std::log(sum);
+}
+
+// The (batch, head) of k and v that query (batch, head) bh reads.
+std::int64_t kv_head(std::int64_t bh, const Dims& d, const std::vector<std::int64_t>& kv_rows) {
+  return kv_rows.empty() ? bh : kv_rows[static_cast<std::size_t>(bh / d.h)] * d.h + bh % d.h;
+}
+
+template <typename T>
+void forward_one_query_all(const Tensor& q, const Tensor& k, const Tensor& v, const std::int32_t* pad,
+                           AttentionOutput& res, const Dims& d, T scale, const std::vector<std::int64_t>& kv_rows) {
+  const bool threads = d.b * d.h * d.lk * d.d >= (std::int64_t{1} << 16);
+#pragma omp parallel if (threads)
+  {
+    std::vector<T> s(static_cast<std::size_t>(std::max<std::int64_t>(d.lk, 1)));
+#pragma omp for schedule(static)
+    for (std::int64_t bh = 0; bh < d.b * d.h; ++bh) {
+      const std::int64_t kvh = kv_head(bh, d, kv_rows);
+      forward_one_query<T>(q.data<T>() + bh * d.d, k.data<T>() + kvh * d.k_rows * d.d,
+                           v.data<T>() + kvh * d.k_rows * d.dv, pad ? pad + (kvh / d.h) * d.lk : nullptr,
+                           res.out.data<T>() + bh * d.dv, res.lse.data<T>() + bh, d, scale, s.data());
+    }
+  }
+}
+
 }  // namespace
 
 AttentionOutput attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& key_padding,
                                   const AttentionOptions& opt) {
-  const Dims d = check_attention(q, k, v, key_padding, opt.key_length);
+  const std::vector<std::int64_t> kv_rows =
+      opt.kv_rows.defined() ? kernels::kv_row_indices(opt.kv_rows, q.size(0), k.size(0)) : std::vector<std::int64_t>{};
+  const Dims d = check_attention(q, k, v, key_padding, opt.key_length, opt.kv_rows.defined() ? k.size(0) : -1);
   AttentionOutput res{Tensor::empty({d.b, d.h, d.lq, d.dv}, q.dtype()), Tensor::empty({d.b, d.h, d.lq}, q.dtype())};
   const double scale = opt.scale > 0 ? opt.scale : 1.0 / std::sqrt(static_cast<double>(d.d));
   dispatch_float("attention", q.dtype(), [&]<typename T>() {
     const std::int32_t* pad = key_padding.defined() ? key_padding.data<std::int32_t>() : nullptr;
+    if (d.lq == 1) {  // the causal mask hides nothing from the last query
+      forward_one_query_all<T>(q, k, v, pad, res, d, static_cast<T>(scale), kv_rows);
+      return;
+    }
     ScopedSerialBlas serial;  // parallel over (batch, head); each tile GEMM runs on one thread
 #pragma omp parallel
     {
@@ -205,9 +271,9 @@ AttentionOutput attention_forward(const Tensor& q, const Tensor& k, const Tensor
       std::vector<T> acc(static_cast<std::size_t>(kTileQ * std::max<std::int64_t>(d.dv, 1)));
 #pragma omp for schedule(dynamic)
       for (std::int64_t bh = 0; bh < d.b * d.h; ++bh) {
-        const std::int64_t b = bh / d.h;
-        forward_head<T>(q.data<T>() + bh * d.lq * d.d, k.data<T>() + bh * d.k_rows * d.d,
-                        v.data<T>() + bh * d.k_rows * d.dv, pad ? pad + b * d.lk : nullptr,
+        const std::int64_t kvh = kv_head(bh, d, kv_rows);
+        forward_head<T>(q.data<T>() + bh * d.lq * d.d, k.data<T>() + kvh * d.k_rows * d.d,
+                        v.data<T>() + kvh * d.k_rows * d.dv, pad ? pad + (kvh / d.h) * d.lk : nullptr,
                         res.out.data<T>() + bh * d.lq * d.dv, res.lse.data<T>() + bh * d.lq, d, opt.causal,
                         static_cast<T>(scale), s, acc);
       }

@@ -5,6 +5,7 @@
 #include <type_traits>
 
 #include "kernels/cpu/gemm_bf16.h"
+#include "kernels/cpu/packed_gemm.h"
 
 namespace tessera::cpu {
 namespace {
@@ -122,6 +123,12 @@ void matmul_into(Tensor& out, const Tensor& a, const Tensor& b, bool trans_a, bo
       });
     }
     return;
+  }
+  if (a.dtype() == DType::f32 && b.dim() == 2 && !trans_a && trans_b && alpha == 1.0 && beta == 0.0 && !bf16_matmul()) {
+    if (const PackedWeight* w = find_packed_weight(b.data<float>(), d.n, d.k, b.size(-1))) {
+      packed_gemm_nt(d.batch * d.m, a.data<float>(), a.size(-1), *w, out.data<float>(), d.n);
+      return;
+    }
   }
   dispatch_float("matmul", a.dtype(), [&]<typename T>() {
     const std::int64_t lda = a.size(-1), ldb = b.size(-1);

@@ -1,0 +1,174 @@
+#include "kernels/cpu/packed_gemm.h"
+
+#include <omp.h>
+
+#include <algorithm>
+#include <array>
+#include <atomic>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <mutex>
+#include <shared_mutex>
+#include <utility>
+
+#if defined(__AVX512F__)
+#include <immintrin.h>
+#endif
+
+#include "common/error.h"
+
+namespace tessera::cpu {
+
+void PackedWeight::Free::operator()(float* p) const { std::free(p); }
+
+PackedWeight::PackedWeight(const Tensor& w) : n_(w.size(0)), k_(w.size(1)) {
+  TESSERA_CHECK(w.dim() == 2 && w.dtype() == DType::f32 && w.device() == Device::cpu,
+                "packed weight: expected a 2-D float32 CPU tensor, got {}", w.describe());
+  const std::size_t bytes = static_cast<std::size_t>(panels() * kPanel * k_) * sizeof(float);
+  data_.reset(static_cast<float*>(std::aligned_alloc(64, std::max<std::size_t>(64, (bytes + 63) / 64 * 64))));
+  TESSERA_CHECK(data_ != nullptr, "packed weight: out of host memory packing {}", w.describe());
+  const float* src = w.data<float>();
+  for (std::int64_t p = 0; p < panels(); ++p) {
+    float* out = data_.get() + p * kPanel * k_;
+    for (std::int64_t j = 0; j < kPanel; ++j) {
+      const std::int64_t row = p * kPanel + j;
+      for (std::int64_t k = 0; k < k_; ++k) out[k * kPanel + j] = row < n_ ? src[row * k_ + k] : 0.0f;
+    }
+  }
+}
+
+#if defined(__AVX512F__)
+bool packed_gemm_available() { return true; }
+
+namespace {
+
+constexpr int kMaxRows = 12;  // 12 rows x 2 vectors: 24 accumulators of the 32 registers
+
+// c[MR, 32 or fewer (mask)] = a[MR, k] panel^T: per element one chain of fused multiply-adds.
+template <int MR>
+void micro_kernel(const float* a, std::int64_t lda, const float* panel, std::int64_t k, float* c, std::int64_t ldc,
+                  __mmask16 mask_lo, __mmask16 mask_hi) {
+  __m512 acc[MR][2];
+  for (int i = 0; i < MR; ++i) acc[i][0] = acc[i][1] = _mm512_setzero_ps();
+  for (std::int64_t kk = 0; kk < k; ++kk) {
+    const __m512 b0 = _mm512_load_ps(panel + kk * PackedWeight::kPanel);
+    const __m512 b1 = _mm512_load_ps(panel + kk * PackedWeight::kPanel + 16);
+    for (int i = 0; i < MR; ++i) {
+      const __m512 ai = _mm512_set1_ps(a[i * lda + kk]);
+      acc[i][0] = _mm512_fmadd_ps(ai, b0, acc[i][0]);
+      acc[i][1] = _mm512_fmadd_ps(ai, b1, acc[i][1]);
+    }
+  }
+  for (int i = 0; i < MR; ++i) {
+    _mm512_mask_storeu_ps(c + i * ldc, mask_lo, acc[i][0]);
+    _mm512_mask_storeu_ps(c + i * ldc + 16, mask_hi, acc[i][1]);
+  }
+}
+
+using MicroKernel = void (*)(const float*, std::int64_t, const float*, std::int64_t, float*, std::int64_t, __mmask16,
+                             __mmask16);
+
+template <int... R>
+constexpr auto micro_kernels(std::integer_sequence<int, R...>) {
+  return std::array<MicroKernel, sizeof...(R)>{&micro_kernel<R + 1>...};
+}
+
+// Columns [p0, p1) panels of c for all m rows, a block of rows at a time.
+void gemm_panels(std::int64_t m, const float* a, std::int64_t lda, const PackedWeight& w, float* c, std::int64_t ldc,
+                 std::int64_t p0, std::int64_t p1) {
+  static constexpr auto kernels = micro_kernels(std::make_integer_sequence<int, kMaxRows>{});
+  for (std::int64_t r = 0; r < m; r += kMaxRows) {
+    const int rows = static_cast<int>(std::min<std::int64_t>(kMaxRows, m - r));
+    for (std::int64_t p = p0; p < p1; ++p) {
+      const std::int64_t cols = std::min<std::int64_t>(PackedWeight::kPanel, w.n() - p * PackedWeight::kPanel);
+      const auto lo = static_cast<__mmask16>(cols >= 16 ? 0xFFFF : (1u << cols) - 1);
+      const auto hi = static_cast<__mmask16>(cols >= 32 ? 0xFFFF : cols <= 16 ? 0 : (1u << (cols - 16)) - 1);
+      kernels[static_cast<std::size_t>(rows - 1)](a + r * lda, lda, w.panel(p), w.k(),
+                                                  c + r * ldc + p * PackedWeight::kPanel, ldc, lo, hi);
+    }
+  }
+}
+
+}  // namespace
+
+void packed_gemm_nt(std::int64_t m, const float* a, std::int64_t lda, const PackedWeight& w, float* c,
+                    std::int64_t ldc) {
+  // Column blocks of about 256 KiB of packed weight: one stays in L2 while every row block passes.
+  const std::int64_t block = std::max<std::int64_t>(1, (std::int64_t{64} << 10) / (w.k() * PackedWeight::kPanel));
+  const std::int64_t blocks = (w.panels() + block - 1) / block;
+  const bool threads = !omp_in_parallel() && omp_get_max_threads() > 1 && blocks > 1 && m * w.n() * w.k() >= (1 << 20);
+#pragma omp parallel for schedule(static) if (threads)
+  for (std::int64_t b = 0; b < blocks; ++b)
+    gemm_panels(m, a, lda, w, c, ldc, b * block, std::min(w.panels(), (b + 1) * block));
+}
+
+#else
+bool packed_gemm_available() { return false; }
+
+void packed_gemm_nt(std::int64_t, const float*, std::int64_t, const PackedWeight&, float*, std::int64_t) {
+  fail("packed_gemm_nt: this build has no AVX-512 (see packed_gemm_available)");
+}
+#endif
+
+namespace {
+
+// Each entry keeps its weight alive, so that no other tensor takes its address while packed.
+struct Entry {
+  Tensor weight;
+  std::unique_ptr<PackedWeight> packed;
+  int scopes = 0;  // how many scopes hold it
+};
+
+struct Registry {
+  std::shared_mutex mutex;
+  std::map<const void*, Entry> entries;
+  std::atomic<std::size_t> size{0};  // entries.size(), read without the lock by every matmul
+};
+
+Registry& registry() {
+  static auto* r = new Registry;  // never destroyed: scopes may end during static destruction
+  return *r;
+}
+
+}  // namespace
+
+PackedWeightScope::PackedWeightScope(const std::vector<Tensor>& weights) {
+  if (!packed_gemm_available()) return;
+  Registry& r = registry();
+  for (const Tensor& w : weights) {
+    if (w.dim() != 2 || w.dtype() != DType::f32 || w.device() != Device::cpu || w.numel() == 0) continue;
+    const void* key = w.raw_data();
+    std::unique_lock lock(r.mutex);
+    Entry& e = r.entries[key];
+    if (e.packed == nullptr) {
+      e.weight = w;
+      e.packed = std::make_unique<PackedWeight>(w);
+    }
+    ++e.scopes;
+    r.size = r.entries.size();
+    keys_.push_back(key);
+  }
+}
+
+PackedWeightScope::~PackedWeightScope() {
+  Registry& r = registry();
+  std::unique_lock lock(r.mutex);
+  for (const void* key : keys_) {
+    auto it = r.entries.find(key);
+    if (it != r.entries.end() && --it->second.scopes == 0) r.entries.erase(it);
+  }
+  r.size = r.entries.size();
+}
+
+const PackedWeight* find_packed_weight(const float* w, std::int64_t n, std::int64_t k, std::int64_t ldw) {
+  Registry& r = registry();
+  if (r.size == 0) return nullptr;  // training: no lock taken
+  std::shared_lock lock(r.mutex);
+  const auto it = r.entries.find(w);
+  if (it == r.entries.end()) return nullptr;
+  const PackedWeight& p = *it->second.packed;
+  return p.n() == n && p.k() == k && ldw == k ? &p : nullptr;
+}
+
+}  // namespace tessera::cpu

@@ -1,0 +1,63 @@
+// Inference GEMMs against weights packed once: y = x W^T with W [N, K] a weight that does not
+// change while it is packed (decoding). OpenBLAS repacks W on every call, which in beam search (a
+// few hundred rows against the whole weight) took as long as a third of the multiplication; here
+// W is laid out once in panels of 32 of its rows, and x is read where it is.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "tensor/tensor.h"
+
+namespace tessera::cpu {
+
+// W [N, K] float32 in panels of kPanel rows: panel p holds, for each k, W[p*kPanel + j][k] for j in
+// [0, kPanel), contiguous (rows past N are zeros).
+class PackedWeight {
+ public:
+  static constexpr std::int64_t kPanel = 32;
+  explicit PackedWeight(const Tensor& w);
+
+  std::int64_t n() const { return n_; }
+  std::int64_t k() const { return k_; }
+  const float* panel(std::int64_t p) const { return data_.get() + p * kPanel * k_; }
+  std::int64_t panels() const { return (n_ + kPanel - 1) / kPanel; }
+
+ private:
+  struct Free {
+    void operator()(float* p) const;
+  };
+  std::int64_t n_, k_;
+  std::unique_ptr<float, Free> data_;
+};
+
+// Whether this build has the packed kernel (it needs AVX-512); without it nothing is packed and
+// every GEMM stays on BLAS.
+bool packed_gemm_available();
+
+// c[m, n] = a[m, k] W^T (row-major, leading dimensions lda and ldc), each element a sum over k in
+// order, fused multiply-adds from 0. Threads over column blocks unless called inside a parallel
+// region.
+void packed_gemm_nt(std::int64_t m, const float* a, std::int64_t lda, const PackedWeight& w, float* c,
+                    std::int64_t ldc);
+
+// While one lives, float32 CPU matmuls of the form x @ W^T against one of `weights` (2-D, the
+// same data) run on packed copies of them. The weights must not change meanwhile; scopes nest
+// and each removes only its own weights. Without packed_gemm_available() it packs nothing.
+class PackedWeightScope {
+ public:
+  explicit PackedWeightScope(const std::vector<Tensor>& weights);
+  ~PackedWeightScope();
+  PackedWeightScope(const PackedWeightScope&) = delete;
+  PackedWeightScope& operator=(const PackedWeightScope&) = delete;
+
+ private:
+  std::vector<const void*> keys_;
+};
+
+// The packed copy of the weight whose data starts at `w` with shape [n, k] and rows k apart, if a
+// scope holds one.
+const PackedWeight* find_packed_weight(const float* w, std::int64_t n, std::int64_t k, std::int64_t ldw);
+
+}  // namespace tessera::cpu

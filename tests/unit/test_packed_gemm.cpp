@@ -1,0 +1,108 @@
+// Inference GEMMs against packed weights (kernels/cpu/packed_gemm.h): exact against ordered fused
+// multiply-adds, and used by matmul only for the weights of a live scope.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <vector>
+
+#include "kernels/cpu/gemm.h"
+#include "kernels/cpu/packed_gemm.h"
+#include "unit/gradcheck.h"
+
+namespace tessera {
+namespace {
+
+using testing::random_double;
+
+// c[i][j] = sum over k in order of a[i][k] w[j][k], fused multiply-adds from 0: the kernel's contract.
+std::vector<float> ordered_fma(const Tensor& a, const Tensor& w) {
+  const std::int64_t m = a.numel() / a.size(-1), k = a.size(-1), n = w.size(0);
+  std::vector<float> c(static_cast<std::size_t>(m * n));
+  for (std::int64_t i = 0; i < m; ++i)
+    for (std::int64_t j = 0; j < n; ++j) {
+      float acc = 0.0f;
+      for (std::int64_t kk = 0; kk < k; ++kk)
+        acc = std::fma(a.data<float>()[i * k + kk], w.data<float>()[j * k + kk], acc);
+      c[static_cast<std::size_t>(i * n + j)] = acc;
+    }
+  return c;
+}
+
+std::vector<float> values(const Tensor& t) { return {t.data<float>(), t.data<float>() + t.numel()}; }
+
+Tensor random_f32(const Shape& shape, std::uint64_t seed) { return random_double(shape, seed).to(DType::f32); }
+
+#define SKIP_WITHOUT_PACKED_KERNEL() \
+  if (!cpu::packed_gemm_available()) GTEST_SKIP() << "this build has no AVX-512 packed kernel"
+
+// Row counts across the 12-row blocks, columns across the 32-column panels (a partial one, one of
+// under 16), depths from 1, and one matrix large enough to run on the threads.
+TEST(PackedGemm, EqualsOrderedFusedMultiplyAdds) {
+  SKIP_WITHOUT_PACKED_KERNEL();
+  struct Shape3 {
+    std::int64_t m, n, k;
+  };
+  for (const Shape3 s : {Shape3{1, 1, 1}, Shape3{1, 32, 7}, Shape3{11, 17, 5}, Shape3{12, 33, 64}, Shape3{13, 31, 3},
+                         Shape3{25, 100, 40}, Shape3{40, 64, 256}, Shape3{200, 300, 96}}) {
+    const Tensor a = random_f32({s.m, s.k}, 1), w = random_f32({s.n, s.k}, 2);
+    const cpu::PackedWeight packed(w);
+    std::vector<float> c(static_cast<std::size_t>(s.m * s.n), -1.0f);
+    cpu::packed_gemm_nt(s.m, a.data<float>(), s.k, packed, c.data(), s.n);
+    EXPECT_EQ(c, ordered_fma(a, w)) << s.m << " x " << s.n << " x " << s.k;
+  }
+}
+
+// Leading dimensions wider than the row: a's rows and c's rows are read and written in place.
+TEST(PackedGemm, ReadsAndWritesRowsApart) {
+  SKIP_WITHOUT_PACKED_KERNEL();
+  const Tensor a = random_f32({5, 10}, 3), w = random_f32({20, 6}, 4);
+  const cpu::PackedWeight packed(w);
+  std::vector<float> c(5 * 24, 7.0f);
+  cpu::packed_gemm_nt(5, a.data<float>(), 10, packed, c.data(), 24);
+  Tensor a6 = Tensor::empty({5, 6}, DType::f32);
+  for (int i = 0; i < 5; ++i)
+    for (int k = 0; k < 6; ++k) a6.data<float>()[i * 6 + k] = a.data<float>()[i * 10 + k];
+  const std::vector<float> want = ordered_fma(a6, w);
+  for (int i = 0; i < 5; ++i) {
+    for (int j = 0; j < 20; ++j)
+      EXPECT_EQ(c[static_cast<std::size_t>(i * 24 + j)], want[static_cast<std::size_t>(i * 20 + j)]);
+    for (int j = 20; j < 24; ++j) EXPECT_EQ(c[static_cast<std::size_t>(i * 24 + j)], 7.0f) << "written past the row";
+  }
+}
+
+// x @ W^T takes the packed path for W inside a scope (also for 3-D x), and BLAS outside it and for
+// other weights; nested scopes hold a weight until the last one ends.
+TEST(PackedGemm, MatmulPacksOnlyTheWeightsOfALiveScope) {
+  SKIP_WITHOUT_PACKED_KERNEL();
+  const Tensor w = random_f32({37, 300}, 5), other = random_f32({37, 300}, 6), x = random_f32({2, 9, 300}, 7);
+  const std::vector<float> exact = ordered_fma(x, w);
+  ASSERT_EQ(cpu::find_packed_weight(w.data<float>(), 37, 300, 300), nullptr);
+  {
+    const cpu::PackedWeightScope outer({w});
+    {
+      const cpu::PackedWeightScope inner({w, other});
+      EXPECT_EQ(values(cpu::matmul(x, w, false, true)), exact);
+      EXPECT_NE(cpu::find_packed_weight(other.data<float>(), 37, 300, 300), nullptr);
+    }
+    EXPECT_EQ(cpu::find_packed_weight(other.data<float>(), 37, 300, 300), nullptr);
+    EXPECT_EQ(values(cpu::matmul(x.reshape({18, 300}), w, false, true)), exact);
+    EXPECT_EQ(cpu::find_packed_weight(w.data<float>(), 300, 37, 37), nullptr) << "another shape of the same data";
+  }
+  EXPECT_EQ(cpu::find_packed_weight(w.data<float>(), 37, 300, 300), nullptr);
+  // BLAS sums in its own order: close, and the test above would catch it taking the packed path's.
+  const std::vector<float> blas = values(cpu::matmul(x, w, false, true));
+  for (std::size_t i = 0; i < exact.size(); ++i) EXPECT_NEAR(blas[i], exact[i], 1e-4f);
+}
+
+// A scope packs nothing it cannot use: float64, 1-D and empty tensors pass through.
+TEST(PackedGemm, ScopeSkipsWhatItCannotPack) {
+  const Tensor f64 = random_double({4, 4}, 8), bias = random_f32({4}, 9), empty = Tensor::empty({0, 4}, DType::f32);
+  const cpu::PackedWeightScope scope({f64, bias, empty});
+  EXPECT_EQ(cpu::find_packed_weight(bias.data<float>(), 4, 1, 1), nullptr);
+  const Tensor x = random_double({3, 4}, 10);
+  const Tensor y = cpu::matmul(x, f64, false, true);
+  EXPECT_EQ(y.shape(), (Shape{3, 4}));
+}
+
+}  // namespace
+}  // namespace tessera
