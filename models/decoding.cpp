@@ -97,6 +97,13 @@ class EnsembleDecoder {
   }
   // The same on the host (greedy decoding and sampling choose there).
   Tensor step(const std::vector<std::int32_t>& last) { return step_on_device(last).to(Device::cpu); }
+  // For beam search: a float32 model's logits, its log-softmax left to beam_topk (`logits` true),
+  // or the log-probabilities of step_on_device (a float64 model takes its log-softmax in float64).
+  Tensor beam_step(const std::vector<std::int32_t>& last, bool& logits) {
+    logits = models_.models().size() == 1 && models_.models()[0]->config().dtype == DType::f32;
+    if (!logits) return step_on_device(last);
+    return models_.models()[0]->decode_step_logits_on_device(caches_[0], last);
+  }
 
   // Keeps only the given rows, in the given order (cross_rows: as DecoderCache::select_rows).
   void select_rows(const std::vector<std::int64_t>& rows, const std::optional<std::vector<std::int64_t>>& cross_rows) {
@@ -359,14 +366,15 @@ class BeamSearch {
  private:
   // This step's (log-probability, flat index) pairs [active, 2k, 2] on the host.
   Tensor candidates(std::int64_t step) {
-    const Tensor logp = decoder_.step_on_device(now_.last);
+    bool logits = false;
+    const Tensor scores = decoder_.beam_step(now_.last, logits);
     eos_only_.clear();
     for (std::int64_t s : now_.active)  // a limit of 0: only eos, for an empty hypothesis
       eos_only_.push_back(step >= limit_[static_cast<std::size_t>(s)] ? 1 : 0);
     const kernels::BeamTopKOptions topk{
-        .beam = rows_, .count = 2 * k_, .eos = kEosId, .never_output = {data::kPadId, kBosId}};
+        .beam = rows_, .count = 2 * k_, .eos = kEosId, .never_output = {data::kPadId, kBosId}, .logits = logits};
     const auto rows = static_cast<std::int64_t>(now_.log_prob.size());
-    return kernels::beam_topk(logp, Tensor::from(now_.log_prob, {rows}),
+    return kernels::beam_topk(scores, Tensor::from(now_.log_prob, {rows}),
                               Tensor::from(eos_only_, {static_cast<std::int64_t>(eos_only_.size())}), topk)
         .to(Device::cpu);
   }

@@ -182,6 +182,10 @@ Tensor Transformer::decode_step(DecoderCache& cache, const std::vector<std::int3
 }
 
 Tensor Transformer::decode_step_on_device(DecoderCache& cache, const std::vector<std::int32_t>& tokens) const {
+  return kernels::log_softmax_lastdim(decode_step_logits_on_device(cache, tokens));
+}
+
+Tensor Transformer::decode_step_logits_on_device(DecoderCache& cache, const std::vector<std::int32_t>& tokens) const {
   ag::NoGradGuard no_grad;
   DropoutStream no_dropout;
   const auto rows = static_cast<std::int64_t>(tokens.size());
@@ -195,7 +199,7 @@ Tensor Transformer::decode_step_on_device(DecoderCache& cache, const std::vector
   // [rows, tgt_vocab] (small beside the training batch's).
   ag::Var logits = ag::cast(ag::reshape(output_logits(y), {rows, out_block_.count}), cfg_.dtype);
   if (vocab_group_ != nullptr) logits = ag::Var(dist::gather_vocab_logits(logits.value(), *vocab_group_));
-  return ag::log_softmax(logits).value();
+  return logits.value();
 }
 
 }  // namespace tessera::models

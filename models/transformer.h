@@ -72,6 +72,8 @@ class Transformer {
   // The same log-probabilities left on the model's device (beam search chooses there: see
   // kernels::beam_topk).
   Tensor decode_step_on_device(DecoderCache& cache, const std::vector<std::int32_t>& tokens) const;
+  // The logits of that step, before the log-softmax (beam_topk's `logits` option takes it there).
+  Tensor decode_step_logits_on_device(DecoderCache& cache, const std::vector<std::int32_t>& tokens) const;
 
   const TransformerConfig& config() const { return cfg_; }
   // Every trainable parameter by dotted name, in a fixed order (a tied weight appears once).

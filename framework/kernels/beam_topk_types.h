@@ -14,6 +14,9 @@ struct BeamTopKOptions {
   std::int64_t count = 2;                               // candidates kept per sentence
   std::int32_t eos = -1;                                // the one token of a sentence marked eos_only
   std::array<std::int32_t, 2> never_output = {-1, -1};  // ids that are no candidate (pad, bos); -1: none
+  // The input holds logits: their log-softmax is taken row by row inside the kernel (the CPU's
+  // exactly as log_softmax computes it, without writing it out; the GPU runs log_softmax first).
+  bool logits = false;
 };
 
 // logp float32 [S * beam, V], beam_scores float64 [S * beam] and eos_only int32 [S], count >= 1,

@@ -361,6 +361,11 @@ AttentionGrads attention_backward(const Tensor& dout, const Tensor& q, const Ten
 // ---------------------------------------------------------------- beam search
 Tensor beam_topk(const Tensor& logp, const Tensor& beam_scores, const Tensor& eos_only, const BeamTopKOptions& opt) {
   if (on_cpu(logp)) return cpu::beam_topk(logp, beam_scores, eos_only, opt);
+  if (opt.logits) {
+    BeamTopKOptions of_logp = opt;
+    of_logp.logits = false;
+    return beam_topk(log_softmax_lastdim(logp), beam_scores, eos_only, of_logp);
+  }
   ON_GPU(return cuda::beam_topk(logp, beam_scores, eos_only, opt));
 }
 

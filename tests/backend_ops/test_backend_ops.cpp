@@ -478,6 +478,18 @@ std::vector<OpCase> beam_search_cases() {
                    return beam_candidates(beam_topk(b.elem(logp), scores, eos_only, opt));
                  },
                  true});
+  // Logits in: the GPU takes their log-softmax first, the CPU row by row (within float32 rounding).
+  c.push_back(
+      {"beam_topk", "of_logits",
+       [](const Backend& b) {
+         const Tensor logits = random({6, 300}, 91, -4, 4);
+         const Tensor scores = Tensor::from(std::vector<double>{-1.5, -1.0, -2.0, 0.0, -0.5, -0.75}, {6});
+         const BeamTopKOptions opt{.beam = 2, .count = 4, .eos = 3, .never_output = {0, 2}, .logits = true};
+         std::vector<Out> out = beam_candidates(beam_topk(b.elem(logits), scores, ids_tensor({0, 1, 0}, {3}), opt));
+         for (Out& o : out) o.tol = o.what == "index" ? 0.0 : 1e-5;
+         return out;
+       },
+       true});
   return c;
 }
 

@@ -638,6 +638,26 @@ TEST(BeamTopK, EqualsSortingEveryCandidate) {
   }
 }
 
+// The `logits` option: the kernel's own log-softmax of each live row gives the candidates (scores
+// and order) of log_softmax's output, bit for bit; -inf logits, a NaN, dead and eos-only rows too.
+TEST(BeamTopK, OfLogitsEqualsOfTheirLogSoftmax) {
+  const std::int64_t beam = 3, vocab = 300;
+  Tensor logits = random_t({4 * beam, vocab}, 43);
+  for (std::int64_t i = 0; i < logits.numel(); ++i)
+    if (i % 41 == 7) logits.data<float>()[i] = -std::numeric_limits<float>::infinity();
+  logits.data<float>()[vocab + 9] = std::numeric_limits<float>::quiet_NaN();
+  const double inf = std::numeric_limits<double>::infinity();
+  const Tensor scores =
+      Tensor::from(std::vector<double>{-1.0, -1.5, -0.5, 0.0, -inf, -3.0, -2.0, -0.25, -inf, -inf, -inf, -inf}, {12});
+  const Tensor eos_only = Tensor::from(std::vector<std::int32_t>{0, 0, 1, 0}, {4});
+  for (const std::int64_t count : {1, 6, 700}) {
+    kernels::BeamTopKOptions opt{.beam = beam, .count = count, .eos = 3, .never_output = {0, 2}};
+    const Tensor of_logp = cpu::beam_topk(cpu::log_softmax_lastdim(logits), scores, eos_only, opt);
+    opt.logits = true;
+    EXPECT_EQ(cpu::beam_topk(logits, scores, eos_only, opt).to_doubles(), of_logp.to_doubles()) << "count " << count;
+  }
+}
+
 TEST(BeamTopK, RefusesMismatchedShapes) {
   const kernels::BeamTopKOptions opt{.beam = 2, .count = 4, .eos = 3, .never_output = {0, 2}};
   const Tensor logp = random_t({4, 10}, 42), scores = Tensor::zeros({4}, DType::f64);

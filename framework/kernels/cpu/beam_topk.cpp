@@ -4,6 +4,8 @@
 #include <cmath>
 #include <limits>
 
+#include "kernels/cpu/reduce.h"
+
 namespace tessera::cpu {
 namespace {
 
@@ -41,24 +43,41 @@ class BestList {
 
 constexpr std::int64_t kBlock = 64;
 
-// Offers row[v] + base for v in [begin, end) but the never_output ids. Once the list is full, a
+// A row's log-probabilities: the row itself, or of logits (x - max) - log_sum, as log_softmax
+// computes them (the same float operations, so the same values).
+struct RowLogProb {
+  const float* row;
+  float max = 0, log_sum = 0;
+  bool logits = false;
+  float operator()(std::int64_t v) const { return logits ? (row[v] - max) - log_sum : row[v]; }
+};
+
+// Offers logp(v) + base for v in [begin, end) but the never_output ids. Once the list is full, a
 // block of kBlock ids whose largest log-probability cannot beat the worst kept one is skipped
-// whole (base + x is monotonic in x), so most of the vocabulary costs one vectorized max.
-void offer_row(const float* row, double base, std::int64_t first_index, std::int64_t begin, std::int64_t end,
+// whole (base + x and logp are monotonic in x), so most of the vocabulary costs one vectorized max.
+void offer_row(const RowLogProb& logp, double base, std::int64_t first_index, std::int64_t begin, std::int64_t end,
                const kernels::BeamTopKOptions& opt, BestList& best) {
   const auto offer = [&](std::int64_t v) {
-    if (v != opt.never_output[0] && v != opt.never_output[1]) best.offer(base + row[v], first_index + v);
+    if (v != opt.never_output[0] && v != opt.never_output[1]) best.offer(base + logp(v), first_index + v);
   };
+  const float* row = logp.row;
   std::int64_t v = begin;
   for (; v < end && !best.full(); ++v) offer(v);
   for (; v + kBlock <= end; v += kBlock) {
     float top = -std::numeric_limits<float>::infinity();
 #pragma omp simd reduction(max : top)
     for (std::int64_t i = v; i < v + kBlock; ++i) top = std::max(top, row[i]);
-    if (base + static_cast<double>(top) <= best.worst()) continue;  // a NaN top falls through to the checks
+    if (base + static_cast<double>(logp.logits ? (top - logp.max) - logp.log_sum : top) <= best.worst())
+      continue;  // a NaN top falls through to the checks
     for (std::int64_t i = v; i < v + kBlock; ++i) offer(i);
   }
   for (; v < end; ++v) offer(v);
+}
+
+RowLogProb row_log_prob(const float* row, std::int64_t vocab, bool logits) {
+  if (!logits) return {row};
+  const auto [m, log_sum] = row_log_sum_exp(row, vocab);
+  return {row, m, log_sum, true};
 }
 
 }  // namespace
@@ -83,7 +102,8 @@ Tensor beam_topk(const Tensor& logp, const Tensor& beam_scores, const Tensor& eo
     for (std::int64_t j = 0; j < opt.beam && !(eos && opt.eos < 0); ++j) {
       const std::int64_t row = s * opt.beam + j;
       if (!(base[row] > -std::numeric_limits<double>::infinity())) continue;  // a dead row (or NaN)
-      offer_row(lp + row * vocab, base[row], j * vocab, eos ? opt.eos : 0, eos ? opt.eos + 1 : vocab, opt, best);
+      offer_row(row_log_prob(lp + row * vocab, vocab, opt.logits), base[row], j * vocab, eos ? opt.eos : 0,
+                eos ? opt.eos + 1 : vocab, opt, best);
     }
     best.close();
   }
