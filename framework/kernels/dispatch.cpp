@@ -330,6 +330,7 @@ Tensor cross_entropy_shard_backward(const Tensor& dloss, const Tensor& logits, c
 AttentionOutput attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& key_padding,
                                   const AttentionOptions& opt) {
   if (on_cpu(q)) return cpu::attention_forward(q, k, v, key_padding, opt);
+  TESSERA_CHECK(!opt.key_rows.defined(), "attention: key_rows (step-major keys) is the CPU's layout only");
   if (opt.kv_rows.defined()) {  // the GPU kernel reads row b: gather the rows first
     const std::vector<std::int64_t> rows = kv_row_indices(opt.kv_rows, q.size(0), k.size(0));
     AttentionOptions gathered = opt;
@@ -353,7 +354,8 @@ AttentionGrads attention_backward(const Tensor& dout, const Tensor& q, const Ten
                                   const Tensor& key_padding, const AttentionOutput& fwd, const AttentionOptions& opt) {
   TESSERA_CHECK(opt.key_length == 0, "attention_backward: key_length {} (a decoder cache) has no backward",
                 opt.key_length);
-  TESSERA_CHECK(!opt.kv_rows.defined(), "attention_backward: kv_rows (shared key/value rows) has no backward");
+  TESSERA_CHECK(!opt.kv_rows.defined() && !opt.key_rows.defined(),
+                "attention_backward: kv_rows and key_rows (decoder caches) have no backward");
   if (on_cpu(q)) return cpu::attention_backward(dout, q, k, v, key_padding, fwd, opt);
   ON_GPU(return cuda::attention_backward(dout, q, k, v, key_padding, fwd, opt));
 }

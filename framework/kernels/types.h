@@ -40,6 +40,10 @@ struct AttentionOptions {
   // Forward only: int32 [B] on the host, the row of k, v and key_padding that query row b reads
   // (a sentence's beams share its encoder output); undefined: row b.
   Tensor kv_rows = Tensor();
+  // Forward only, CPU, one query a row: k and v are step-major [capacity, R, H, D] (a decoder
+  // cache's steps) and query row b's key j is row key_rows[b][j] of step j: int32 [B, >= Lk] on
+  // the host, with key_length = Lk.
+  Tensor key_rows = Tensor();
 };
 // opt.kv_rows as indices, checked: int32 [q_batch] on the host, each in [0, kv_batch).
 std::vector<std::int64_t> kv_row_indices(const Tensor& kv_rows, std::int64_t q_batch, std::int64_t kv_batch);

@@ -1,6 +1,7 @@
 #include "nn/attention.h"
 
 #include <algorithm>
+#include <cstring>
 
 #include "autograd/ops.h"
 #include "kernels/dispatch.h"
@@ -34,7 +35,101 @@ void KeyValueCache::grow(std::int64_t rows, std::int64_t capacity) {
   capacity_ = capacity;
 }
 
+namespace {
+// A step's keys [rows, H, 1, dk] as one run of rows * H positions of dk, and a step-major buffer's
+// steps as runs of rows held * H: copy_time_range copies between them.
+Tensor as_run(const Tensor& t) { return t.reshape({1, 1, t.numel() / t.size(-1), t.size(-1)}); }
+}  // namespace
+
+void KeyValueCache::start_step_major(const Tensor& k_new) {
+  step_major_ = true;
+  rows_ = k_new.size(0);
+  capacity_ = std::max<std::int64_t>(capacity_, 1);
+  k_ = Tensor::empty({capacity_, rows_, k_new.size(1), k_new.size(3)}, k_new.dtype());
+  v_ = Tensor::empty(k_.shape(), k_new.dtype());
+  lineage_ = Tensor::empty({rows_, capacity_}, DType::i32);
+}
+
+void KeyValueCache::resize_step_major(std::int64_t rows, std::int64_t capacity) {
+  const std::int64_t step = k_.numel() / k_.size(0), new_step = step / k_.size(1) * rows;
+  const Tensor k = Tensor::empty({capacity, rows, k_.size(2), k_.size(3)}, k_.dtype());
+  const Tensor v = Tensor::empty(k.shape(), v_.dtype());
+  const std::int64_t dk = k_.size(3), copied = std::min(step, new_step) / dk;
+  for (std::int64_t t = 0; t < length_; ++t) {
+    kernels::copy_time_range(as_run(k), t * new_step / dk, as_run(k_), {}, t * step / dk, copied);
+    kernels::copy_time_range(as_run(v), t * new_step / dk, as_run(v_), {}, t * step / dk, copied);
+  }
+  Tensor lineage = Tensor::empty({rows, capacity}, DType::i32);
+  for (std::int64_t r = 0; r < std::min(rows, lineage_.size(0)); ++r)
+    std::copy_n(lineage_.data<std::int32_t>() + r * lineage_.size(1), length_,
+                lineage.data<std::int32_t>() + r * capacity);
+  k_ = k;
+  v_ = v;
+  lineage_ = lineage;
+  capacity_ = capacity;
+}
+
+void KeyValueCache::append_step_major(const Tensor& k_new, const Tensor& v_new) {
+  if (length_ == capacity_) resize_step_major(k_.size(1), 2 * capacity_);
+  const std::int64_t runs = rows_ * k_.size(2), step = k_.size(1) * k_.size(2);
+  kernels::copy_time_range(as_run(k_), length_ * step, as_run(k_new), {}, 0, runs);
+  kernels::copy_time_range(as_run(v_), length_ * step, as_run(v_new), {}, 0, runs);
+  for (std::int64_t r = 0; r < rows_; ++r)
+    lineage_.data<std::int32_t>()[r * capacity_ + length_] = static_cast<std::int32_t>(r);
+  ++length_;
+}
+
+// A row's history is its lineage: reordering copies length() ints a row, no keys.
+void KeyValueCache::select_rows_step_major(const std::vector<std::int64_t>& rows) {
+  const auto n = static_cast<std::int64_t>(rows.size());
+  if (n > k_.size(1)) resize_step_major(n, capacity_);  // more rows than a step holds (a beam's first expansion)
+  Tensor lineage = Tensor::empty(lineage_.shape(), DType::i32);
+  for (std::int64_t r = 0; r < n; ++r) {
+    const std::int64_t from = rows[static_cast<std::size_t>(r)];
+    TESSERA_CHECK(from >= 0 && from < rows_, "key/value cache: row {} of {} selected", from, rows_);
+    std::copy_n(lineage_.data<std::int32_t>() + from * capacity_, length_,
+                lineage.data<std::int32_t>() + r * capacity_);
+  }
+  lineage_ = lineage;
+  rows_ = n;
+}
+
+Tensor KeyValueCache::history(bool values) const {
+  const Tensor& buffer = values ? v_ : k_;
+  if (!step_major_) {
+    Shape shape = buffer.shape();
+    shape[0] = rows_;
+    shape[2] = length_;
+    Tensor out = Tensor::empty(shape, buffer.dtype(), buffer.device());
+    kernels::copy_time_range(
+        out, 0, buffer,
+        row_map_.defined() ? kernels::kv_row_indices(row_map_, rows_, buffer.size(0)) : std::vector<std::int64_t>{}, 0,
+        length_);
+    return out.to(Device::cpu);
+  }
+  const std::int64_t heads = buffer.size(2), dk = buffer.size(3), held = buffer.size(1);
+  Tensor out = Tensor::empty({rows_, heads, length_, dk}, buffer.dtype());
+  const std::size_t elem = dtype_size(buffer.dtype());
+  for (std::int64_t r = 0; r < rows_; ++r)
+    for (std::int64_t t = 0; t < length_; ++t)
+      for (std::int64_t h = 0; h < heads; ++h) {
+        const std::int64_t from = lineage_.data<std::int32_t>()[r * capacity_ + t];
+        std::memcpy(
+            static_cast<char*>(out.raw_data()) + static_cast<std::size_t>(((r * heads + h) * length_ + t) * dk) * elem,
+            static_cast<const char*>(buffer.raw_data()) +
+                static_cast<std::size_t>(((t * held + from) * heads + h) * dk) * elem,
+            static_cast<std::size_t>(dk) * elem);
+      }
+  return out;
+}
+
 void KeyValueCache::append(const Tensor& k_new, const Tensor& v_new) {
+  if (!k_.defined() && k_new.device() == Device::cpu) start_step_major(k_new);
+  if (step_major_) {
+    TESSERA_CHECK(k_new.size(0) == rows_, "key/value cache: a step of {} rows for a cache of {}", k_new.size(0), rows_);
+    append_step_major(k_new, v_new);
+    return;
+  }
   if (!k_.defined()) {
     Shape shape = k_new.shape();
     shape[2] = std::max<std::int64_t>(capacity_, 1);
@@ -54,6 +149,10 @@ void KeyValueCache::select_rows(const std::vector<std::int64_t>& rows) {
   if (!k_.defined()) return;  // nothing written yet: the first step sets the rows
   if (fixed_ && k_.device() == Device::cpu) {
     map_rows(rows);
+    return;
+  }
+  if (step_major_) {
+    select_rows_step_major(rows);
     return;
   }
   const auto n = static_cast<std::int64_t>(rows.size());
@@ -111,9 +210,12 @@ ag::Var MultiHeadAttention::operator()(const ag::Var& query, const ag::Var& key_
 
 ag::Var MultiHeadAttention::attend_cache(const ag::Var& q, const KeyValueCache& cache,
                                          const Tensor& key_padding) const {
-  return out_(merge_heads(
-      ag::attention(q, ag::Var(cache.keys()), ag::Var(cache.values()), key_padding,
-                    {.causal = false, .scale = 0.0, .key_length = cache.length(), .kv_rows = cache.row_map()})));
+  return out_(merge_heads(ag::attention(q, ag::Var(cache.keys()), ag::Var(cache.values()), key_padding,
+                                        {.causal = false,
+                                         .scale = 0.0,
+                                         .key_length = cache.length(),
+                                         .kv_rows = cache.row_map(),
+                                         .key_rows = cache.key_rows()})));
 }
 
 KeyValueCache MultiHeadAttention::project_memory(const ag::Var& memory) const {

@@ -17,8 +17,10 @@ namespace tessera::nn {
 // empty and each step writes its position in place (reserve the capacity up front: a full buffer
 // is doubled); a cross-attention one holds the memory's, computed once. Reordering rows (beam
 // search) copies the filled positions into a spare buffer; keeping a prefix of rows copies nothing.
-// A cross-attention cache on the CPU copies nothing either: it keeps its rows (one a sentence) and
-// maps each live row to one of them (row_map), which attention reads through.
+// On the CPU nothing is copied when rows are reordered. A cross-attention cache keeps its rows (one
+// a sentence) and maps each live row to one of them (row_map). A self-attention cache is held step
+// by step, [capacity, rows, H, dk] (step_major()): a step's keys are written once, and each live
+// row keeps which row of every step its history passes through (key_rows), which attention reads.
 class KeyValueCache {
  public:
   KeyValueCache() = default;
@@ -31,21 +33,34 @@ class KeyValueCache {
   void select_rows(const std::vector<std::int64_t>& rows);
 
   // The live rows' buffers [rows, H, capacity, dk] (views): attention reads their first length().
-  // With a row map, all the rows held, which live row i reads at row_map()[i].
-  Tensor keys() const { return row_map_.defined() ? k_ : k_.narrow_rows(0, rows_); }
-  Tensor values() const { return row_map_.defined() ? v_ : v_.narrow_rows(0, rows_); }
+  // With a row map, all the rows held, which live row i reads at row_map()[i]. Step-major: the
+  // whole buffers [capacity, rows held, H, dk].
+  Tensor keys() const { return row_map_.defined() || step_major_ ? k_ : k_.narrow_rows(0, rows_); }
+  Tensor values() const { return row_map_.defined() || step_major_ ? v_ : v_.narrow_rows(0, rows_); }
   // int32 [rows()] on the host: the row of keys() each live row reads; undefined: its own.
   const Tensor& row_map() const { return row_map_; }
+  // Step-major: int32 [rows(), capacity] on the host, the row of step t that live row i's history
+  // holds at [i][t]; undefined otherwise.
+  Tensor key_rows() const { return step_major_ ? lineage_.narrow_rows(0, rows_) : Tensor(); }
+  bool step_major() const { return step_major_; }
+  // The live rows' keys (values) [rows, H, length, dk] on the host, whatever the layout (for tests).
+  Tensor history(bool values) const;
   std::int64_t length() const { return length_; }
   std::int64_t rows() const { return rows_; }
 
  private:
   void grow(std::int64_t rows, std::int64_t capacity);   // new buffers, the filled positions copied
   void map_rows(const std::vector<std::int64_t>& rows);  // a fixed cache's select_rows, on the CPU
+  void start_step_major(const Tensor& k_new);
+  void append_step_major(const Tensor& k_new, const Tensor& v_new);
+  void select_rows_step_major(const std::vector<std::int64_t>& rows);
+  void resize_step_major(std::int64_t rows, std::int64_t capacity);  // the filled steps copied
 
   Tensor k_, v_, k_spare_, v_spare_;
   Tensor row_map_;
+  Tensor lineage_;      // step-major: int32 [rows held, capacity]
   bool fixed_ = false;  // the memory's keys and values: never appended to
+  bool step_major_ = false;
   std::int64_t rows_ = 0, length_ = 0, capacity_ = 0;
 };
 

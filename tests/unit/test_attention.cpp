@@ -280,6 +280,39 @@ TEST(AttentionKvRows, EqualsTheRowsCopiedOut) {
       "attention: kv_rows must be int32 [B=5], got int32[2] cpu");
 }
 
+// key_rows: step-major keys [capacity, R, H, D] (a decoder cache's steps) read through each query
+// row's lineage equal attention over the keys gathered into [B, H, Lk, D].
+TEST(AttentionKeyRows, EqualsTheLineageGathered) {
+  const std::int64_t capacity = 6, held = 4, h = 2, d = 8, lk = 5, b = 3;
+  const Tensor k = random_f32({capacity, held, h, d}, 31), v = random_f32({capacity, held, h, d}, 32);
+  const std::vector<std::int32_t> lineage{0, 1, 1, 3, 2, 9,  // the last column is past key_length
+                                          2, 2, 0, 0, 1, 9,  //
+                                          3, 0, 1, 2, 3, 9};
+  const Tensor rows = Tensor::from(lineage, {b, capacity});
+  Tensor kg = Tensor::empty({b, h, lk, d}, DType::f32), vg = Tensor::empty({b, h, lk, d}, DType::f32);
+  for (std::int64_t i = 0; i < b; ++i)
+    for (std::int64_t hh = 0; hh < h; ++hh)
+      for (std::int64_t j = 0; j < lk; ++j)
+        for (std::int64_t c = 0; c < d; ++c) {
+          const std::int64_t from = ((j * held + lineage[static_cast<std::size_t>(i * capacity + j)]) * h + hh) * d + c;
+          kg.data<float>()[((i * h + hh) * lk + j) * d + c] = k.data<float>()[from];
+          vg.data<float>()[((i * h + hh) * lk + j) * d + c] = v.data<float>()[from];
+        }
+  const Tensor q = random_f32({b, h, 1, d}, 33);
+  const auto steps = cpu::attention_forward(q, k, v, Tensor(), {.key_length = lk, .key_rows = rows});
+  const auto gathered = cpu::attention_forward(q, kg, vg, Tensor(), {});
+  EXPECT_EQ(steps.out.to_doubles(), gathered.out.to_doubles());
+  EXPECT_EQ(steps.lse.to_doubles(), gathered.lse.to_doubles());
+  EXPECT_EQ(testing::error_of(
+                [&] { (void)cpu::attention_forward(q, k, v, Tensor(), {.key_length = capacity, .key_rows = rows}); }),
+            "attention: key_rows[0][5] = 9 is outside the 4 rows of a step");
+  EXPECT_NE(testing::error_of([&] {
+              (void)cpu::attention_forward(random_f32({b, h, 2, d}, 34), k, v, Tensor(),
+                                           {.key_length = lk, .key_rows = rows});
+            }).find("key_rows needs one query a row"),
+            std::string::npos);
+}
+
 // ---------------------------------------------------------------- bad input
 TEST(AttentionErrors, NameTheShapes) {
   const Tensor q = Tensor::zeros({2, 4, 5, 8}), k = Tensor::zeros({2, 4, 6, 8});

@@ -169,7 +169,7 @@ TEST(NnMultiHeadAttention, KeyValueCacheEqualsAttentionWithoutIt) {
     const std::vector<double> s = attn.step(ag::Var(step), self).value().to_doubles();
     const std::vector<double> c = attn.attend_cached(ag::Var(step), cross, padding).value().to_doubles();
     ASSERT_EQ(self.length(), t + 1);
-    ASSERT_EQ(self.keys().shape(), (Shape{batch, 2, self.keys().size(2), 4}));
+    ASSERT_EQ(self.history(false).shape(), (Shape{batch, 2, t + 1, 4}));
     for (std::int64_t b = 0; b < batch; ++b)
       for (std::int64_t j = 0; j < d; ++j) {
         const auto at = static_cast<std::size_t>((b * len + t) * d + j), here = static_cast<std::size_t>(b * d + j);
@@ -183,8 +183,9 @@ TEST(NnMultiHeadAttention, KeyValueCacheEqualsAttentionWithoutIt) {
 }
 
 // The preallocated cache: a capacity of 1 doubles as positions are written (the filled ones kept),
-// a reorder copies rows' filled positions (a row may repeat: beam search), a prefix of rows keeps
-// the buffers, and more rows than the buffers hold (a beam's first expansion) grows them.
+// a reorder gives rows other rows' histories (a row may repeat: beam search), and more rows than
+// the buffers hold (a beam's first expansion) grows them. On the CPU the cache is step-major and a
+// reorder copies no keys, only each row's lineage.
 TEST(NnKeyValueCache, WritesInPlaceGrowsAndReordersRows) {
   const std::int64_t rows = 3, heads = 2, d = 4, steps = 5;
   nn::KeyValueCache cache(1);
@@ -193,9 +194,10 @@ TEST(NnKeyValueCache, WritesInPlaceGrowsAndReordersRows) {
     ks.push_back(random_double({rows, heads, 1, d}, 50 + static_cast<std::uint64_t>(t)));
     cache.append(ks.back(), ks.back());
   }
+  ASSERT_TRUE(cache.step_major());
   // Key at (row r, head h, position t) as the cache holds it, and as written.
   auto held = [&](std::int64_t r, std::int64_t h, std::int64_t t) {
-    const Tensor k = cache.keys();
+    const Tensor k = cache.history(false);
     return std::vector<double>(k.data<double>() + ((r * heads + h) * k.size(2) + t) * d,
                                k.data<double>() + ((r * heads + h) * k.size(2) + t + 1) * d);
   };
@@ -203,14 +205,16 @@ TEST(NnKeyValueCache, WritesInPlaceGrowsAndReordersRows) {
     const double* p = ks[static_cast<std::size_t>(t)].data<double>() + (r * heads + h) * d;
     return std::vector<double>(p, p + d);
   };
-  ASSERT_GE(cache.keys().size(2), steps);
+  ASSERT_GE(cache.keys().size(0), steps);
   const std::vector<std::int64_t> order{2, 0, 2, 1, 1};
+  const void* buffer = cache.keys().raw_data();
   cache.select_rows(order);
   ASSERT_EQ(cache.rows(), 5);
   for (std::int64_t r = 0; r < 5; ++r)
     for (std::int64_t t = 0; t < steps; ++t)
       EXPECT_EQ(held(r, 1, t), written(order[static_cast<std::size_t>(r)], 1, t)) << r << " " << t;
-  const void* buffer = cache.keys().raw_data();
+  EXPECT_NE(cache.keys().raw_data(), buffer) << "5 rows: the steps were regrown";
+  buffer = cache.keys().raw_data();
   cache.select_rows({0, 1});
   EXPECT_EQ(cache.keys().raw_data(), buffer);
   EXPECT_EQ(held(1, 0, 4), written(0, 0, 4));
@@ -219,7 +223,7 @@ TEST(NnKeyValueCache, WritesInPlaceGrowsAndReordersRows) {
 
 // Beam search's reorders, step after step: most rows keep their place, some take another's
 // history, rows repeat, every row changes now and then, and the batch shrinks. Every row's history
-// stays what it was written as, while the buffers double.
+// stays what it was written as, while the buffers double (the step-major cache's lineages).
 TEST(NnKeyValueCache, ReordersKeepEveryRowsHistory) {
   const std::int64_t heads = 2, d = 3;
   nn::KeyValueCache cache(4);
@@ -243,8 +247,9 @@ TEST(NnKeyValueCache, ReordersKeepEveryRowsHistory) {
     for (const std::int64_t from : order) moved.push_back(history[static_cast<std::size_t>(from)]);
     history = moved;
     rows = next;
-    const Tensor held = cache.values();
+    const Tensor held = cache.history(true);
     ASSERT_EQ(cache.rows(), rows);
+    ASSERT_EQ(held.shape(), (Shape{rows, heads, step + 1, d}));
     for (std::int64_t r = 0; r < rows; ++r)
       for (std::int64_t t = 0; t <= step; ++t)
         for (std::int64_t h = 0; h < heads; ++h)

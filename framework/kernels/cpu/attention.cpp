@@ -193,13 +193,14 @@ void backward_head(const T* q, const T* k, const T* v, const T* o, const T* dout
 
 // A single query (a decoding step): the scores, their softmax and the weighted sum of values in
 // one pass over the keys, without the tiles' GEMM calls (most of their time, for one query row).
-template <typename T>
-void forward_one_query(const T* q, const T* k, const T* v, const std::int32_t* pad, T* out, T* lse, const Dims& d,
-                       T scale, T* s) {
+// key(j) and value(j): where key and value j of the query's (batch, head) are.
+template <typename T, typename KeyAt, typename ValueAt>
+void forward_one_query(const T* q, const KeyAt& key, const ValueAt& value, const std::int32_t* pad, T* out, T* lse,
+                       const Dims& d, T scale, T* s) {
   const T neg_inf = -std::numeric_limits<T>::infinity();
   T m = neg_inf;
   for (std::int64_t j = 0; j < d.lk; ++j) {
-    const T* kj = k + j * d.d;
+    const T* kj = key(j);
     T dot = 0;
 #pragma omp simd reduction(+ : dot)
     for (std::int64_t c = 0; c < d.d; ++c) dot += q[c] * kj[c];
@@ -217,7 +218,7 @@ void forward_one_query(const T* q, const T* k, const T* v, const std::int32_t* p
   std::fill_n(out, d.dv, T(0));
   for (std::int64_t j = 0; j < d.lk; ++j) {
     const T p = s[j];
-    const T* vj = v + j * d.dv;
+    const T* vj = value(j);
 #pragma omp simd
     for (std::int64_t c = 0; c < d.dv; ++c) out[c] += p * vj[c];
   }
@@ -242,17 +243,80 @@ void forward_one_query_all(const Tensor& q, const Tensor& k, const Tensor& v, co
 #pragma omp for schedule(static)
     for (std::int64_t bh = 0; bh < d.b * d.h; ++bh) {
       const std::int64_t kvh = kv_head(bh, d, kv_rows);
-      forward_one_query<T>(q.data<T>() + bh * d.d, k.data<T>() + kvh * d.k_rows * d.d,
-                           v.data<T>() + kvh * d.k_rows * d.dv, pad ? pad + (kvh / d.h) * d.lk : nullptr,
-                           res.out.data<T>() + bh * d.dv, res.lse.data<T>() + bh, d, scale, s.data());
+      const T* kh = k.data<T>() + kvh * d.k_rows * d.d;
+      const T* vh = v.data<T>() + kvh * d.k_rows * d.dv;
+      forward_one_query<T>(
+          q.data<T>() + bh * d.d, [&](std::int64_t j) { return kh + j * d.d; },
+          [&](std::int64_t j) { return vh + j * d.dv; }, pad ? pad + (kvh / d.h) * d.lk : nullptr,
+          res.out.data<T>() + bh * d.dv, res.lse.data<T>() + bh, d, scale, s.data());
     }
   }
+}
+
+// opt.key_rows: q [B, H, 1, D] over step-major k and v [capacity, R, H, D]; key j of row b is row
+// key_rows[b][j] of step j.
+Dims check_attention_over_steps(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& key_padding,
+                                const AttentionOptions& opt) {
+  const char* op = "attention";
+  check_rank(op, q, 4, "q");
+  check_rank(op, k, 4, "k");
+  check_float(op, q);
+  check_same_dtype(op, q, k);
+  check_same_dtype(op, q, v);
+  const Tensor& rows = opt.key_rows;
+  for (const Tensor* t : {&q, &k, &v, &rows}) check_cpu(op, *t);
+  const Dims d{q.size(0), q.size(1), q.size(2), opt.key_length, q.size(3), q.size(3), k.size(0)};
+  TESSERA_CHECK(d.lq == 1 && !key_padding.defined() && !opt.kv_rows.defined() && v.shape() == k.shape() &&
+                    k.size(2) == d.h && k.size(3) == d.d && d.lk >= 1 && d.lk <= k.size(0),
+                "attention: key_rows needs one query a row, no padding or kv_rows, and step-major k = v [>= {}, R, "
+                "H={}, D={}]; got q {}, k {}, v {}",
+                d.lk, d.h, d.d, shape_str(q.shape()), shape_str(k.shape()), shape_str(v.shape()));
+  TESSERA_CHECK(rows.dtype() == DType::i32 && rows.dim() == 2 && rows.size(0) == d.b && rows.size(1) >= d.lk,
+                "attention: key_rows must be int32 [B={}, >= {}], got {}", d.b, d.lk, rows.describe());
+  const std::int32_t* r = rows.data<std::int32_t>();
+  for (std::int64_t b = 0; b < d.b; ++b)
+    for (std::int64_t j = 0; j < d.lk; ++j)
+      TESSERA_CHECK(r[b * rows.size(1) + j] >= 0 && r[b * rows.size(1) + j] < k.size(1),
+                    "attention: key_rows[{}][{}] = {} is outside the {} rows of a step", b, j, r[b * rows.size(1) + j],
+                    k.size(1));
+  return d;
+}
+
+AttentionOutput attention_over_steps(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& key_padding,
+                                     const AttentionOptions& opt) {
+  const char* op = "attention";
+  const Dims d = check_attention_over_steps(q, k, v, key_padding, opt);
+  const Tensor& rows = opt.key_rows;
+  const std::int32_t* r = rows.data<std::int32_t>();
+  AttentionOutput res{Tensor::empty({d.b, d.h, 1, d.dv}, q.dtype()), Tensor::empty({d.b, d.h, 1}, q.dtype())};
+  const double scale = opt.scale > 0 ? opt.scale : 1.0 / std::sqrt(static_cast<double>(d.d));
+  dispatch_float(op, q.dtype(), [&]<typename T>() {
+    const std::int64_t step = k.size(1) * d.h * d.d;
+    const bool threads = d.b * d.h * d.lk * d.d >= (std::int64_t{1} << 16);
+#pragma omp parallel if (threads)
+    {
+      std::vector<T> s(static_cast<std::size_t>(d.lk));
+#pragma omp for schedule(static)
+      for (std::int64_t bh = 0; bh < d.b * d.h; ++bh) {
+        const std::int32_t* lineage = r + (bh / d.h) * rows.size(1);
+        const std::int64_t head = (bh % d.h) * d.d;
+        const auto at = [&](const Tensor& x, std::int64_t j) {
+          return x.data<T>() + j * step + lineage[j] * d.h * d.d + head;
+        };
+        forward_one_query<T>(
+            q.data<T>() + bh * d.d, [&](std::int64_t j) { return at(k, j); }, [&](std::int64_t j) { return at(v, j); },
+            nullptr, res.out.data<T>() + bh * d.dv, res.lse.data<T>() + bh, d, static_cast<T>(scale), s.data());
+      }
+    }
+  });
+  return res;
 }
 
 }  // namespace
 
 AttentionOutput attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& key_padding,
                                   const AttentionOptions& opt) {
+  if (opt.key_rows.defined()) return attention_over_steps(q, k, v, key_padding, opt);
   const std::vector<std::int64_t> kv_rows =
       opt.kv_rows.defined() ? kernels::kv_row_indices(opt.kv_rows, q.size(0), k.size(0)) : std::vector<std::int64_t>{};
   const Dims d = check_attention(q, k, v, key_padding, opt.key_length, opt.kv_rows.defined() ? k.size(0) : -1);
