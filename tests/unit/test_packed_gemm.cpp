@@ -1,5 +1,5 @@
-// Inference GEMMs against packed weights (kernels/cpu/packed_gemm.h): exact against ordered fused
-// multiply-adds, and used by matmul only for the weights of a live scope.
+// GEMMs against packed weights (kernels/cpu/packed_gemm.h): exact against ordered fused
+// multiply-adds, used by matmul for the weights of a live scope (decoding) and for large x @ op(B).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -92,6 +92,23 @@ TEST(PackedGemm, MatmulPacksOnlyTheWeightsOfALiveScope) {
   // BLAS sums in its own order: close, and the test above would catch it taking the packed path's.
   const std::vector<float> blas = values(cpu::matmul(x, w, false, true));
   for (std::size_t i = 0; i < exact.size(); ++i) EXPECT_NEAR(blas[i], exact[i], 1e-4f);
+}
+
+// Training's x W^T and dY W from 512 rows on: B packed for the call (either layout), the chunks of
+// rows and blocks of columns on the threads, and each element the ordered chain (so not BLAS).
+TEST(PackedGemm, LargeMatmulsPackTheirRightOperandPerCall) {
+  SKIP_WITHOUT_PACKED_KERNEL();
+  const Tensor x = random_f32({600, 72}, 11), w = random_f32({70, 72}, 12);
+  EXPECT_EQ(values(cpu::matmul(x, w, false, true)), ordered_fma(x, w));
+  Tensor b = Tensor::empty({72, 70}, DType::f32);  // w^T: x b is x w^T
+  for (std::int64_t i = 0; i < 70; ++i)
+    for (std::int64_t k = 0; k < 72; ++k) b.data<float>()[k * 70 + i] = w.data<float>()[i * 72 + k];
+  EXPECT_EQ(values(cpu::matmul(x, b, false, false)), ordered_fma(x, w));
+  EXPECT_EQ(values(cpu::matmul(x.reshape({3, 200, 72}), b, false, false)), ordered_fma(x, w)) << "3-D x";
+  const cpu::PackedWeight of_b(b.data<float>(), 70, 72, 70, false), of_w(w);
+  for (std::int64_t p = 0; p < of_w.panels(); ++p)
+    for (std::int64_t i = 0; i < 72 * cpu::PackedWeight::kPanel; ++i)
+      ASSERT_EQ(of_b.panel(p)[i], of_w.panel(p)[i]) << "panel " << p << " at " << i;
 }
 
 // A scope packs nothing it cannot use: float64, 1-D and empty tensors pass through.

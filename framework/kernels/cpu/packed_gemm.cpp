@@ -25,15 +25,28 @@ void PackedWeight::Free::operator()(float* p) const { std::free(p); }
 PackedWeight::PackedWeight(const Tensor& w) : n_(w.size(0)), k_(w.size(1)) {
   TESSERA_CHECK(w.dim() == 2 && w.dtype() == DType::f32 && w.device() == Device::cpu,
                 "packed weight: expected a 2-D float32 CPU tensor, got {}", w.describe());
+  pack(w.data<float>(), k_, true);
+}
+
+PackedWeight::PackedWeight(const float* b, std::int64_t n, std::int64_t k, std::int64_t ldb, bool b_is_w)
+    : n_(n), k_(k) {
+  pack(b, ldb, b_is_w);
+}
+
+void PackedWeight::pack(const float* src, std::int64_t ld, bool rows_are_columns) {
   const std::size_t bytes = static_cast<std::size_t>(panels() * kPanel * k_) * sizeof(float);
   data_.reset(static_cast<float*>(std::aligned_alloc(64, std::max<std::size_t>(64, (bytes + 63) / 64 * 64))));
-  TESSERA_CHECK(data_ != nullptr, "packed weight: out of host memory packing {}", w.describe());
-  const float* src = w.data<float>();
+  TESSERA_CHECK(data_ != nullptr, "packed weight: out of host memory packing [{}, {}]", n_, k_);
+  const bool threads = !omp_in_parallel() && panels() > 1 && n_ * k_ >= (1 << 18);
+#pragma omp parallel for schedule(static) if (threads)
   for (std::int64_t p = 0; p < panels(); ++p) {
     float* out = data_.get() + p * kPanel * k_;
-    for (std::int64_t j = 0; j < kPanel; ++j) {
-      const std::int64_t row = p * kPanel + j;
-      for (std::int64_t k = 0; k < k_; ++k) out[k * kPanel + j] = row < n_ ? src[row * k_ + k] : 0.0f;
+    const std::int64_t cols = std::min(kPanel, n_ - p * kPanel);
+    for (std::int64_t k = 0; k < k_; ++k) {
+      float* o = out + k * kPanel;
+      for (std::int64_t j = 0; j < cols; ++j)
+        o[j] = rows_are_columns ? src[(p * kPanel + j) * ld + k] : src[k * ld + p * kPanel + j];
+      for (std::int64_t j = cols; j < kPanel; ++j) o[j] = 0.0f;
     }
   }
 }
@@ -74,33 +87,52 @@ constexpr auto micro_kernels(std::integer_sequence<int, R...>) {
   return std::array<MicroKernel, sizeof...(R)>{&micro_kernel<R + 1>...};
 }
 
-// Columns [p0, p1) panels of c for all m rows, a block of rows at a time.
-void gemm_panels(std::int64_t m, const float* a, std::int64_t lda, const PackedWeight& w, float* c, std::int64_t ldc,
-                 std::int64_t p0, std::int64_t p1) {
+// The micro-kernel for `rows` rows (1 to kMaxRows).
+MicroKernel kernel_for(int rows) {
   static constexpr auto kernels = micro_kernels(std::make_integer_sequence<int, kMaxRows>{});
-  for (std::int64_t r = 0; r < m; r += kMaxRows) {
-    const int rows = static_cast<int>(std::min<std::int64_t>(kMaxRows, m - r));
+  return kernels[static_cast<std::size_t>(rows - 1)];
+}
+
+// Runs micro(r, p, mask_lo, mask_hi) for row blocks r (from 0, kMaxRows apart) of m rows and the
+// panels [p0, p1) of w, row block by row block.
+template <typename Micro>
+void for_each_tile(std::int64_t m, const PackedWeight& w, std::int64_t p0, std::int64_t p1, const Micro& micro) {
+  for (std::int64_t r = 0; r < m; r += kMaxRows)
     for (std::int64_t p = p0; p < p1; ++p) {
       const std::int64_t cols = std::min<std::int64_t>(PackedWeight::kPanel, w.n() - p * PackedWeight::kPanel);
       const auto lo = static_cast<__mmask16>(cols >= 16 ? 0xFFFF : (1u << cols) - 1);
       const auto hi = static_cast<__mmask16>(cols >= 32 ? 0xFFFF : cols <= 16 ? 0 : (1u << (cols - 16)) - 1);
-      kernels[static_cast<std::size_t>(rows - 1)](a + r * lda, lda, w.panel(p), w.k(),
-                                                  c + r * ldc + p * PackedWeight::kPanel, ldc, lo, hi);
+      micro(r, p, lo, hi);
     }
-  }
+}
+
+// Runs task(r0, rows, p0, p1) over chunks of m's rows and blocks of w's panels (about 256 KiB of
+// packed weight, which stays in L2 while its row chunks pass), on the threads when it pays.
+template <typename Task>
+void for_each_chunk(std::int64_t m, const PackedWeight& w, const Task& task) {
+  const std::int64_t block = std::max<std::int64_t>(1, (std::int64_t{64} << 10) / (w.k() * PackedWeight::kPanel));
+  const std::int64_t blocks = (w.panels() + block - 1) / block;
+  constexpr std::int64_t kChunk = 16 * kMaxRows;
+  const std::int64_t chunks = (m + kChunk - 1) / kChunk;
+  const bool threads =
+      !omp_in_parallel() && omp_get_max_threads() > 1 && blocks * chunks > 1 && m * w.n() * w.k() >= (1 << 20);
+#pragma omp parallel for collapse(2) schedule(static) if (threads)
+  for (std::int64_t b = 0; b < blocks; ++b)
+    for (std::int64_t r = 0; r < chunks; ++r)
+      task(r * kChunk, std::min(kChunk, m - r * kChunk), b * block, std::min(w.panels(), (b + 1) * block));
 }
 
 }  // namespace
 
 void packed_gemm_nt(std::int64_t m, const float* a, std::int64_t lda, const PackedWeight& w, float* c,
                     std::int64_t ldc) {
-  // Column blocks of about 256 KiB of packed weight: one stays in L2 while every row block passes.
-  const std::int64_t block = std::max<std::int64_t>(1, (std::int64_t{64} << 10) / (w.k() * PackedWeight::kPanel));
-  const std::int64_t blocks = (w.panels() + block - 1) / block;
-  const bool threads = !omp_in_parallel() && omp_get_max_threads() > 1 && blocks > 1 && m * w.n() * w.k() >= (1 << 20);
-#pragma omp parallel for schedule(static) if (threads)
-  for (std::int64_t b = 0; b < blocks; ++b)
-    gemm_panels(m, a, lda, w, c, ldc, b * block, std::min(w.panels(), (b + 1) * block));
+  for_each_chunk(m, w, [&](std::int64_t r0, std::int64_t rows, std::int64_t p0, std::int64_t p1) {
+    for_each_tile(rows, w, p0, p1, [&](std::int64_t r, std::int64_t p, __mmask16 lo, __mmask16 hi) {
+      const int n = static_cast<int>(std::min<std::int64_t>(kMaxRows, rows - r));
+      kernel_for(n)(a + (r0 + r) * lda, lda, w.panel(p), w.k(), c + (r0 + r) * ldc + p * PackedWeight::kPanel, ldc, lo,
+                    hi);
+    });
+  });
 }
 
 #else
@@ -109,6 +141,7 @@ bool packed_gemm_available() { return false; }
 void packed_gemm_nt(std::int64_t, const float*, std::int64_t, const PackedWeight&, float*, std::int64_t) {
   fail("packed_gemm_nt: this build has no AVX-512 (see packed_gemm_available)");
 }
+
 #endif
 
 namespace {

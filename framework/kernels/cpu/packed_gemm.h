@@ -18,6 +18,9 @@ class PackedWeight {
  public:
   static constexpr std::int64_t kPanel = 32;
   explicit PackedWeight(const Tensor& w);
+  // The product's right operand B^T [n, k] packed from row-major memory: b_is_w, B^T itself (rows
+  // ldb apart, W of x W^T); otherwise B [k, n] (rows ldb apart, the B of x B).
+  PackedWeight(const float* b, std::int64_t n, std::int64_t k, std::int64_t ldb, bool b_is_w);
 
   std::int64_t n() const { return n_; }
   std::int64_t k() const { return k_; }
@@ -28,6 +31,7 @@ class PackedWeight {
   struct Free {
     void operator()(float* p) const;
   };
+  void pack(const float* src, std::int64_t ld, bool rows_are_columns);
   std::int64_t n_, k_;
   std::unique_ptr<float, Free> data_;
 };
@@ -37,8 +41,8 @@ class PackedWeight {
 bool packed_gemm_available();
 
 // c[m, n] = a[m, k] W^T (row-major, leading dimensions lda and ldc), each element a sum over k in
-// order, fused multiply-adds from 0. Threads over column blocks unless called inside a parallel
-// region.
+// order, fused multiply-adds from 0. Threads over blocks of rows and columns unless called inside a
+// parallel region.
 void packed_gemm_nt(std::int64_t m, const float* a, std::int64_t lda, const PackedWeight& w, float* c,
                     std::int64_t ldc);
 
