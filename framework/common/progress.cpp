@@ -108,7 +108,8 @@ std::string Progress::line(bool final) const {
   const double rate = secs > 0 ? static_cast<double>(done) / secs : 0.0;
   if (final) {
     if (done == 0) return fmt::format("{}: done in {:.1f}s", what_, secs);
-    return fmt::format("{}: {} {} in {:.1f}s ({})", what_, done, unit_, secs, rate_text(rate, unit_));
+    // Hundredths: benchmarks read a few seconds' decoding from this line.
+    return fmt::format("{}: {} {} in {:.2f}s ({})", what_, done, unit_, secs, rate_text(rate, unit_));
   }
   if (done == 0) return fmt::format("{}: {} ...", what_, clock_time(secs));
   if (total_ <= 0)
