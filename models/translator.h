@@ -26,6 +26,12 @@ using data::TextCodec;
 void check_same_decoding(const models::DecodeOptions& opt, std::int64_t batch_sentences, std::int64_t nbest,
                          dist::Communicator* world);
 
+// The rank of `ranks` that decodes each batch of `batch_sentences` of the sentences in `order`
+// (non-empty, sorted by length): the costliest batch first to the least loaded rank, a batch
+// costing its sentences times its longest source plus one. Every rank computes the same.
+std::vector<int> batch_owners(const std::vector<std::vector<std::int32_t>>& sources,
+                              const std::vector<std::int64_t>& order, std::int64_t batch_sentences, int ranks);
+
 // Asked by translate_ids before each round of batches (one per replica): when `requested` says yes
 // on any rank of `everyone` (every rank that calls translate_ids), all of them stop, so that a stop
 // signal need not wait for a long validation to finish.

@@ -394,8 +394,8 @@ TEST(DistributedData, EncodingSharedOverRanksEqualsOneProcess) {
   if (world().rank() == 0) std::filesystem::remove_all(dir);
 }
 
-// Validation decoding shared by the data-parallel replicas: each translates every replicas-th
-// batch and the translations are gathered; every rank gets exactly what its model translates
+// Validation decoding shared by the data-parallel replicas: each translates its share of the
+// batches (models::batch_owners) and the translations are gathered; every rank gets exactly what its model translates
 // alone (dp = 4; and tp = 2 x dp = 2, against the same tensor-parallel group translating all).
 TEST(DistributedData, TranslationSharedOverReplicasEqualsOneReplicaAndStopsTogether) {
   models::TransformerConfig c = tiny_config();

@@ -307,6 +307,30 @@ TEST(Transformer, BeamSearchStopsEarlyOnlyWhenTheNBestAreFinal) {
 // With two OpenMP threads and at least two batches a thread, translate_ids gives each thread a
 // batch at a time (every op inside single-threaded): the translations, n-best lists and samples
 // are one thread's, blank lines included.
+// Batches of sources of lengths 1 to 40 (sorted), 4 a batch, over 2 and 3 ranks: every batch has
+// one owner, and the loads differ by at most one batch's cost (longest processing time first).
+TEST(Translate, BatchesGoToTheLeastLoadedRank) {
+  std::vector<std::vector<std::int32_t>> sources;
+  std::vector<std::int64_t> order;
+  for (std::int32_t len = 1; len <= 40; ++len) {
+    order.push_back(static_cast<std::int64_t>(sources.size()));
+    sources.emplace_back(static_cast<std::size_t>(len), 5);
+  }
+  for (const int ranks : {1, 2, 3}) {
+    const std::vector<int> owner = models::batch_owners(sources, order, 4, ranks);
+    ASSERT_EQ(owner.size(), 10u);
+    std::vector<std::int64_t> load(static_cast<std::size_t>(ranks), 0);
+    for (std::size_t b = 0; b < owner.size(); ++b) {
+      ASSERT_GE(owner[b], 0);
+      ASSERT_LT(owner[b], ranks);
+      load[static_cast<std::size_t>(owner[b])] += 4 * (4 * static_cast<std::int64_t>(b) + 4 + 1);
+    }
+    const auto [low, high] = std::minmax_element(load.begin(), load.end());
+    EXPECT_LE(*high - *low, 4 * (4 + 1)) << ranks << " ranks";  // the cheapest batch's cost
+  }
+  EXPECT_EQ(models::batch_owners(sources, order, 4, 2), (std::vector<int>{1, 0, 0, 1, 1, 0, 0, 1, 1, 0}));
+}
+
 TEST(Translate, BatchesOnThreadsTranslateAsOneThread) {
   const std::unique_ptr<Transformer> model = model_with_boosted_logits({{data::kEosId, 2.0f}});
   std::mt19937 rng(7);
