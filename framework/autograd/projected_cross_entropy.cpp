@@ -1,10 +1,14 @@
 #include "autograd/projected_cross_entropy.h"
 
 #include <algorithm>
+#include <optional>
+#include <vector>
 
 #include "kernels/cpu/cross_entropy.h"
 #include "kernels/cpu/elementwise.h"
 #include "kernels/cpu/gemm.h"
+#include "kernels/cpu/gemm_bf16.h"
+#include "kernels/cpu/packed_gemm.h"
 #include "kernels/cpu/reduce.h"
 
 namespace tessera::ag {
@@ -58,6 +62,9 @@ Var projected_cross_entropy(const Var& h, const Var& w, const Tensor& targets, d
                    grads && w.requires_grad() ? Tensor::empty(vw.shape(), vw.dtype()) : Tensor()};
   if (out.dw.defined() && n == 0) out.dw.fill(0.0);  // no block assigns it
   Tensor z = Tensor::empty({std::min(block_rows, std::max<std::int64_t>(n, 1)), v}, vh.dtype());
+  // w packed once for every block's logits (BLAS packed it again for each).
+  std::optional<cpu::PackedWeightScope> packed;
+  if (n > block_rows && !cpu::bf16_matmul()) packed.emplace(std::vector<Tensor>{vw});
   for (std::int64_t r0 = 0; r0 < n; r0 += block_rows)
     project_block(vh, vw, targets, smoothing, ignore_index, r0, std::min(block_rows, n - r0), z, out);
   if (nll_sum) *nll_sum = cpu::sum_all(out.nll).item();

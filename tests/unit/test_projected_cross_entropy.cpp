@@ -8,6 +8,7 @@
 
 #include "autograd/projected_cross_entropy.h"
 #include "gradcheck.h"
+#include "kernels/cpu/packed_gemm.h"
 #include "kernels/dispatch.h"
 #include "models/transformer.h"
 
@@ -70,6 +71,8 @@ TEST(ProjectedCrossEntropy, MatchesTheUnfusedOpForEveryBlockSize) {
     ag::Var loss_b = ag::projected_cross_entropy(hb, wb, targets, 0.1, pad, &nll_b, block);
     EXPECT_NEAR(loss_b.value().item(), loss.value().item(), 1e-6 * std::abs(loss.value().item()));
     EXPECT_NEAR(nll_b, nll, 1e-6 * nll);
+    // Several blocks share w packed once (the packed kernel's sums): released on return.
+    EXPECT_EQ(cpu::find_packed_weight(wb.value().data<float>(), vocab, d, d), nullptr);
     ag::scale(loss_b, 0.25).backward();
     EXPECT_LE(max_rel_diff(hb.grad(), h.grad()), 1e-5);
     EXPECT_LE(max_rel_diff(wb.grad(), w.grad()), 1e-5);
