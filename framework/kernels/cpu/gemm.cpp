@@ -51,6 +51,27 @@ MatmulDims matmul_dims(const char* op, const Tensor& a, const Tensor& b, bool ta
   return {batch, m, n, ka, b_shared};
 }
 
+// out = a @ op(b) on the packed kernel (packed_gemm.h), when it takes the case; false: BLAS's.
+// Not dY^T x (trans_a): the kernel reading (or copying) dY's columns ran at 0.6 to 0.9 times
+// OpenBLAS's speed.
+bool packed_matmul(Tensor& out, const Tensor& a, const Tensor& b, const MatmulDims& d, bool trans_a, bool trans_b,
+                   double alpha, double beta) {
+  if (a.dtype() != DType::f32 || alpha != 1.0 || beta != 0.0 || trans_a || bf16_matmul() || !packed_gemm_available() ||
+      (b.dim() != 2 && d.batch != 1))
+    return false;
+  const std::int64_t rows = d.batch * d.m;
+  if (const PackedWeight* w = trans_b ? find_packed_weight(b.data<float>(), d.n, d.k, b.size(-1)) : nullptr) {
+    packed_gemm_nt(rows, a.data<float>(), a.size(-1), *w, out.data<float>(), d.n);
+    return true;
+  }
+  // Training's x W^T and dY W: packing b costs 1/M of the product, and OpenBLAS packs both
+  // operands and zeroes C first (about a fifth of a step's GEMM time).
+  if (rows < kPackPerCallRows) return false;
+  const PackedWeight packed(b.data<float>(), d.n, d.k, b.size(-1), trans_b);
+  packed_gemm_nt(rows, a.data<float>(), a.size(-1), packed, out.data<float>(), d.n);
+  return true;
+}
+
 }  // namespace
 
 template <typename T>
@@ -127,24 +148,7 @@ void matmul_into(Tensor& out, const Tensor& a, const Tensor& b, bool trans_a, bo
     }
     return;
   }
-  // Not dY^T x (trans_a): the kernel reading (or copying) dY's columns ran at 0.6 to 0.9 times
-  // OpenBLAS's speed.
-  if (a.dtype() == DType::f32 && alpha == 1.0 && beta == 0.0 && !trans_a && !bf16_matmul() && packed_gemm_available() &&
-      (b.dim() == 2 || d.batch == 1)) {
-    const std::int64_t rows = d.batch * d.m;
-    const PackedWeight* w = trans_b ? find_packed_weight(b.data<float>(), d.n, d.k, b.size(-1)) : nullptr;
-    if (w != nullptr) {
-      packed_gemm_nt(rows, a.data<float>(), a.size(-1), *w, out.data<float>(), d.n);
-      return;
-    }
-    // Training's x W^T and dY W: packing b costs 1/M of the product, and OpenBLAS packs both
-    // operands and zeroes C first (about a fifth of a step's GEMM time).
-    if (rows >= kPackPerCallRows) {
-      const PackedWeight packed(b.data<float>(), d.n, d.k, b.size(-1), trans_b);
-      packed_gemm_nt(rows, a.data<float>(), a.size(-1), packed, out.data<float>(), d.n);
-      return;
-    }
-  }
+  if (packed_matmul(out, a, b, d, trans_a, trans_b, alpha, beta)) return;
   dispatch_float("matmul", a.dtype(), [&]<typename T>() {
     const std::int64_t lda = a.size(-1), ldb = b.size(-1);
     if (d.b_shared && !trans_a) {
