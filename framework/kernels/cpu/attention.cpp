@@ -291,21 +291,22 @@ AttentionOutput attention_over_steps(const Tensor& q, const Tensor& k, const Ten
   AttentionOutput res{Tensor::empty({d.b, d.h, 1, d.dv}, q.dtype()), Tensor::empty({d.b, d.h, 1}, q.dtype())};
   const double scale = opt.scale > 0 ? opt.scale : 1.0 / std::sqrt(static_cast<double>(d.d));
   dispatch_float(op, q.dtype(), [&]<typename T>() {
-    const std::int64_t step = k.size(1) * d.h * d.d;
+    const std::int64_t step = k.size(1) * d.h * d.d, lineage_stride = rows.size(1);
+    const T* keys = k.data<T>();
+    const T* values = v.data<T>();
     const bool threads = d.b * d.h * d.lk * d.d >= (std::int64_t{1} << 16);
 #pragma omp parallel if (threads)
     {
       std::vector<T> s(static_cast<std::size_t>(d.lk));
 #pragma omp for schedule(static)
       for (std::int64_t bh = 0; bh < d.b * d.h; ++bh) {
-        const std::int32_t* lineage = r + (bh / d.h) * rows.size(1);
+        const std::int32_t* lineage = r + (bh / d.h) * lineage_stride;
         const std::int64_t head = (bh % d.h) * d.d;
-        const auto at = [&](const Tensor& x, std::int64_t j) {
-          return x.data<T>() + j * step + lineage[j] * d.h * d.d + head;
-        };
+        const auto at = [&](const T* x, std::int64_t j) { return x + j * step + lineage[j] * d.h * d.d + head; };
         forward_one_query<T>(
-            q.data<T>() + bh * d.d, [&](std::int64_t j) { return at(k, j); }, [&](std::int64_t j) { return at(v, j); },
-            nullptr, res.out.data<T>() + bh * d.dv, res.lse.data<T>() + bh, d, static_cast<T>(scale), s.data());
+            q.data<T>() + bh * d.d, [&](std::int64_t j) { return at(keys, j); },
+            [&](std::int64_t j) { return at(values, j); }, nullptr, res.out.data<T>() + bh * d.dv,
+            res.lse.data<T>() + bh, d, static_cast<T>(scale), s.data());
       }
     }
   });
