@@ -51,7 +51,7 @@ void KeyValueCache::start_step_major(const Tensor& k_new) {
 }
 
 void KeyValueCache::resize_step_major(std::int64_t rows, std::int64_t capacity) {
-  const std::int64_t step = k_.numel() / k_.size(0), new_step = step / k_.size(1) * rows;
+  const std::int64_t step = k_.numel() / k_.size(0), new_step = rows * k_.size(2) * k_.size(3);
   const Tensor k = Tensor::empty({capacity, rows, k_.size(2), k_.size(3)}, k_.dtype());
   const Tensor v = Tensor::empty(k.shape(), v_.dtype());
   const std::int64_t dk = k_.size(3), copied = std::min(step, new_step) / dk;
@@ -124,6 +124,7 @@ Tensor KeyValueCache::history(bool values) const {
 }
 
 void KeyValueCache::append(const Tensor& k_new, const Tensor& v_new) {
+  TESSERA_CHECK(!fixed_, "key/value cache: the memory's keys and values take no new positions");
   if (!k_.defined() && k_new.device() == Device::cpu) start_step_major(k_new);
   if (step_major_) {
     TESSERA_CHECK(k_new.size(0) == rows_, "key/value cache: a step of {} rows for a cache of {}", k_new.size(0), rows_);

@@ -282,6 +282,7 @@ TEST(NnKeyValueCache, MemoryCacheMapsRowsWithoutCopying) {
   const Tensor copied_memory = kernels::index_rows(memory, rows), copied_padding = kernels::index_rows(padding, rows);
   const nn::KeyValueCache copied = attn.project_memory(ag::Var(copied_memory));
   EXPECT_EQ(mapped, attn.attend_cached(ag::Var(x), copied, copied_padding).value().to_doubles());
+  EXPECT_THROW(cross.append(random_double({3, 2, 1, 4}, 13), random_double({3, 2, 1, 4}, 14)), Error);
 }
 
 TEST(NnMultiHeadAttention, InputGradientsMatchCentralDifferences) {

@@ -304,9 +304,6 @@ TEST(Transformer, BeamSearchStopsEarlyOnlyWhenTheNBestAreFinal) {
   }
 }
 
-// With two OpenMP threads and at least two batches a thread, translate_ids gives each thread a
-// batch at a time (every op inside single-threaded): the translations, n-best lists and samples
-// are one thread's, blank lines included.
 // Batches of sources of lengths 1 to 40 (sorted), 4 a batch, over 2 and 3 ranks: every batch has
 // one owner, and the loads differ by at most one batch's cost (longest processing time first).
 TEST(Translate, BatchesGoToTheLeastLoadedRank) {
@@ -331,6 +328,9 @@ TEST(Translate, BatchesGoToTheLeastLoadedRank) {
   EXPECT_EQ(models::batch_owners(sources, order, 4, 2), (std::vector<int>{1, 0, 0, 1, 1, 0, 0, 1, 1, 0}));
 }
 
+// With two OpenMP threads and at least two batches a thread, translate_ids gives each thread a
+// batch at a time (every op inside single-threaded): the translations, n-best lists and samples
+// are one thread's, blank lines included.
 TEST(Translate, BatchesOnThreadsTranslateAsOneThread) {
   const std::unique_ptr<Transformer> model = model_with_boosted_logits({{data::kEosId, 2.0f}});
   std::mt19937 rng(7);

@@ -168,29 +168,49 @@ Registry& registry() {
 
 PackedWeightScope::PackedWeightScope(const std::vector<Tensor>& weights) {
   if (!packed_gemm_available()) return;
-  Registry& r = registry();
-  for (const Tensor& w : weights) {
-    if (w.dim() != 2 || w.dtype() != DType::f32 || w.device() != Device::cpu || w.numel() == 0) continue;
-    const void* key = w.raw_data();
-    std::unique_lock lock(r.mutex);
-    Entry& e = r.entries[key];
-    if (e.packed == nullptr) {
-      e.weight = w;
-      e.packed = std::make_unique<PackedWeight>(w);
-    }
-    ++e.scopes;
-    r.size = r.entries.size();
-    keys_.push_back(key);
+  try {
+    for (const Tensor& w : weights)
+      if (w.dim() == 2 && w.dtype() == DType::f32 && w.device() == Device::cpu && w.numel() > 0) hold(w);
+  } catch (...) {  // packing ran out of memory: what this scope holds goes back, as at its end
+    release();
+    throw;
   }
 }
 
-PackedWeightScope::~PackedWeightScope() {
+void PackedWeightScope::hold(const Tensor& w) {
+  Registry& r = registry();
+  const void* key = w.raw_data();
+  {
+    std::unique_lock lock(r.mutex);
+    const auto it = r.entries.find(key);
+    if (it != r.entries.end()) {
+      ++it->second.scopes;
+      keys_.push_back(key);
+      return;
+    }
+  }
+  auto packed = std::make_unique<PackedWeight>(w);  // outside the lock; may throw
+  std::unique_lock lock(r.mutex);
+  Entry& e = r.entries[key];
+  if (e.packed == nullptr) {  // no other scope packed it meanwhile
+    e.weight = w;
+    e.packed = std::move(packed);
+  }
+  ++e.scopes;
+  r.size = r.entries.size();
+  keys_.push_back(key);
+}
+
+PackedWeightScope::~PackedWeightScope() { release(); }
+
+void PackedWeightScope::release() {
   Registry& r = registry();
   std::unique_lock lock(r.mutex);
   for (const void* key : keys_) {
     auto it = r.entries.find(key);
     if (it != r.entries.end() && --it->second.scopes == 0) r.entries.erase(it);
   }
+  keys_.clear();
   r.size = r.entries.size();
 }
 

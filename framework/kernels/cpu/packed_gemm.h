@@ -47,8 +47,9 @@ void packed_gemm_nt(std::int64_t m, const float* a, std::int64_t lda, const Pack
                     std::int64_t ldc);
 
 // While one lives, float32 CPU matmuls of the form x @ W^T against one of `weights` (2-D, the
-// same data) run on packed copies of them. The weights must not change meanwhile; scopes nest
-// and each removes only its own weights. Without packed_gemm_available() it packs nothing.
+// same data) run on packed copies of them, in every thread of the process. The weights must not
+// change meanwhile; scopes nest and each removes only its own weights. Without
+// packed_gemm_available() it packs nothing.
 class PackedWeightScope {
  public:
   explicit PackedWeightScope(const std::vector<Tensor>& weights);
@@ -57,6 +58,8 @@ class PackedWeightScope {
   PackedWeightScope& operator=(const PackedWeightScope&) = delete;
 
  private:
+  void hold(const Tensor& w);  // packs w unless a scope holds it already
+  void release();
   std::vector<const void*> keys_;
 };
 
