@@ -7,6 +7,7 @@
 #include <random>
 
 #include "kernels/cpu/attention.h"
+#include "kernels/dispatch.h"
 #include "unit/test_util.h"
 
 namespace tessera {
@@ -311,6 +312,16 @@ TEST(AttentionKeyRows, EqualsTheLineageGathered) {
                                            {.key_length = lk, .key_rows = rows});
             }).find("key_rows needs one query a row"),
             std::string::npos);
+}
+
+// Decoder caches' layouts have no backward: the dispatcher refuses them by name.
+TEST(AttentionKeyRows, KvRowsAndKeyRowsHaveNoBackward) {
+  const Tensor q = random_f32({2, 1, 1, 8}, 35), k = random_f32({2, 1, 3, 8}, 36);
+  const auto fwd = cpu::attention_forward(q, k, k, Tensor(), {});
+  for (const AttentionOptions& opt : {AttentionOptions{.kv_rows = Tensor::from(std::vector<std::int32_t>{0, 1}, {2})},
+                                      AttentionOptions{.key_rows = Tensor::zeros({2, 3}, DType::i32)}})
+    EXPECT_EQ(testing::error_of([&] { (void)kernels::attention_backward(fwd.out, q, k, k, Tensor(), fwd, opt); }),
+              "attention_backward: kv_rows and key_rows (decoder caches) have no backward");
 }
 
 // ---------------------------------------------------------------- bad input
