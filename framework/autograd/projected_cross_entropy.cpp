@@ -15,8 +15,9 @@ namespace tessera::ag {
 namespace {
 
 struct BlockOutputs {
-  Tensor loss, nll;  // [N] per-row, as cross_entropy_forward's
-  Tensor dh, dw;     // d(sum of losses)/dh and /dw, undefined when not wanted
+  Tensor loss, nll;                            // [N] per-row, as cross_entropy_forward's
+  Tensor dh, dw;                               // d(sum of losses)/dh and /dw, undefined when not wanted
+  std::optional<cpu::PackedWeight> w_columns;  // w packed as the B of dz @ w, for every block's dh
 };
 
 // One block of rows [r0, r0 + rows): its logits into z, the per-row losses into out, and (when
@@ -32,7 +33,10 @@ void project_block(const Tensor& h, const Tensor& w, const Tensor& targets, doub
   if (!out.dh.defined() && !out.dw.defined()) return;
   const Tensor ones = Tensor::full({rows}, 1.0, h.dtype());
   const Tensor dz = cpu::cross_entropy_backward(ones, zb, tb, f.lse, smoothing, ignore_index);
-  if (out.dh.defined()) {
+  if (out.w_columns) {
+    cpu::packed_gemm_nt(rows, dz.data<float>(), dz.size(1), *out.w_columns, out.dh.data<float>() + r0 * h.size(1),
+                        h.size(1));
+  } else if (out.dh.defined()) {
     Tensor dhb = out.dh.narrow_rows(r0, rows);
     cpu::matmul_into(dhb, dz, w, false, false, 1.0, 0.0);
   }
@@ -59,12 +63,15 @@ Var projected_cross_entropy(const Var& h, const Var& w, const Tensor& targets, d
   const bool grads = grad_enabled();
   BlockOutputs out{Tensor::empty({n}, vh.dtype()), Tensor::empty({n}, vh.dtype()),
                    grads && h.requires_grad() ? Tensor::empty(vh.shape(), vh.dtype()) : Tensor(),
-                   grads && w.requires_grad() ? Tensor::empty(vw.shape(), vw.dtype()) : Tensor()};
+                   grads && w.requires_grad() ? Tensor::empty(vw.shape(), vw.dtype()) : Tensor(), std::nullopt};
   if (out.dw.defined() && n == 0) out.dw.fill(0.0);  // no block assigns it
   Tensor z = Tensor::empty({std::min(block_rows, std::max<std::int64_t>(n, 1)), v}, vh.dtype());
-  // w packed once for every block's logits (BLAS packed it again for each).
+  // w packed once for every block's logits and dh (BLAS packed it again for each).
   std::optional<cpu::PackedWeightScope> packed;
-  if (n > block_rows && !cpu::bf16_matmul()) packed.emplace(std::vector<Tensor>{vw});
+  const bool pack = n > block_rows && !cpu::bf16_matmul() && vw.dtype() == DType::f32;
+  if (pack) packed.emplace(std::vector<Tensor>{vw});
+  if (pack && out.dh.defined() && cpu::packed_gemm_available())
+    out.w_columns.emplace(vw.data<float>(), vw.size(1), v, vw.size(1), false);
   for (std::int64_t r0 = 0; r0 < n; r0 += block_rows)
     project_block(vh, vw, targets, smoothing, ignore_index, r0, std::min(block_rows, n - r0), z, out);
   if (nll_sum) *nll_sum = cpu::sum_all(out.nll).item();

@@ -111,6 +111,58 @@ TEST(PackedGemm, LargeMatmulsPackTheirRightOperandPerCall) {
       ASSERT_EQ(of_b.panel(p)[i], of_w.panel(p)[i]) << "panel " << p << " at " << i;
 }
 
+// c[i][j] (+)= sum over k in order of a[k][i] b[k][j] (a [k, m] and b [k, n] rows lda and ldb
+// apart), fused multiply-adds from c's value: packed_gemm_tn's contract.
+void ordered_fma_tn(std::int64_t m, std::int64_t n, std::int64_t k, const float* a, std::int64_t lda, const float* b,
+                    std::int64_t ldb, float* c, std::int64_t ldc) {
+  for (std::int64_t i = 0; i < m; ++i)
+    for (std::int64_t j = 0; j < n; ++j) {
+      float acc = c[i * ldc + j];
+      for (std::int64_t kk = 0; kk < k; ++kk) acc = std::fma(a[kk * lda + i], b[kk * ldb + j], acc);
+      c[i * ldc + j] = acc;
+    }
+}
+
+// dY^T x: depths across the 192-row passes, rows across the 480-row chunks of a, partial panels,
+// leading dimensions wider than the rows, accumulation, and threads splitting either side of c.
+TEST(PackedGemm, TransposedAEqualsOrderedFusedMultiplyAdds) {
+  SKIP_WITHOUT_PACKED_KERNEL();
+  struct Shape3 {
+    std::int64_t m, n, k;
+  };
+  for (const Shape3 s : {Shape3{1, 1, 1}, Shape3{13, 31, 7}, Shape3{12, 33, 192}, Shape3{25, 70, 193},
+                         Shape3{500, 40, 90}, Shape3{60, 300, 400}, Shape3{130, 100, 500}}) {
+    for (const bool accumulate : {false, true}) {
+      SCOPED_TRACE(std::to_string(s.m) + " x " + std::to_string(s.n) + " x " + std::to_string(s.k) +
+                   (accumulate ? " accumulating" : ""));
+      const std::int64_t lda = s.m + 3, ldb = s.n + 5, ldc = s.n + 2;
+      const Tensor a = random_f32({s.k, lda}, 21), b = random_f32({s.k, ldb}, 22), c0 = random_f32({s.m, ldc}, 23);
+      std::vector<float> got = values(c0), want = values(c0);
+      if (!accumulate)  // c's elements inside the product start from 0; those past n stay
+        for (std::int64_t i = 0; i < s.m; ++i) std::fill_n(want.begin() + i * ldc, s.n, 0.0f);
+      cpu::packed_gemm_tn(s.m, s.n, s.k, a.data<float>(), lda, b.data<float>(), ldb, got.data(), ldc, accumulate);
+      ordered_fma_tn(s.m, s.n, s.k, a.data<float>(), lda, b.data<float>(), ldb, want.data(), ldc);
+      EXPECT_EQ(got, want);
+    }
+  }
+}
+
+// Weight gradients and the loss's accumulated dW (beta 1) take the packed kernel from 2^22
+// multiply-adds (so not BLAS's sums); smaller products stay on BLAS.
+TEST(PackedGemm, LargeTransposedMatmulsTakeThePackedKernel) {
+  SKIP_WITHOUT_PACKED_KERNEL();
+  const std::int64_t rows = 600, m = 96, n = 80;
+  const Tensor g = random_f32({rows, m}, 24), x = random_f32({rows, n}, 25);
+  std::vector<float> want(static_cast<std::size_t>(m * n), 0.0f);
+  ordered_fma_tn(m, n, rows, g.data<float>(), m, x.data<float>(), n, want.data(), n);
+  EXPECT_EQ(values(cpu::matmul(g, x, true, false)), want);
+  Tensor acc = random_f32({m, n}, 26);
+  std::vector<float> want_acc = values(acc);
+  ordered_fma_tn(m, n, rows, g.data<float>(), m, x.data<float>(), n, want_acc.data(), n);
+  cpu::matmul_into(acc, g, x, true, false, 1.0, 1.0);
+  EXPECT_EQ(values(acc), want_acc);
+}
+
 // A scope packs nothing it cannot use: float64, 1-D and empty tensors pass through.
 TEST(PackedGemm, ScopeSkipsWhatItCannotPack) {
   const Tensor f64 = random_double({4, 4}, 8), bias = random_f32({4}, 9), empty = Tensor::empty({0, 4}, DType::f32);

@@ -7,6 +7,7 @@
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
+#include <exception>
 #include <map>
 #include <mutex>
 #include <shared_mutex>
@@ -56,19 +57,24 @@ bool packed_gemm_available() { return true; }
 
 namespace {
 
-constexpr int kMaxRows = 12;  // 12 rows x 2 vectors: 24 accumulators of the 32 registers
+constexpr std::int64_t kMaxRows = 12;  // 12 rows x 2 vectors: 24 accumulators of the 32 registers
 
-// c[MR, 32 or fewer (mask)] = a[MR, k] panel^T: per element one chain of fused multiply-adds.
-template <int MR>
+// c[MR, 32 or fewer (mask)] (+)= a[MR, k] panel^T: per element one chain of fused multiply-adds,
+// from 0 or, when accumulating, from c. Element (i, kk) of a: a[i * lda + kk], or with kPackedA
+// a[kk * lda + i] (a's columns packed by pack_columns_of_a, lda = kMaxRows).
+template <int MR, bool kPackedA>
 void micro_kernel(const float* a, std::int64_t lda, const float* panel, std::int64_t k, float* c, std::int64_t ldc,
-                  __mmask16 mask_lo, __mmask16 mask_hi) {
+                  __mmask16 mask_lo, __mmask16 mask_hi, bool accumulate) {
   __m512 acc[MR][2];
-  for (int i = 0; i < MR; ++i) acc[i][0] = acc[i][1] = _mm512_setzero_ps();
+  for (int i = 0; i < MR; ++i) {
+    acc[i][0] = accumulate ? _mm512_maskz_loadu_ps(mask_lo, c + i * ldc) : _mm512_setzero_ps();
+    acc[i][1] = accumulate ? _mm512_maskz_loadu_ps(mask_hi, c + i * ldc + 16) : _mm512_setzero_ps();
+  }
   for (std::int64_t kk = 0; kk < k; ++kk) {
     const __m512 b0 = _mm512_load_ps(panel + kk * PackedWeight::kPanel);
     const __m512 b1 = _mm512_load_ps(panel + kk * PackedWeight::kPanel + 16);
     for (int i = 0; i < MR; ++i) {
-      const __m512 ai = _mm512_set1_ps(a[i * lda + kk]);
+      const __m512 ai = _mm512_set1_ps(kPackedA ? a[kk * lda + i] : a[i * lda + kk]);
       acc[i][0] = _mm512_fmadd_ps(ai, b0, acc[i][0]);
       acc[i][1] = _mm512_fmadd_ps(ai, b1, acc[i][1]);
     }
@@ -80,17 +86,26 @@ void micro_kernel(const float* a, std::int64_t lda, const float* panel, std::int
 }
 
 using MicroKernel = void (*)(const float*, std::int64_t, const float*, std::int64_t, float*, std::int64_t, __mmask16,
-                             __mmask16);
+                             __mmask16, bool);
 
-template <int... R>
+template <bool kPackedA, int... R>
 constexpr auto micro_kernels(std::integer_sequence<int, R...>) {
-  return std::array<MicroKernel, sizeof...(R)>{&micro_kernel<R + 1>...};
+  return std::array<MicroKernel, sizeof...(R)>{&micro_kernel<R + 1, kPackedA>...};
 }
 
-// The micro-kernel for `rows` rows (1 to kMaxRows).
+// The micro-kernel for `rows` rows (1 to kMaxRows) of a read in place or packed.
+template <bool kPackedA = false>
 MicroKernel kernel_for(int rows) {
-  static constexpr auto kernels = micro_kernels(std::make_integer_sequence<int, kMaxRows>{});
+  static constexpr auto kernels = micro_kernels<kPackedA>(std::make_integer_sequence<int, kMaxRows>{});
   return kernels[static_cast<std::size_t>(rows - 1)];
+}
+
+// The masks of a panel's first `cols` columns (1 to 32) in its two vectors.
+std::pair<__mmask16, __mmask16> column_masks(std::int64_t cols) {
+  return {static_cast<__mmask16>(cols >= 16 ? 0xFFFF : (1u << cols) - 1),
+          static_cast<__mmask16>(cols >= 32   ? 0xFFFF
+                                 : cols <= 16 ? 0
+                                              : (1u << (cols - 16)) - 1)};
 }
 
 // Runs micro(r, p, mask_lo, mask_hi) for row blocks r (from 0, kMaxRows apart) of m rows and the
@@ -99,9 +114,8 @@ template <typename Micro>
 void for_each_tile(std::int64_t m, const PackedWeight& w, std::int64_t p0, std::int64_t p1, const Micro& micro) {
   for (std::int64_t r = 0; r < m; r += kMaxRows)
     for (std::int64_t p = p0; p < p1; ++p) {
-      const std::int64_t cols = std::min<std::int64_t>(PackedWeight::kPanel, w.n() - p * PackedWeight::kPanel);
-      const auto lo = static_cast<__mmask16>(cols >= 16 ? 0xFFFF : (1u << cols) - 1);
-      const auto hi = static_cast<__mmask16>(cols >= 32 ? 0xFFFF : cols <= 16 ? 0 : (1u << (cols - 16)) - 1);
+      const auto [lo, hi] =
+          column_masks(std::min<std::int64_t>(PackedWeight::kPanel, w.n() - p * PackedWeight::kPanel));
       micro(r, p, lo, hi);
     }
 }
@@ -130,9 +144,117 @@ void packed_gemm_nt(std::int64_t m, const float* a, std::int64_t lda, const Pack
     for_each_tile(rows, w, p0, p1, [&](std::int64_t r, std::int64_t p, __mmask16 lo, __mmask16 hi) {
       const int n = static_cast<int>(std::min<std::int64_t>(kMaxRows, rows - r));
       kernel_for(n)(a + (r0 + r) * lda, lda, w.panel(p), w.k(), c + (r0 + r) * ldc + p * PackedWeight::kPanel, ldc, lo,
-                    hi);
+                    hi, false);
     });
   });
+}
+
+namespace {
+
+constexpr std::int64_t kDepthBlock = 192;          // rows of a and b per pass: a panel's slice (24 KiB) stays in L1
+constexpr std::int64_t kRowChunk = 40 * kMaxRows;  // c's rows per packed chunk of a (360 KiB, in L2)
+
+// Rows packed together per block (their source lines stay in L1 while the blocks' stores
+// stream; row by row, the stores of many blocks a page apart evicted each other).
+constexpr std::int64_t kPackGroup = 8;
+
+// A 64-byte aligned float buffer of this thread's, kept between calls (grows, never shrinks).
+float* thread_buffer(int which, std::int64_t floats) {
+  struct Buffer {
+    std::unique_ptr<float, PackedWeight::Free> data;
+    std::int64_t size = 0;
+  };
+  thread_local std::array<Buffer, 2> buffers;
+  Buffer& b = buffers[static_cast<std::size_t>(which)];
+  if (b.size < floats) {
+    b.data.reset(static_cast<float*>(std::aligned_alloc(64, static_cast<std::size_t>((floats + 15) / 16 * 64))));
+    TESSERA_CHECK(b.data != nullptr, "packed gemm: out of host memory for a buffer of {} floats", floats);
+    b.size = floats;
+  }
+  return b.data.get();
+}
+
+// Columns [m0, m0 + rows) of a's rows [0, depth) (lda apart) in blocks of kMaxRows: block r holds,
+// for each row kk, a[kk][m0 + r*kMaxRows + i] for i in [0, kMaxRows) (zeros past `rows`).
+void pack_columns_of_a(const float* a, std::int64_t lda, std::int64_t depth, std::int64_t m0, std::int64_t rows,
+                       float* out) {
+  for (std::int64_t g = 0; g < depth; g += kPackGroup)
+    for (std::int64_t r = 0; r < rows; r += kMaxRows) {
+      const auto valid = static_cast<__mmask16>((1u << std::min(kMaxRows, rows - r)) - 1);
+      for (std::int64_t kk = g; kk < std::min(depth, g + kPackGroup); ++kk)
+        _mm512_mask_storeu_ps(out + r * depth + kk * kMaxRows, (1u << kMaxRows) - 1,
+                              _mm512_maskz_loadu_ps(valid, a + kk * lda + m0 + r));
+    }
+}
+
+// Columns [n0, n0 + cols) of b's rows [0, depth) (ldb apart) in panels, as PackedWeight lays them.
+void pack_columns_of_b(const float* b, std::int64_t ldb, std::int64_t depth, std::int64_t n0, std::int64_t cols,
+                       float* out) {
+  constexpr std::int64_t kPanel = PackedWeight::kPanel;
+  for (std::int64_t g = 0; g < depth; g += kPackGroup)
+    for (std::int64_t p = 0; p * kPanel < cols; ++p) {
+      const auto [lo, hi] = column_masks(std::min(kPanel, cols - p * kPanel));
+      for (std::int64_t kk = g; kk < std::min(depth, g + kPackGroup); ++kk) {
+        const float* src = b + kk * ldb + n0 + p * kPanel;
+        float* o = out + p * kPanel * depth + kk * kPanel;
+        _mm512_store_ps(o, _mm512_maskz_loadu_ps(lo, src));
+        _mm512_store_ps(o + 16, _mm512_maskz_loadu_ps(hi, src + 16));
+      }
+    }
+}
+
+// c[m, n] (+)= a^T b on this thread alone, a block of kDepthBlock rows of a and b at a time: b's
+// block is packed whole, a's in chunks of kRowChunk columns, and each panel of b meets every row
+// block of the chunk while it is in L1.
+void gemm_tn_serial(std::int64_t m, std::int64_t n, std::int64_t k, const float* a, std::int64_t lda, const float* b,
+                    std::int64_t ldb, float* c, std::int64_t ldc, bool accumulate) {
+  constexpr std::int64_t kPanel = PackedWeight::kPanel;
+  const std::int64_t panels = (n + kPanel - 1) / kPanel;
+  const std::int64_t depth_max = std::min(kDepthBlock, k);
+  float* packed_b = thread_buffer(0, depth_max * panels * kPanel);
+  float* packed_a = thread_buffer(1, depth_max * ((std::min(kRowChunk, m) + kMaxRows - 1) / kMaxRows * kMaxRows));
+  for (std::int64_t k0 = 0; k0 < k; k0 += kDepthBlock) {
+    const std::int64_t depth = std::min(kDepthBlock, k - k0);
+    pack_columns_of_b(b + k0 * ldb, ldb, depth, 0, n, packed_b);
+    for (std::int64_t c0 = 0; c0 < m; c0 += kRowChunk) {
+      const std::int64_t rows = std::min(kRowChunk, m - c0);
+      pack_columns_of_a(a + k0 * lda, lda, depth, c0, rows, packed_a);
+      for (std::int64_t p = 0; p < panels; ++p) {
+        const auto [lo, hi] = column_masks(std::min(kPanel, n - p * kPanel));
+        for (std::int64_t r = 0; r < rows; r += kMaxRows)
+          kernel_for<true>(static_cast<int>(std::min(kMaxRows, rows - r)))(
+              packed_a + r * depth, kMaxRows, packed_b + p * kPanel * depth, depth, c + (c0 + r) * ldc + p * kPanel,
+              ldc, lo, hi, accumulate || k0 > 0);
+      }
+    }
+  }
+}
+
+}  // namespace
+
+void packed_gemm_tn(std::int64_t m, std::int64_t n, std::int64_t k, const float* a, std::int64_t lda, const float* b,
+                    std::int64_t ldb, float* c, std::int64_t ldc, bool accumulate) {
+  const bool threads = !omp_in_parallel() && omp_get_max_threads() > 1 && m * n * k >= (1 << 20);
+  // Threads split c along its longer side (columns by panels), each packing the other operand whole.
+  const bool by_columns = n >= m && n > PackedWeight::kPanel;
+  std::exception_ptr error;  // an exception may not leave an OpenMP region: rethrown after it
+#pragma omp parallel if (threads)
+  try {
+    const std::int64_t t = omp_get_thread_num(), count = omp_get_num_threads();
+    if (by_columns) {
+      const std::int64_t panels = (n + PackedWeight::kPanel - 1) / PackedWeight::kPanel;
+      const std::int64_t n0 = std::min(n, panels * t / count * PackedWeight::kPanel);
+      const std::int64_t n1 = std::min(n, panels * (t + 1) / count * PackedWeight::kPanel);
+      if (n1 > n0) gemm_tn_serial(m, n1 - n0, k, a, lda, b + n0, ldb, c + n0, ldc, accumulate);
+    } else {
+      const std::int64_t m0 = m * t / count, m1 = m * (t + 1) / count;
+      if (m1 > m0) gemm_tn_serial(m1 - m0, n, k, a + m0, lda, b, ldb, c + m0 * ldc, ldc, accumulate);
+    }
+  } catch (...) {
+#pragma omp critical(packed_gemm_tn_error)
+    if (!error) error = std::current_exception();
+  }
+  if (error) std::rethrow_exception(error);
 }
 
 #else
@@ -140,6 +262,11 @@ bool packed_gemm_available() { return false; }
 
 void packed_gemm_nt(std::int64_t, const float*, std::int64_t, const PackedWeight&, float*, std::int64_t) {
   fail("packed_gemm_nt: this build has no AVX-512 (see packed_gemm_available)");
+}
+
+void packed_gemm_tn(std::int64_t, std::int64_t, std::int64_t, const float*, std::int64_t, const float*, std::int64_t,
+                    float*, std::int64_t, bool) {
+  fail("packed_gemm_tn: this build has no AVX-512 (see packed_gemm_available)");
 }
 
 #endif

@@ -27,10 +27,11 @@ class PackedWeight {
   const float* panel(std::int64_t p) const { return data_.get() + p * kPanel * k_; }
   std::int64_t panels() const { return (n_ + kPanel - 1) / kPanel; }
 
- private:
-  struct Free {
+  struct Free {  // of aligned_alloc's memory
     void operator()(float* p) const;
   };
+
+ private:
   void pack(const float* src, std::int64_t ld, bool rows_are_columns);
   std::int64_t n_, k_;
   std::unique_ptr<float, Free> data_;
@@ -45,6 +46,14 @@ bool packed_gemm_available();
 // parallel region.
 void packed_gemm_nt(std::int64_t m, const float* a, std::int64_t lda, const PackedWeight& w, float* c,
                     std::int64_t ldc);
+
+// c[m, n] = a^T b, or c += a^T b when accumulating: a [k, m] and b [k, n] row-major (rows lda and
+// ldb apart), c rows ldc apart; the weight gradient dY^T x of training. Each element is one chain
+// of fused multiply-adds over k in order (from 0, or from c). Packs both operands a block of rows
+// at a time; threads share a's packing and split c's columns, unless called inside a parallel
+// region.
+void packed_gemm_tn(std::int64_t m, std::int64_t n, std::int64_t k, const float* a, std::int64_t lda, const float* b,
+                    std::int64_t ldb, float* c, std::int64_t ldc, bool accumulate = false);
 
 // While one lives, float32 CPU matmuls of the form x @ W^T against one of `weights` (2-D, the
 // same data) run on packed copies of them, in every thread of the process. The weights must not
