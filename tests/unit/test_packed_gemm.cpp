@@ -1,6 +1,7 @@
 // GEMMs against packed weights (kernels/cpu/packed_gemm.h): exact against ordered fused
 // multiply-adds, used by matmul for the weights of a live scope (decoding) and for large x @ op(B).
 #include <gtest/gtest.h>
+#include <omp.h>
 
 #include <cmath>
 #include <vector>
@@ -130,25 +131,28 @@ TEST(PackedGemm, TransposedAEqualsOrderedFusedMultiplyAdds) {
   struct Shape3 {
     std::int64_t m, n, k;
   };
-  for (const Shape3 s : {Shape3{1, 1, 1}, Shape3{13, 31, 7}, Shape3{12, 33, 192}, Shape3{25, 70, 193},
-                         Shape3{500, 40, 90}, Shape3{60, 300, 400}, Shape3{130, 100, 500}}) {
-    for (const bool accumulate : {false, true}) {
-      SCOPED_TRACE(std::to_string(s.m) + " x " + std::to_string(s.n) + " x " + std::to_string(s.k) +
-                   (accumulate ? " accumulating" : ""));
-      const std::int64_t lda = s.m + 3, ldb = s.n + 5, ldc = s.n + 2;
-      const Tensor a = random_f32({s.k, lda}, 21), b = random_f32({s.k, ldb}, 22), c0 = random_f32({s.m, ldc}, 23);
-      std::vector<float> got = values(c0), want = values(c0);
-      if (!accumulate)  // c's elements inside the product start from 0; those past n stay
-        for (std::int64_t i = 0; i < s.m; ++i) std::fill_n(want.begin() + i * ldc, s.n, 0.0f);
-      cpu::packed_gemm_tn(s.m, s.n, s.k, a.data<float>(), lda, b.data<float>(), ldb, got.data(), ldc, accumulate);
-      ordered_fma_tn(s.m, s.n, s.k, a.data<float>(), lda, b.data<float>(), ldb, want.data(), ldc);
-      EXPECT_EQ(got, want);
-    }
-  }
+  const int threads = omp_get_max_threads();
+  for (const Shape3 s : {Shape3{1, 1, 1}, Shape3{3, 4, 0}, Shape3{13, 31, 7}, Shape3{12, 33, 192}, Shape3{25, 70, 193},
+                         Shape3{500, 40, 90}, Shape3{60, 300, 400}, Shape3{130, 100, 500}, Shape3{30, 40, 1000}})
+    for (const int t : {threads, 3})  // 3: uneven splits, and a thread without a panel (30 x 40)
+      for (const bool accumulate : {false, true}) {
+        omp_set_num_threads(t);
+        SCOPED_TRACE(std::to_string(s.m) + " x " + std::to_string(s.n) + " x " + std::to_string(s.k) + ", " +
+                     std::to_string(t) + " threads" + (accumulate ? ", accumulating" : ""));
+        const std::int64_t lda = s.m + 3, ldb = s.n + 5, ldc = s.n + 2;
+        const Tensor a = random_f32({s.k, lda}, 21), b = random_f32({s.k, ldb}, 22), c0 = random_f32({s.m, ldc}, 23);
+        std::vector<float> got = values(c0), want = values(c0);
+        if (!accumulate)  // c's elements inside the product start from 0; those past n stay
+          for (std::int64_t i = 0; i < s.m; ++i) std::fill_n(want.begin() + i * ldc, s.n, 0.0f);
+        cpu::packed_gemm_tn(s.m, s.n, s.k, a.data<float>(), lda, b.data<float>(), ldb, got.data(), ldc, accumulate);
+        ordered_fma_tn(s.m, s.n, s.k, a.data<float>(), lda, b.data<float>(), ldb, want.data(), ldc);
+        EXPECT_EQ(got, want);
+      }
+  omp_set_num_threads(threads);
 }
 
 // Weight gradients and the loss's accumulated dW (beta 1) take the packed kernel from 2^22
-// multiply-adds (so not BLAS's sums); smaller products stay on BLAS.
+// multiply-adds: each element is the ordered chain, not BLAS's sums.
 TEST(PackedGemm, LargeTransposedMatmulsTakeThePackedKernel) {
   SKIP_WITHOUT_PACKED_KERNEL();
   const std::int64_t rows = 600, m = 96, n = 80;

@@ -167,6 +167,7 @@ float* thread_buffer(int which, std::int64_t floats) {
   thread_local std::array<Buffer, 2> buffers;
   Buffer& b = buffers[static_cast<std::size_t>(which)];
   if (b.size < floats) {
+    b.size = 0;  // no buffer if the allocation fails
     b.data.reset(static_cast<float*>(std::aligned_alloc(64, static_cast<std::size_t>((floats + 15) / 16 * 64))));
     TESSERA_CHECK(b.data != nullptr, "packed gemm: out of host memory for a buffer of {} floats", floats);
     b.size = floats;
@@ -234,6 +235,9 @@ void gemm_tn_serial(std::int64_t m, std::int64_t n, std::int64_t k, const float*
 
 void packed_gemm_tn(std::int64_t m, std::int64_t n, std::int64_t k, const float* a, std::int64_t lda, const float* b,
                     std::int64_t ldb, float* c, std::int64_t ldc, bool accumulate) {
+  if (k == 0 && !accumulate)  // a sum of no products
+    for (std::int64_t i = 0; i < m; ++i) std::fill_n(c + i * ldc, n, 0.0f);
+  if (m == 0 || n == 0 || k == 0) return;
   const bool threads = !omp_in_parallel() && omp_get_max_threads() > 1 && m * n * k >= (1 << 20);
   // Threads split c along its longer side (columns by panels), each packing the other operand whole.
   const bool by_columns = n >= m && n > PackedWeight::kPanel;

@@ -1,7 +1,7 @@
-// Inference GEMMs against weights packed once: y = x W^T with W [N, K] a weight that does not
-// change while it is packed (decoding). OpenBLAS repacks W on every call, which in beam search (a
-// few hundred rows against the whole weight) took as long as a third of the multiplication; here
-// W is laid out once in panels of 32 of its rows, and x is read where it is.
+// Float32 GEMMs on our AVX-512 kernel: y = x W^T against a weight packed once (decoding: OpenBLAS
+// repacked W on every call, in beam search as long as a third of the multiplication), the same
+// against an operand packed per call (training's x W^T and dY W), and dY^T x (weight gradients).
+// W is laid out in panels of 32 of its rows, and x is read where it is.
 #pragma once
 
 #include <cstdint>
@@ -49,9 +49,9 @@ void packed_gemm_nt(std::int64_t m, const float* a, std::int64_t lda, const Pack
 
 // c[m, n] = a^T b, or c += a^T b when accumulating: a [k, m] and b [k, n] row-major (rows lda and
 // ldb apart), c rows ldc apart; the weight gradient dY^T x of training. Each element is one chain
-// of fused multiply-adds over k in order (from 0, or from c). Packs both operands a block of rows
-// at a time; threads share a's packing and split c's columns, unless called inside a parallel
-// region.
+// of fused multiply-adds over k in order (from 0, or from c). Packs both
+// operands a block of rows at a time. Threads split c along its longer side, each packing what it
+// reads itself, unless called inside a parallel region.
 void packed_gemm_tn(std::int64_t m, std::int64_t n, std::int64_t k, const float* a, std::int64_t lda, const float* b,
                     std::int64_t ldb, float* c, std::int64_t ldc, bool accumulate = false);
 
