@@ -104,14 +104,13 @@ void Batcher::plan_epoch() {
     return;
   }
   // Windows of about `window` batches' worth of tokens (by each example's max(Ls, Lt)), each
-  // sorted stably by (target length, source length) and cut on its own: a padded target row costs
-  // about four times a source row (the decoder's layers and the output projection).
+  // sorted stably by (source length, target length) and cut on its own.
   const std::int64_t window_tokens = opt_.window > std::numeric_limits<std::int64_t>::max() / opt_.batch_tokens
                                          ? std::numeric_limits<std::int64_t>::max()
                                          : opt_.window * opt_.batch_tokens;
   auto by_length = [&](std::uint32_t a, std::uint32_t b) {
-    if (ex.tgt_size(a) != ex.tgt_size(b)) return ex.tgt_size(a) < ex.tgt_size(b);
-    return ex.src_size(a) < ex.src_size(b);
+    if (ex.src_size(a) != ex.src_size(b)) return ex.src_size(a) < ex.src_size(b);
+    return ex.tgt_size(a) < ex.tgt_size(b);
   };
   std::uint32_t begin = 0;
   while (begin < count) {

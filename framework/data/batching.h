@@ -24,10 +24,6 @@ struct Batch {
 // Builds one batch from the given examples (in the given order).
 Batch make_batch(const ExampleSet& examples, const std::vector<std::int64_t>& indices);
 
-// The order of pairs inside a window, recorded in checkpoints: 1, by (target, source) length. Files
-// without it (0) were written by builds that sorted by (source, target) length.
-constexpr std::int64_t kBatchOrder = 1;
-
 struct BatcherOptions {
   std::int64_t batch_tokens = 4096;  // per batch: rows * max(Ls, Lt) <= batch_tokens (at least one row)
   std::uint64_t seed = 1;

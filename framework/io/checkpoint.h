@@ -62,9 +62,6 @@ struct TrainingState {
   std::uint64_t train_fingerprint = 0;
   // The train.max_steps that train.fit_steps_to_time fitted (0: none, and in files before it).
   std::int64_t fitted_max_steps = 0;
-  // How the batcher ordered each window's pairs (data::kBatchOrder); 0 in files before it, whose
-  // builds sorted by (source, target) length.
-  std::int64_t batch_order = 0;
 };
 
 struct Checkpoint {

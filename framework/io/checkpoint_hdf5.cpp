@@ -43,11 +43,9 @@ std::uint32_t state_checksum(std::int64_t file_step, const TrainingState& s) {
                                  u(s.validations_since_best),
                                  u(s.last_validated_step),
                                  s.train_fingerprint,
-                                 u(s.fitted_max_steps),
-                                 u(s.batch_order)};
-  // A file without a batch order (or also without a fitted max_steps) sums the words before it
-  // alone, as files written before them did.
-  const std::size_t count = std::size(words) - (s.batch_order != 0 ? 0 : s.fitted_max_steps != 0 ? 1 : 2);
+                                 u(s.fitted_max_steps)};
+  // A file without a fitted max_steps sums the words before it alone, as files written before it did.
+  const std::size_t count = std::size(words) - (s.fitted_max_steps == 0 ? 1 : 0);
   return checksum(words, count * sizeof(std::uint64_t));
 }
 

@@ -75,7 +75,6 @@ void read_header(const Reader& r, hid_t file, std::int64_t& step, std::string& c
   if (r.has_attr(g.id(), "train_fingerprint"))
     s.train_fingerprint = static_cast<std::uint64_t>(r.int_attr(g.id(), "train_fingerprint"));
   if (r.has_attr(g.id(), "fitted_max_steps")) s.fitted_max_steps = r.int_attr(g.id(), "fitted_max_steps");
-  if (r.has_attr(g.id(), "batch_order")) s.batch_order = r.int_attr(g.id(), "batch_order");
   if (r.has_attr(g.id(), "crc32")) {  // files written before it have none
     const auto expected = static_cast<std::uint32_t>(r.int_attr(g.id(), "crc32"));
     const std::uint32_t actual = state_checksum(step, s);

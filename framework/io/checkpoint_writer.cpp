@@ -48,7 +48,6 @@ void write_state(Writer& w, hid_t file, std::int64_t file_step, const TrainingSt
   w.int_attr(g.id(), "last_validated_step", s.last_validated_step);
   w.int_attr(g.id(), "train_fingerprint", static_cast<std::int64_t>(s.train_fingerprint));
   if (s.fitted_max_steps > 0) w.int_attr(g.id(), "fitted_max_steps", s.fitted_max_steps);
-  if (s.batch_order > 0) w.int_attr(g.id(), "batch_order", s.batch_order);
 }
 
 void write_tensors(Writer& w, hid_t parent, const char* name, const std::string& group_path, const TensorMap& tensors) {

@@ -67,13 +67,6 @@ void Run::resume(const std::string& path) {
         "resume: the training text ({}, {}) is not the text the checkpoint was trained on (fingerprint {:016x} "
         "there, {:016x} now): the batches from here on are not those the run would have drawn\n",
         cfg_.data.train_src, cfg_.data.train_tgt, s.train_fingerprint, task_.train_fingerprint);
-  // Checkpoints of builds before kBatchOrder: said, as for another text (the epoch's plan differs).
-  if (s.batch_order != data::kBatchOrder && s.position > 0)
-    fmt::print(
-        "resume: {} was written by a build that ordered batches by (source, target) length; this one orders them "
-        "by (target, source): the rest of epoch {} draws other batches than the run would have (some pairs again, "
-        "some not at all); later epochs are whole\n",
-        path, s.epoch + 1);
   // Rank 0 looks (the folders may not be shared): every rank validates alike.
   std::error_code ec;
   const std::filesystem::path folder = std::filesystem::path(path).parent_path().empty()
@@ -178,8 +171,7 @@ io::Checkpoint Run::snapshot(bool with_state) const {
                               .validations_since_best = validations_since_best_,
                               .last_validated_step = last_validated_step_,
                               .train_fingerprint = task_.train_fingerprint,
-                              .fitted_max_steps = fitted_max_steps_,
-                              .batch_order = data::kBatchOrder};
+                              .fitted_max_steps = fitted_max_steps_};
   return c;
 }
 

@@ -62,8 +62,7 @@ io::Checkpoint sample_checkpoint() {
                               .best_valid_step = 40,
                               .validations_since_best = 3,
                               .last_validated_step = 38,
-                              .train_fingerprint = 0xfedcba9876543210ULL,
-                              .batch_order = 1};
+                              .train_fingerprint = 0xfedcba9876543210ULL};
   // Any bytes: zeros, high bytes, an empty one.
   c.vocabularies = {{"src", std::string("\x0a\x00\xff\x80model", 9)}, {"tgt", ""}};
   return c;
@@ -112,8 +111,6 @@ TEST_F(CheckpointTest, FullCheckpointRoundTripsExactly) {
   EXPECT_EQ(r.state->validations_since_best, 3);
   EXPECT_EQ(r.state->last_validated_step, 38);
   EXPECT_EQ(r.state->train_fingerprint, 0xfedcba9876543210ULL);  // all 64 bits, the top one too
-  EXPECT_EQ(r.state->fitted_max_steps, 0);
-  EXPECT_EQ(r.state->batch_order, 1);
   EXPECT_EQ(r.vocabularies, c.vocabularies);
 }
 
@@ -126,13 +123,11 @@ TEST_F(CheckpointTest, AFileWithoutTheValidationCountLoadsWithZero) {
   const hid_t g = H5Gopen2(f, "train", H5P_DEFAULT);
   ASSERT_GE(H5Adelete(g, "validations_since_best"), 0);
   ASSERT_GE(H5Adelete(g, "last_validated_step"), 0);
-  ASSERT_GE(H5Adelete(g, "crc32"), 0);        // newer still
-  ASSERT_GE(H5Adelete(g, "batch_order"), 0);  // and newer
+  ASSERT_GE(H5Adelete(g, "crc32"), 0);  // newer still
   H5Gclose(g);
   H5Fclose(f);
   const io::Checkpoint r = io::load_checkpoint(path("old.h5"));
   ASSERT_TRUE(r.state.has_value());
-  EXPECT_EQ(r.state->batch_order, 0);  // (source, target) order
   EXPECT_EQ(r.state->validations_since_best, 0);
   EXPECT_EQ(r.state->last_validated_step, r.state->step);
   EXPECT_EQ(r.state->best_valid_step, 40);
@@ -614,8 +609,7 @@ TEST_F(CheckpointTest, ChangedTrainingStateFailsItsChecksum) {
     H5Gclose(g);
     H5Fclose(f);
   };
-  for (const auto& [group, name] :
-       {std::pair{"train", "optimizer_step"}, {"train", "position"}, {"train", "batch_order"}}) {
+  for (const auto& [group, name] : {std::pair{"train", "optimizer_step"}, {"train", "position"}}) {
     io::save_checkpoint(path("c.h5"), sample_checkpoint());
     set_attr(group, name, 11);
     const std::string msg = error_of([&] { io::load_checkpoint(path("c.h5")); });
