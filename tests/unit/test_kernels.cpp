@@ -1,6 +1,7 @@
 // CPU kernels used without autograd: values against direct formulas, and their error messages.
 #include <fmt/format.h>
 #include <gtest/gtest.h>
+#include <omp.h>
 
 #include <algorithm>
 #include <bit>
@@ -156,6 +157,27 @@ TEST(Elementwise, UnaryAndLargeParallelPath) {
     EXPECT_EQ(t[i], std::tanh(xs[i]));
     EXPECT_EQ(af[i], 3.0 * xs[i] - 1.0);
   }
+}
+
+// Bias gradients split the columns between threads: each output element is still the sum of its
+// rows in order (as one thread adds them), for every thread count and a partial last cache line.
+TEST(Elementwise, SumToShapeAddsRowsInOrderOnEveryThreadCount) {
+  const Tensor x = random_t({7, 300, 37}, 5, DType::f32);  // above the OpenMP threshold
+  const auto xs = x.to_doubles();
+  std::vector<float> bias(37, 0.0f), per_batch(7 * 37, 0.0f);
+  for (std::size_t i = 0; i < xs.size(); ++i) {
+    bias[i % 37] += static_cast<float>(xs[i]);
+    per_batch[i / (300 * 37) * 37 + i % 37] += static_cast<float>(xs[i]);
+  }
+  const int threads = omp_get_max_threads();
+  for (const int t : {1, 2, 3}) {
+    omp_set_num_threads(t);
+    const auto got = cpu::sum_to_shape(x, {37}).to_doubles();
+    const auto got_batch = cpu::sum_to_shape(x, {7, 1, 37}).to_doubles();
+    for (std::size_t j = 0; j < bias.size(); ++j) EXPECT_EQ(got[j], bias[j]) << t << " threads, column " << j;
+    for (std::size_t j = 0; j < per_batch.size(); ++j) EXPECT_EQ(got_batch[j], per_batch[j]) << t << " threads, " << j;
+  }
+  omp_set_num_threads(threads);
 }
 
 // A NaN going into ReLU comes out NaN (PyTorch's rule): mapping it to 0 would hide a diverging

@@ -1,5 +1,8 @@
 #include "kernels/cpu/elementwise.h"
 
+#include <omp.h>
+
+#include <algorithm>
 #include <cmath>
 
 namespace tessera::cpu {
@@ -227,24 +230,32 @@ Tensor sum_to_shape(const Tensor& t, const Shape& shape) {
   dispatch_float("sum_to_shape", t.dtype(), [&]<typename T>() {
     const T* in = t.data<T>();
     T* o = out.data<T>();
-    // Serial: many input rows land on the same output row.
     const std::size_t r = full.size();
     const std::int64_t inner = full[r - 1];
     const std::int64_t rows = inner == 0 ? 0 : t.numel() / inner;
-    for (std::int64_t row = 0; row < rows; ++row) {
-      std::int64_t rem = row, oo = 0;
-      for (std::size_t d = r - 1; d-- > 0;) {
-        oo += (rem % full[d]) * so[d];
-        rem /= full[d];
-      }
-      const T* x = in + row * inner;
-      T* y = o + oo;
-      const std::int64_t st = so[r - 1];
-      if (st == 1) {  // a bias gradient: whole rows added (vectorizes)
+    const std::int64_t st = so[r - 1];
+    // Many input rows land on the same output row, so the threads split the columns (in cache
+    // lines) and each adds every row in order: the same sums as one thread, bit for bit.
+    const std::int64_t lines = st == 1 ? (inner + 15) / 16 : 1;
+#pragma omp parallel if (lines > 1 && t.numel() > 32768)
+    {
+      const std::int64_t count = omp_get_num_threads(), id = omp_get_thread_num();
+      const std::int64_t c0 = std::min(inner, 16 * (lines * id / count));
+      const std::int64_t c1 = st == 1 ? std::min(inner, 16 * (lines * (id + 1) / count)) : inner;
+      for (std::int64_t row = 0; row < rows && c0 < c1; ++row) {
+        std::int64_t rem = row, oo = 0;
+        for (std::size_t d = r - 1; d-- > 0;) {
+          oo += (rem % full[d]) * so[d];
+          rem /= full[d];
+        }
+        const T* x = in + row * inner;
+        T* y = o + oo;
+        if (st == 1) {  // a bias gradient: whole rows added (vectorizes)
 #pragma omp simd
-        for (std::int64_t i = 0; i < inner; ++i) y[i] += x[i];
-      } else {
-        for (std::int64_t i = 0; i < inner; ++i) y[i * st] += x[i];
+          for (std::int64_t i = c0; i < c1; ++i) y[i] += x[i];
+        } else {
+          for (std::int64_t i = 0; i < inner; ++i) y[i * st] += x[i];
+        }
       }
     }
   });
