@@ -303,10 +303,9 @@ Tensor cross_entropy_backward(const Tensor& dloss, const Tensor& logits, const T
 CrossEntropyWithGrad cross_entropy_with_grad(const Tensor& logits, const Tensor& targets, double smoothing,
                                              std::int32_t ignore_index) {
   if (on_cpu(logits)) {
-    CrossEntropyWithGrad r{cpu::cross_entropy_forward(logits, targets, smoothing, ignore_index), {}};
-    r.dlogits = cpu::cross_entropy_backward(Tensor::full({logits.size(0)}, 1.0, logits.dtype()), logits, targets,
-                                            r.out.lse, smoothing, ignore_index);
-    return r;
+    Tensor dlogits = logits.clone();
+    CrossEntropyOutput out = cpu::cross_entropy_forward_backward(dlogits, targets, smoothing, ignore_index);
+    return CrossEntropyWithGrad{std::move(out), std::move(dlogits)};
   }
   ON_GPU({
     cuda::FusedCrossEntropy f = cuda::cross_entropy_fused(logits, targets, smoothing, ignore_index, 1.0);

@@ -90,7 +90,7 @@ CrossEntropyOutput cross_entropy_forward(const Tensor& logits, const Tensor& tar
 Tensor cross_entropy_backward(const Tensor& dloss, const Tensor& logits, const Tensor& targets, const Tensor& lse,
                               double smoothing, std::int32_t ignore_index);
 // The forward and the gradient of sum_i loss_i with respect to the logits: one pass over the
-// logits on the GPU (the fused kernel), the forward then the backward on the CPU.
+// logits on the GPU (the fused kernel), one exp per logit on the CPU.
 struct CrossEntropyWithGrad {
   CrossEntropyOutput out;
   Tensor dlogits;

@@ -551,6 +551,35 @@ TEST(CrossEntropy, MaskedAndHugeLogitsGiveTheLoss) {
   }
 }
 
+// The training loss's fused kernel: the forward's outputs, and the logits replaced by
+// cross_entropy_backward's gradient for dloss = 1 (rounded differently: exp(z - m) / sum).
+TEST(CrossEntropy, ForwardBackwardInPlaceEqualsTheTwoOps) {
+  const std::int64_t n = 40, v = 1000;  // above the OpenMP threshold
+  std::vector<std::int32_t> ids(n);
+  for (std::int64_t i = 0; i < n; ++i) ids[static_cast<std::size_t>(i)] = static_cast<std::int32_t>((i * 37) % v);
+  ids[3] = ids[17] = -100;  // ignored rows
+  const Tensor t = Tensor::from(ids, {n});
+  for (DType dt : {DType::f32, DType::f64})
+    for (double eps : {0.0, 0.1}) {
+      SCOPED_TRACE(std::string(dtype_name(dt)) + " smoothing " + std::to_string(eps));
+      const double tol = dt == DType::f32 ? 2e-6 : 1e-14;
+      const Tensor z = cpu::affine(random_t({n, v}, 9, dt), 8.0, 0.0);
+      const auto f = cpu::cross_entropy_forward(z, t, eps, -100);
+      const auto want = cpu::cross_entropy_backward(Tensor::full({n}, 1.0, dt), z, t, f.lse, eps, -100).to_doubles();
+      Tensor dz = z.clone();
+      const auto fb = cpu::cross_entropy_forward_backward(dz, t, eps, -100);
+      for (const auto& [got, ref] : {std::pair{fb.loss, f.loss}, {fb.nll, f.nll}, {fb.lse, f.lse}}) {
+        const auto g = got.to_doubles(), r = ref.to_doubles();
+        for (std::size_t i = 0; i < g.size(); ++i) EXPECT_NEAR(g[i], r[i], tol * std::max(1.0, std::abs(r[i]))) << i;
+      }
+      const auto got = dz.to_doubles();
+      for (std::size_t i = 0; i < got.size(); ++i) ASSERT_NEAR(got[i], want[i], tol) << i;
+      EXPECT_EQ(fb.loss.to_doubles()[3], 0.0);
+      EXPECT_TRUE(
+          std::all_of(got.begin() + 17 * v, got.begin() + 18 * v, [](double g) { return g == 0.0; }));  // ignored
+    }
+}
+
 // ---------------------------------------------------------------- Adam
 // The CPU Adam is the fused CUDA Adam's twin, bit for bit: each operation rounded on its own in the
 // rule's order, also in its vectorized, threaded loop (a contracted multiply-add, or a fast-math

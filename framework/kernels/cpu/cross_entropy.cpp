@@ -1,5 +1,6 @@
 #include "kernels/cpu/cross_entropy.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 
@@ -96,6 +97,60 @@ CrossEntropyOutput cross_entropy_forward(const Tensor& logits, const Tensor& tar
         loss[i] += eps * (log_sum - sum_shifted / vocab);
       }
     }
+  });
+  return out;
+}
+
+namespace {
+// One row of cross_entropy_forward_backward: the row's losses from its logits, which it then
+// replaces by their gradient. exp(z - m) is computed once, kept in the row between the passes.
+template <typename T>
+void row_loss_and_gradient(T* row, std::int64_t v, std::int32_t target, T eps, std::int32_t ignore_index, T& loss,
+                           T& nll, T& lse) {
+  T m = -std::numeric_limits<T>::infinity();
+#pragma omp simd reduction(max : m)
+  for (std::int64_t j = 0; j < v; ++j) m = std::max(m, row[j]);
+  const bool ignored = target == ignore_index;
+  const T z_target = ignored ? T(0) : row[target];
+  T sum = 0, sum_shifted = 0;
+#pragma omp simd reduction(+ : sum, sum_shifted)
+  for (std::int64_t j = 0; j < v; ++j) {
+    sum_shifted += row[j] - m;
+    row[j] = exp_vec(row[j] - m);
+    sum += row[j];
+  }
+  const T log_sum = std::log(sum);
+  lse = m + log_sum;
+  if (ignored) {
+    loss = nll = 0;
+    std::fill_n(row, v, T(0));
+    return;
+  }
+  nll = (m - z_target) + log_sum;
+  // As cross_entropy_forward: a -inf logit would make the uniform part 0 * inf without smoothing.
+  loss = (T(1) - eps) * nll + (eps > 0 ? eps * (log_sum - sum_shifted / static_cast<T>(v)) : T(0));
+  const T inv_sum = T(1) / sum, uniform = eps / static_cast<T>(v);
+#pragma omp simd
+  for (std::int64_t j = 0; j < v; ++j) row[j] = row[j] * inv_sum - uniform;
+  row[target] -= T(1) - eps;
+}
+}  // namespace
+
+CrossEntropyOutput cross_entropy_forward_backward(Tensor& logits, const Tensor& targets, double smoothing,
+                                                  std::int32_t ignore_index) {
+  const XentDims dm = xent_dims("cross_entropy_forward_backward", logits, targets, smoothing, ignore_index);
+  CrossEntropyOutput out{Tensor::empty({dm.n}, logits.dtype()), Tensor::empty({dm.n}, logits.dtype()),
+                         Tensor::empty({dm.n}, logits.dtype())};
+  dispatch_float("cross_entropy_forward_backward", logits.dtype(), [&]<typename T>() {
+    T* z = logits.data<T>();
+    const std::int32_t* t = targets.data<std::int32_t>();
+    T* loss = out.loss.data<T>();
+    T* lse = out.lse.data<T>();
+    T* nll = out.nll.data<T>();
+    const T eps = static_cast<T>(smoothing);
+#pragma omp parallel for schedule(static) if (dm.n * dm.v > 32768)
+    for (std::int64_t i = 0; i < dm.n; ++i)
+      row_loss_and_gradient(z + i * dm.v, dm.v, t[i], eps, ignore_index, loss[i], nll[i], lse[i]);
   });
   return out;
 }

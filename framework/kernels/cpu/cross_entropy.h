@@ -17,6 +17,10 @@ CrossEntropyOutput cross_entropy_forward(const Tensor& logits, const Tensor& tar
 // dlogits[i, :] = dloss[i] * (softmax(logits[i]) - q_i), zero for ignored rows. dloss: [N].
 Tensor cross_entropy_backward(const Tensor& dloss, const Tensor& logits, const Tensor& targets, const Tensor& lse,
                               double smoothing, std::int32_t ignore_index);
+// Both at once for dloss = 1 (a training step's loss): returns the forward's outputs and replaces
+// the logits by their gradient, with one exp per logit instead of two.
+CrossEntropyOutput cross_entropy_forward_backward(Tensor& logits, const Tensor& targets, double smoothing,
+                                                  std::int32_t ignore_index);
 
 // Vocabulary parallelism: logits [N, Vb] are the columns [first, first + Vb) of the logits over
 // the whole vocabulary, targets int32 [N] ids of that vocabulary. Per row, over this block:
