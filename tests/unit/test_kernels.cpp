@@ -425,24 +425,31 @@ TEST(Dropout, MaskIsAPureFunctionOfSeedOffsetAndIndex) {
 }
 
 // Every element against philox::dropout_keep (the GPU's test), for sizes around the CPU's groups
-// of 8 Philox blocks (32 elements) and probabilities whose float is not exact; dropped elements
-// are +0 even where the input is infinite or NaN, kept ones are x / (1 - p).
+// (8 Philox blocks, 32 elements; float with AVX-512: 16 blocks, 64 elements), probabilities whose
+// float is not exact, and counters that carry into their high word; dropped elements are +0 even
+// where the input is infinite or NaN, kept ones are x / (1 - p).
 TEST(Dropout, EveryElementDecidesAsDropoutKeepAndDroppedAreZero) {
   for (const DType dtype : {DType::f32, DType::f64}) {
-    for (const std::int64_t n : {1, 5, 31, 32, 33, 64, 95, 4099}) {
-      for (const double p : {0.0, 0.1, 0.3, 0.5, 0.9}) {
+    for (const std::int64_t n : {1, 5, 31, 32, 33, 63, 64, 65, 95, 129, 4099}) {
+      for (const auto& [p, offset] : {std::pair{0.0, 77ull},
+                                      {0.1, 77ull},
+                                      {0.3, 77ull},
+                                      {0.5, 77ull},
+                                      {0.9, 77ull},
+                                      {0.1, (1ull << 32) - 9},
+                                      {0.5, (5ull << 32) - 300}}) {
         std::vector<double> xs(static_cast<std::size_t>(n));
         for (std::size_t i = 0; i < xs.size(); ++i)
           xs[i] = i % 7 == 3    ? std::numeric_limits<double>::infinity()
                   : i % 11 == 5 ? std::numeric_limits<double>::quiet_NaN()
                                 : 0.25 * static_cast<double>(i % 13) - 1.0;
         const Tensor x = Tensor::from_doubles(xs, {n}, dtype);
-        const auto y = cpu::dropout_forward(x, p, 0x1234567890ull, 77).to_doubles();
+        const auto y = cpu::dropout_forward(x, p, 0x1234567890ull, offset).to_doubles();
         const double scale =
             dtype == DType::f32 ? static_cast<double>(static_cast<float>(1.0 / (1.0 - p))) : 1.0 / (1.0 - p);
         for (std::size_t i = 0; i < xs.size(); ++i) {
-          SCOPED_TRACE(fmt::format("{} n={} p={} i={}", dtype_name(dtype), n, p, i));
-          if (philox::dropout_keep(0x1234567890ull, 77, i, static_cast<float>(p))) {
+          SCOPED_TRACE(fmt::format("{} n={} p={} offset={} i={}", dtype_name(dtype), n, p, offset, i));
+          if (philox::dropout_keep(0x1234567890ull, offset, i, static_cast<float>(p))) {
             if (std::isnan(xs[i])) {
               EXPECT_TRUE(std::isnan(y[i]));
             } else {
