@@ -188,14 +188,8 @@ Var linear_act(const Var& x, const Var& w, const Var& b, bool relu, const char* 
   std::int64_t rows = 1;
   for (std::size_t i = 0; i + 1 < sx.size(); ++i) rows *= sx[i];
   const Tensor x2 = vx.reshape({rows, sx.back()});
-  Tensor y = kernels::matmul(x2, vw, false, true);
   const Tensor vb = b.defined() ? b.value() : Tensor();
-  if (y.device() == Device::cpu) {
-    if (vb.defined() || relu) kernels::bias_relu_inplace(y, vb, relu);
-  } else {  // the GPU's elementwise kernels write new tensors: no copy back into y
-    if (vb.defined()) y = kernels::add(y, vb);
-    if (relu) y = kernels::unary(UnaryOp::relu, y);
-  }
+  const Tensor y = kernels::linear_bias_relu(x2, vw, vb, relu);
   const bool need_x = x.requires_grad(), need_w = w.requires_grad(), need_b = b.defined() && b.requires_grad();
   std::vector<Var> inputs = {x, w};
   if (b.defined()) inputs.push_back(b);

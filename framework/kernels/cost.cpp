@@ -33,6 +33,10 @@ Cost full(std::int64_t n, int elem) { return {span(n, elem), 0}; }
 Cost matmul(std::int64_t m, std::int64_t n, std::int64_t k, int elem) {
   return {span(m * k + k * n + m * n, elem), 2.0 * count(m) * count(n) * count(k)};
 }
+// matmul's traffic plus the bias, read once; an add and a comparison per output element.
+Cost linear_bias_relu(std::int64_t m, std::int64_t n, std::int64_t k, int elem) {
+  return {span(m * k + k * n + m * n + n, elem), 2.0 * count(m) * count(n) * count(k) + 2.0 * count(m) * count(n)};
+}
 // The products' inputs per batch, one output: 2 m n k a product.
 Cost matmul_batch_sum(std::int64_t batch, std::int64_t m, std::int64_t n, std::int64_t k, int elem) {
   return {span(batch * (m * k + k * n) + m * n, elem), 2.0 * count(batch) * count(m) * count(n) * count(k)};

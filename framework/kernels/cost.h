@@ -33,6 +33,7 @@ Cost cast(std::int64_t n, int from_elem, int to_elem);
 Cost full(std::int64_t n, int elem);
 // GEMM and layout: out[m, n] = a[m, k] b[k, n]; the batch sum adds `batch` such products
 Cost matmul(std::int64_t m, std::int64_t n, std::int64_t k, int elem);
+Cost linear_bias_relu(std::int64_t m, std::int64_t n, std::int64_t k, int elem);  // x [m, k] w^T + bias, ReLU
 Cost matmul_batch_sum(std::int64_t batch, std::int64_t m, std::int64_t n, std::int64_t k, int elem);
 Cost permute(std::int64_t n, int elem);  // n elements copied
 Cost concat(std::int64_t n, int elem);

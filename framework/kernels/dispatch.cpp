@@ -194,6 +194,16 @@ Tensor matmul(const Tensor& a, const Tensor& b, bool trans_a, bool trans_b) {
   ON_GPU(return cuda::matmul(a, b, trans_a, trans_b));
 }
 
+Tensor linear_bias_relu(const Tensor& x, const Tensor& w, const Tensor& bias, bool relu) {
+  if (on_cpu(x)) return cpu::linear_bias_relu(x, w, bias, relu);
+  ON_GPU({  // the GPU's elementwise kernels write new tensors
+    Tensor y = cuda::matmul(x, w, false, true);
+    if (bias.defined()) y = binary(BinaryOp::add, y, bias);
+    if (relu) y = cuda::unary(UnaryOp::relu, y);
+    return y;
+  });
+}
+
 Tensor matmul_batch_sum(const Tensor& a, const Tensor& b, bool trans_a, bool trans_b) {
   if (on_cpu(a)) return cpu::matmul_batch_sum(a, b, trans_a, trans_b);
   ON_GPU(return cuda::sum_dim(cuda::matmul(a, b, trans_a, trans_b), 0, false));

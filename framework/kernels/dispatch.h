@@ -49,6 +49,9 @@ void set_allow_tf32(bool allow);
 // float32 GEMMs on the CPU with bfloat16-rounded operands (oneDNN; off by default; no effect on the GPU).
 void set_cpu_bf16_matmul(bool on);
 Tensor matmul(const Tensor& a, const Tensor& b, bool trans_a = false, bool trans_b = false);
+// A linear layer's forward: x [M, K] w^T (+ bias [N]) (then ReLU). The CPU's packed kernel adds
+// the bias and applies the ReLU as it stores each tile of the product.
+Tensor linear_bias_relu(const Tensor& x, const Tensor& w, const Tensor& bias, bool relu);
 // sum_i op(a_i) @ op(b_i) over the batch of 3-D a [batch, ., .] and b [batch, ., .]: on the CPU
 // one GEMM call accumulating every batch into the result, on the GPU a batched GEMM then a sum.
 Tensor matmul_batch_sum(const Tensor& a, const Tensor& b, bool trans_a, bool trans_b);

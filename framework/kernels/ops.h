@@ -13,7 +13,7 @@
   X(binary) X(unary) X(affine) X(relu_backward) X(bias_relu_inplace) X(add_inplace) X(scale_inplace) X(sum_of_squares)  \
   X(sum_to_shape) X(broadcast_to) X(cast) X(full)                                                  \
   /* GEMM and layout */                                                                            \
-  X(matmul) X(matmul_batch_sum) X(permute) X(concat) X(index_rows)                                 \
+  X(matmul) X(linear_bias_relu) X(matmul_batch_sum) X(permute) X(concat) X(index_rows)            \
   X(copy_time_range)                                                                               \
   /* reductions and softmax */                                                                     \
   X(sum_all) X(mean_all) X(sum_dim) X(mean_dim) X(softmax_lastdim) X(log_softmax_lastdim)          \

@@ -128,6 +128,13 @@ std::vector<OpCase> gemm_and_layout_cases() {
                  const Tensor x = b.elem(random({2, 5, 7}, 24)), w = b.elem(random({3, 7}, 25));
                  return std::vector<Out>{{"x w^T", matmul(x, w, false, true), b.tol()}};
                }});
+  c.push_back({"linear_bias_relu", "odd_rows", [](const Backend& b) {
+                 const Tensor x = b.elem(random({33, 65}, 20)), w = b.elem(random({130, 65}, 21));
+                 const Tensor bias = b.elem(random({130}, 22));
+                 return std::vector<Out>{{"x w^T + b", linear_bias_relu(x, w, bias, false), b.tol()},
+                                         {"relu(x w^T + b)", linear_bias_relu(x, w, bias, true), b.tol()},
+                                         {"relu(x w^T)", linear_bias_relu(x, w, Tensor(), true), b.tol()}};
+               }});
   c.push_back({"matmul_batch_sum", "transposed_a", [](const Backend& b) {
                  const Tensor x = b.elem(random({4, 9, 5}, 26)), y = b.elem(random({4, 9, 6}, 27));
                  const Tensor z = b.elem(random({4, 6, 9}, 28));

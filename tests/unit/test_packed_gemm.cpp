@@ -3,12 +3,17 @@
 #include <gtest/gtest.h>
 #include <omp.h>
 
+#include <bit>
 #include <cmath>
+#include <cstdint>
+#include <limits>
+#include <string>
 #include <vector>
 
 #include "kernels/cpu/gemm.h"
 #include "kernels/cpu/packed_gemm.h"
 #include "unit/gradcheck.h"
+#include "unit/test_util.h"
 
 namespace tessera {
 namespace {
@@ -110,6 +115,40 @@ TEST(PackedGemm, LargeMatmulsPackTheirRightOperandPerCall) {
   for (std::int64_t p = 0; p < of_w.panels(); ++p)
     for (std::int64_t i = 0; i < 72 * cpu::PackedWeight::kPanel; ++i)
       ASSERT_EQ(of_b.panel(p)[i], of_w.panel(p)[i]) << "panel " << p << " at " << i;
+}
+
+// A linear layer's forward on the packed kernel: the ordered chain, + bias, then ReLU, as
+// bias_relu_inplace rounds them; a NaN stays NaN, -0 and negatives become +0; partial panels.
+TEST(PackedGemm, LinearAddsBiasAndReluToEachTile) {
+  SKIP_WITHOUT_PACKED_KERNEL();
+  const std::int64_t m = 600, n = 70, k = 72;
+  Tensor x = random_f32({m, k}, 13);
+  const Tensor w = random_f32({n, k}, 14), bias = random_f32({n}, 15);
+  x.data<float>()[5 * k] = std::numeric_limits<float>::quiet_NaN();  // row 5 all NaN
+  const std::vector<float> chain = ordered_fma(x, w);
+  for (const bool with_bias : {false, true})
+    for (const bool relu : {false, true}) {
+      SCOPED_TRACE(std::string(with_bias ? "bias" : "no bias") + (relu ? ", relu" : ""));
+      std::vector<float> want = chain;
+      for (std::size_t i = 0; i < want.size(); ++i) {
+        if (with_bias) want[i] += bias.data<float>()[i % n];
+        if (relu) want[i] = !(want[i] <= 0.0f) ? want[i] : 0.0f;
+      }
+      const std::vector<float> got = values(cpu::linear_bias_relu(x, w, with_bias ? bias : Tensor(), relu));
+      ASSERT_EQ(got.size(), want.size());
+      for (std::size_t i = 0; i < got.size(); ++i) {
+        if (std::isnan(want[i])) {
+          ASSERT_TRUE(std::isnan(got[i])) << i;
+        } else {
+          ASSERT_EQ(std::bit_cast<std::uint32_t>(got[i]), std::bit_cast<std::uint32_t>(want[i])) << i;
+        }
+      }
+    }
+  // -0 from the product: ReLU gives +0 (a zero row of x, a bias of -0).
+  const Tensor zeros = Tensor::zeros({m, k}, DType::f32), minus_zero = Tensor::full({n}, -0.0, DType::f32);
+  for (const float v : values(cpu::linear_bias_relu(zeros, w, minus_zero, true))) ASSERT_FALSE(std::signbit(v));
+  EXPECT_EQ(testing::error_of([&] { (void)cpu::linear_bias_relu(x, w, Tensor::zeros({n + 1}, DType::f32), true); }),
+            "linear: bias [71] for rows of 70 (expected [70])");
 }
 
 // c[i][j] (+)= sum over k in order of a[k][i] b[k][j] (a [k, m] and b [k, n] rows lda and ldb

@@ -4,6 +4,7 @@
 
 #include <type_traits>
 
+#include "kernels/cpu/elementwise.h"
 #include "kernels/cpu/gemm_bf16.h"
 #include "kernels/cpu/packed_gemm.h"
 
@@ -65,21 +66,23 @@ bool packed_matmul_tn(Tensor& out, const Tensor& a, const Tensor& b, const Matmu
 }
 
 // out = a @ op(b) on the packed kernel (packed_gemm.h), when it takes the case; false: BLAS's.
+// The epilogue (x W^T only) is applied when it returns true.
 bool packed_matmul(Tensor& out, const Tensor& a, const Tensor& b, const MatmulDims& d, bool trans_a, bool trans_b,
-                   double alpha, double beta) {
+                   double alpha, double beta, const GemmEpilogue& epilogue = {}) {
   if (a.dtype() != DType::f32 || alpha != 1.0 || bf16_matmul() || !packed_gemm_available()) return false;
-  if (trans_a) return packed_matmul_tn(out, a, b, d, trans_b, beta);
+  const bool has_epilogue = epilogue.bias != nullptr || epilogue.relu;
+  if (trans_a) return !has_epilogue && packed_matmul_tn(out, a, b, d, trans_b, beta);
   if (beta != 0.0 || (b.dim() != 2 && d.batch != 1)) return false;
   const std::int64_t rows = d.batch * d.m;
   if (const PackedWeight* w = trans_b ? find_packed_weight(b.data<float>(), d.n, d.k, b.size(-1)) : nullptr) {
-    packed_gemm_nt(rows, a.data<float>(), a.size(-1), *w, out.data<float>(), d.n);
+    packed_gemm_nt(rows, a.data<float>(), a.size(-1), *w, out.data<float>(), d.n, epilogue);
     return true;
   }
   // Training's x W^T and dY W: packing b costs 1/M of the product, and OpenBLAS packs both
   // operands and zeroes C first (about a fifth of a step's GEMM time).
   if (rows < kPackPerCallRows) return false;
   const PackedWeight packed(b.data<float>(), d.n, d.k, b.size(-1), trans_b);
-  packed_gemm_nt(rows, a.data<float>(), a.size(-1), packed, out.data<float>(), d.n);
+  packed_gemm_nt(rows, a.data<float>(), a.size(-1), packed, out.data<float>(), d.n, epilogue);
   return true;
 }
 
@@ -181,6 +184,24 @@ Tensor matmul(const Tensor& a, const Tensor& b, bool trans_a, bool trans_b) {
   shape[shape.size() - 1] = d.n;
   Tensor out = Tensor::empty(shape, a.dtype());
   matmul_into(out, a, b, trans_a, trans_b, 1.0, 0.0);
+  return out;
+}
+
+Tensor linear_bias_relu(const Tensor& x, const Tensor& w, const Tensor& bias, bool relu) {
+  TESSERA_CHECK(x.dim() == 2 && w.dim() == 2, "linear: expects 2-D x and w, got {} and {}", x.describe(), w.describe());
+  const MatmulDims d = matmul_dims("linear", x, w, false, true);
+  if (bias.defined()) {
+    check_cpu("linear", bias);
+    check_same_dtype("linear", x, bias);
+    TESSERA_CHECK(bias.shape() == Shape{d.n}, "linear: bias {} for rows of {} (expected [{}])", shape_str(bias.shape()),
+                  d.n, d.n);
+  }
+  Tensor out = Tensor::empty({d.m, d.n}, x.dtype());
+  if (out.numel() == 0) return out;
+  const GemmEpilogue epilogue{bias.defined() && x.dtype() == DType::f32 ? bias.data<float>() : nullptr, relu};
+  if (d.k > 0 && packed_matmul(out, x, w, d, false, true, 1.0, 0.0, epilogue)) return out;
+  matmul_into(out, x, w, false, true, 1.0, 0.0);
+  if (bias.defined() || relu) bias_relu_inplace(out, bias, relu);
   return out;
 }
 

@@ -19,6 +19,10 @@ void gemm_strided_batched(bool trans_a, bool trans_b, std::int64_t m, std::int64
 // out = op(a) @ op(b) over the last two dimensions. a: [..., M, K] ([..., K, M] when trans_a);
 // b: the same leading dimensions as a, or 2-D (one matrix for every batch).
 Tensor matmul(const Tensor& a, const Tensor& b, bool trans_a = false, bool trans_b = false);
+// y = x w^T (+ bias) (then ReLU, NaN kept): a linear layer's forward, x [M, K], w [N, K], bias [N].
+// On the packed kernel the bias and ReLU are applied to each tile as it is stored; otherwise
+// matmul then bias_relu_inplace.
+Tensor linear_bias_relu(const Tensor& x, const Tensor& w, const Tensor& bias, bool relu);
 // sum_i op(a_i) @ op(b_i) over the batch of 3-D a and b: one GEMM call that accumulates every
 // batch into the result (a stride of 0 for C).
 Tensor matmul_batch_sum(const Tensor& a, const Tensor& b, bool trans_a, bool trans_b);

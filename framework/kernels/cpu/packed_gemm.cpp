@@ -138,13 +138,35 @@ void for_each_chunk(std::int64_t m, const PackedWeight& w, const Task& task) {
 
 }  // namespace
 
-void packed_gemm_nt(std::int64_t m, const float* a, std::int64_t lda, const PackedWeight& w, float* c,
-                    std::int64_t ldc) {
+namespace {
+// The epilogue on c's tile of `rows` rows and one panel's columns (masks lo, hi), from column col0.
+void apply_epilogue(const GemmEpilogue& e, float* c, std::int64_t ldc, int rows, std::int64_t col0, __mmask16 lo,
+                    __mmask16 hi) {
+  const __m512 zero = _mm512_setzero_ps();
+  const __m512 b0 = e.bias ? _mm512_maskz_loadu_ps(lo, e.bias + col0) : zero;
+  const __m512 b1 = e.bias ? _mm512_maskz_loadu_ps(hi, e.bias + col0 + 16) : zero;
+  const auto store = [&](float* y, __mmask16 mask, __m512 b) {
+    __m512 v = _mm512_maskz_loadu_ps(mask, y);
+    if (e.bias) v = _mm512_add_ps(v, b);
+    if (e.relu) v = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(v, zero, _CMP_NLE_UQ), v);  // x > 0 or NaN: x; else +0
+    _mm512_mask_storeu_ps(y, mask, v);
+  };
+  for (int i = 0; i < rows; ++i) {
+    store(c + i * ldc, lo, b0);
+    store(c + i * ldc + 16, hi, b1);
+  }
+}
+}  // namespace
+
+void packed_gemm_nt(std::int64_t m, const float* a, std::int64_t lda, const PackedWeight& w, float* c, std::int64_t ldc,
+                    const GemmEpilogue& epilogue) {
+  const bool has_epilogue = epilogue.bias != nullptr || epilogue.relu;
   for_each_chunk(m, w, [&](std::int64_t r0, std::int64_t rows, std::int64_t p0, std::int64_t p1) {
     for_each_tile(rows, w, p0, p1, [&](std::int64_t r, std::int64_t p, __mmask16 lo, __mmask16 hi) {
       const int n = static_cast<int>(std::min<std::int64_t>(kMaxRows, rows - r));
-      kernel_for(n)(a + (r0 + r) * lda, lda, w.panel(p), w.k(), c + (r0 + r) * ldc + p * PackedWeight::kPanel, ldc, lo,
-                    hi, false);
+      float* tile = c + (r0 + r) * ldc + p * PackedWeight::kPanel;
+      kernel_for(n)(a + (r0 + r) * lda, lda, w.panel(p), w.k(), tile, ldc, lo, hi, false);
+      if (has_epilogue) apply_epilogue(epilogue, tile, ldc, n, p * PackedWeight::kPanel, lo, hi);
     });
   });
 }
@@ -264,7 +286,8 @@ void packed_gemm_tn(std::int64_t m, std::int64_t n, std::int64_t k, const float*
 #else
 bool packed_gemm_available() { return false; }
 
-void packed_gemm_nt(std::int64_t, const float*, std::int64_t, const PackedWeight&, float*, std::int64_t) {
+void packed_gemm_nt(std::int64_t, const float*, std::int64_t, const PackedWeight&, float*, std::int64_t,
+                    const GemmEpilogue&) {
   fail("packed_gemm_nt: this build has no AVX-512 (see packed_gemm_available)");
 }
 

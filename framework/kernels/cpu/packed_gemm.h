@@ -41,11 +41,18 @@ class PackedWeight {
 // every GEMM stays on BLAS.
 bool packed_gemm_available();
 
+// What packed_gemm_nt does to each element of c after its sum: + bias[column], then ReLU (a NaN
+// stays NaN, as relu's). Applied tile by tile while the tile is in L1, it saves a pass over c.
+struct GemmEpilogue {
+  const float* bias = nullptr;  // [n], or none
+  bool relu = false;
+};
+
 // c[m, n] = a[m, k] W^T (row-major, leading dimensions lda and ldc), each element a sum over k in
-// order, fused multiply-adds from 0. Threads over blocks of rows and columns unless called inside a
-// parallel region.
-void packed_gemm_nt(std::int64_t m, const float* a, std::int64_t lda, const PackedWeight& w, float* c,
-                    std::int64_t ldc);
+// order, fused multiply-adds from 0, then the epilogue. Threads over blocks of rows and columns
+// unless called inside a parallel region.
+void packed_gemm_nt(std::int64_t m, const float* a, std::int64_t lda, const PackedWeight& w, float* c, std::int64_t ldc,
+                    const GemmEpilogue& epilogue = {});
 
 // c[m, n] = a^T b, or c += a^T b when accumulating: a [k, m] and b [k, n] row-major (rows lda and
 // ldb apart), c rows ldc apart; the weight gradient dY^T x of training. Each element is one chain
