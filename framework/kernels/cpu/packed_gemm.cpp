@@ -34,22 +34,50 @@ PackedWeight::PackedWeight(const float* b, std::int64_t n, std::int64_t k, std::
   pack(b, ldb, b_is_w);
 }
 
+namespace {
+// One panel of PackedWeight from `cols` (1 to kPanel) rows of W (rows_are_columns: src[j * ld + k])
+// or columns of B (src[k * ld + j]), zeros past them.
+void pack_panel(const float* src, std::int64_t ld, bool rows_are_columns, std::int64_t depth, std::int64_t cols,
+                float* out) {
+  constexpr std::int64_t kPanel = PackedWeight::kPanel;
+#if defined(__AVX512F__)
+  const __mmask16 lo = static_cast<__mmask16>(cols >= 16 ? 0xFFFF : (1u << cols) - 1);
+  const __mmask16 hi = static_cast<__mmask16>(cols >= 32 ? 0xFFFF : cols <= 16 ? 0 : (1u << (cols - 16)) - 1);
+  if (!rows_are_columns) {
+    for (std::int64_t k = 0; k < depth; ++k) {
+      _mm512_store_ps(out + k * kPanel, _mm512_maskz_loadu_ps(lo, src + k * ld));
+      _mm512_store_ps(out + k * kPanel + 16, _mm512_maskz_loadu_ps(hi, src + k * ld + 16));
+    }
+    return;
+  }
+  if (ld <= (std::int64_t{1} << 31) / kPanel) {  // the rows' offsets fit the gather's 32-bit indices
+    const __m512i rows = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+                                            _mm512_set1_epi32(static_cast<int>(ld)));
+    for (std::int64_t k = 0; k < depth; ++k) {
+      _mm512_store_ps(out + k * kPanel, _mm512_mask_i32gather_ps(_mm512_setzero_ps(), lo, rows, src + k, 4));
+      _mm512_store_ps(out + k * kPanel + 16,
+                      _mm512_mask_i32gather_ps(_mm512_setzero_ps(), hi, rows, src + 16 * ld + k, 4));
+    }
+    return;
+  }
+#endif
+  for (std::int64_t k = 0; k < depth; ++k) {
+    float* o = out + k * kPanel;
+    for (std::int64_t j = 0; j < cols; ++j) o[j] = rows_are_columns ? src[j * ld + k] : src[k * ld + j];
+    for (std::int64_t j = cols; j < kPanel; ++j) o[j] = 0.0f;
+  }
+}
+}  // namespace
+
 void PackedWeight::pack(const float* src, std::int64_t ld, bool rows_are_columns) {
   const std::size_t bytes = static_cast<std::size_t>(panels() * kPanel * k_) * sizeof(float);
   data_.reset(static_cast<float*>(std::aligned_alloc(64, std::max<std::size_t>(64, (bytes + 63) / 64 * 64))));
   TESSERA_CHECK(data_ != nullptr, "packed weight: out of host memory packing [{}, {}]", n_, k_);
   const bool threads = !omp_in_parallel() && panels() > 1 && n_ * k_ >= (1 << 18);
 #pragma omp parallel for schedule(static) if (threads)
-  for (std::int64_t p = 0; p < panels(); ++p) {
-    float* out = data_.get() + p * kPanel * k_;
-    const std::int64_t cols = std::min(kPanel, n_ - p * kPanel);
-    for (std::int64_t k = 0; k < k_; ++k) {
-      float* o = out + k * kPanel;
-      for (std::int64_t j = 0; j < cols; ++j)
-        o[j] = rows_are_columns ? src[(p * kPanel + j) * ld + k] : src[k * ld + p * kPanel + j];
-      for (std::int64_t j = cols; j < kPanel; ++j) o[j] = 0.0f;
-    }
-  }
+  for (std::int64_t p = 0; p < panels(); ++p)
+    pack_panel(src + p * kPanel * (rows_are_columns ? ld : 1), ld, rows_are_columns, k_,
+               std::min(kPanel, n_ - p * kPanel), data_.get() + p * kPanel * k_);
 }
 
 #if defined(__AVX512F__)
