@@ -20,12 +20,14 @@ void accumulate(Node& n, const Tensor& grad) {
   // A gradient has its value's dtype (mixed precision: a float32 master weight's gradient may
   // arrive in bfloat16 from the op that used its bfloat16 copy).
   const Tensor g = kernels::cast(grad, n.value.dtype());
+  // Held by nobody but `grad` and `g` (a consumer's fresh result): no other tensor sees a change.
+  const bool g_private = g.storage_users() == (g.raw_data() == grad.raw_data() ? 2 : 1);
   if (!n.grad.defined()) {
     // Leaves own their gradient (optimizers and clipping change it in place); an intermediate
     // may share the tensor its consumer produced, since nobody writes to it.
-    n.grad = n.is_leaf && g.raw_data() == grad.raw_data() ? g.clone() : g;
-  } else if (n.is_leaf) {
-    kernels::add_inplace(n.grad, g);
+    n.grad = n.is_leaf && !g_private ? g.clone() : g;
+  } else if (n.is_leaf || n.grad.storage_users() == 1) {
+    kernels::add_inplace(n.grad, g);  // an intermediate's own gradient too: no new tensor
   } else {
     n.grad = kernels::add(n.grad, g);
   }

@@ -24,6 +24,11 @@ TEST(Autograd, SharedSubexpressionsAccumulate) {
   EXPECT_EQ(x.grad().item(), 14.0);
   x.zero_grad();
   EXPECT_FALSE(x.grad().defined());
+  // An intermediate with three consumers (its gradient summed in place once it owns it):
+  // h = 2x, y = h*h + h + h  ->  dy/dx = (2h + 2) * 2 = 28.
+  const ag::Var h = ag::scale(x, 2.0);
+  ag::add(ag::add(ag::mul(h, h), h), h).backward();
+  EXPECT_EQ(x.grad().item(), 28.0);
 }
 
 // The fused linear layers do the unfused ops' arithmetic in the same order: equal bit for bit.
