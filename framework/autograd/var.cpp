@@ -24,7 +24,8 @@ void accumulate(Node& n, const Tensor& grad) {
   const bool g_private = g.storage_users() == (g.raw_data() == grad.raw_data() ? 2 : 1);
   if (!n.grad.defined()) {
     // Leaves own their gradient (optimizers and clipping change it in place); an intermediate
-    // may share the tensor its consumer produced, since nobody writes to it.
+    // may share the tensor its consumer produced: it is added to in place only once it alone
+    // holds it.
     n.grad = n.is_leaf && !g_private ? g.clone() : g;
   } else if (n.is_leaf || n.grad.storage_users() == 1) {
     kernels::add_inplace(n.grad, g);  // an intermediate's own gradient too: no new tensor

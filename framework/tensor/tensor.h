@@ -67,6 +67,7 @@ class Tensor {
   const T* data() const;
   void* raw_data() const { return static_cast<char*>(storage_->data()) + offset_bytes_; }
   // How many tensors (this one and its views) share this tensor's storage; 0 when undefined.
+  // Backward writes into a gradient that it alone holds: memory is only ever shared through Tensors.
   long storage_users() const { return storage_.use_count(); }
 
   // A view with a new shape and the same elements (one dimension may be -1).

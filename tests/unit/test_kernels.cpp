@@ -587,6 +587,37 @@ TEST(CrossEntropy, ForwardBackwardInPlaceEqualsTheTwoOps) {
     }
 }
 
+// Masked classes in the fused kernel: the forward's losses (+inf with smoothing, a NaN where every
+// class is masked) and its lse of -inf for a fully masked row; an ignored row's gradient stays 0.
+TEST(CrossEntropy, ForwardBackwardInPlaceKeepsTheMaskedRowsRules) {
+  const double inf = std::numeric_limits<double>::infinity();
+  const Tensor t = Tensor::from(std::vector<std::int32_t>{0, 3, -100, 1}, {4});
+  for (DType dt : {DType::f32, DType::f64})
+    for (double eps : {0.0, 0.1}) {
+      SCOPED_TRACE(std::string(dtype_name(dt)) + " smoothing " + std::to_string(eps));
+      const Tensor z = Tensor::from(
+          std::vector<double>{1, -inf, 2, 0, 0, -inf, -inf, 0, -inf, -inf, -inf, -inf, -inf, -inf, -inf, -inf}, {4, 4});
+      const auto f = cpu::cross_entropy_forward(z.to(dt), t, eps, -100);
+      Tensor dz = z.to(dt).clone();
+      const auto fb = cpu::cross_entropy_forward_backward(dz, t, eps, -100);
+      for (const auto& [got, ref] : {std::pair{fb.loss, f.loss}, {fb.nll, f.nll}, {fb.lse, f.lse}}) {
+        const auto g = got.to_doubles(), r = ref.to_doubles();
+        for (std::size_t i = 0; i < g.size(); ++i) {
+          if (std::isnan(r[i]) || std::isinf(r[i])) {
+            EXPECT_TRUE(std::isnan(r[i]) ? std::isnan(g[i]) : g[i] == r[i]) << i << ": " << g[i] << " vs " << r[i];
+          } else {
+            EXPECT_NEAR(g[i], r[i], 1e-6) << i;
+          }
+        }
+      }
+      const auto grad = dz.to_doubles();
+      for (std::size_t j = 8; j < 12; ++j) EXPECT_EQ(grad[j], 0.0);            // ignored, every class masked
+      for (std::size_t j = 12; j < 16; ++j) EXPECT_TRUE(std::isnan(grad[j]));  // every class masked
+      const double uniform = dt == DType::f32 ? static_cast<double>(static_cast<float>(eps) / 4.0f) : eps / 4;
+      EXPECT_EQ(grad[1], -uniform);  // a masked class: probability 0, minus the uniform part
+    }
+}
+
 // ---------------------------------------------------------------- Adam
 // The CPU Adam is the fused CUDA Adam's twin, bit for bit: each operation rounded on its own in the
 // rule's order, also in its vectorized, threaded loop (a contracted multiply-add, or a fast-math

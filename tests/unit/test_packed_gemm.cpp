@@ -104,24 +104,27 @@ TEST(PackedGemm, MatmulPacksOnlyTheWeightsOfALiveScope) {
 // rows and blocks of columns on the threads, and each element the ordered chain (so not BLAS).
 TEST(PackedGemm, LargeMatmulsPackTheirRightOperandPerCall) {
   SKIP_WITHOUT_PACKED_KERNEL();
-  const Tensor x = random_f32({600, 72}, 11), w = random_f32({70, 72}, 12);
-  EXPECT_EQ(values(cpu::matmul(x, w, false, true)), ordered_fma(x, w));
-  Tensor b = Tensor::empty({72, 70}, DType::f32);  // w^T: x b is x w^T
-  for (std::int64_t i = 0; i < 70; ++i)
-    for (std::int64_t k = 0; k < 72; ++k) b.data<float>()[k * 70 + i] = w.data<float>()[i * 72 + k];
-  EXPECT_EQ(values(cpu::matmul(x, b, false, false)), ordered_fma(x, w));
-  EXPECT_EQ(values(cpu::matmul(x.reshape({3, 200, 72}), b, false, false)), ordered_fma(x, w)) << "3-D x";
-  const cpu::PackedWeight of_b(b.data<float>(), 70, 72, 70, false), of_w(w);
-  for (std::int64_t p = 0; p < of_w.panels(); ++p)
-    for (std::int64_t i = 0; i < 72 * cpu::PackedWeight::kPanel; ++i)
-      ASSERT_EQ(of_b.panel(p)[i], of_w.panel(p)[i]) << "panel " << p << " at " << i;
+  for (const std::int64_t n : {70, 90}) {  // last panels of 6 and 26 columns (one vector, two)
+    SCOPED_TRACE(std::to_string(n) + " columns");
+    const Tensor x = random_f32({600, 72}, 11), w = random_f32({n, 72}, 12);
+    EXPECT_EQ(values(cpu::matmul(x, w, false, true)), ordered_fma(x, w));
+    Tensor b = Tensor::empty({72, n}, DType::f32);  // w^T: x b is x w^T
+    for (std::int64_t i = 0; i < n; ++i)
+      for (std::int64_t k = 0; k < 72; ++k) b.data<float>()[k * n + i] = w.data<float>()[i * 72 + k];
+    EXPECT_EQ(values(cpu::matmul(x, b, false, false)), ordered_fma(x, w));
+    EXPECT_EQ(values(cpu::matmul(x.reshape({3, 200, 72}), b, false, false)), ordered_fma(x, w)) << "3-D x";
+    const cpu::PackedWeight of_b(b.data<float>(), n, 72, n, false), of_w(w);
+    for (std::int64_t p = 0; p < of_w.panels(); ++p)
+      for (std::int64_t i = 0; i < 72 * cpu::PackedWeight::kPanel; ++i)
+        ASSERT_EQ(of_b.panel(p)[i], of_w.panel(p)[i]) << "panel " << p << " at " << i;
+  }
 }
 
 // A linear layer's forward on the packed kernel: the ordered chain, + bias, then ReLU, as
 // bias_relu_inplace rounds them; a NaN stays NaN, -0 and negatives become +0; partial panels.
 TEST(PackedGemm, LinearAddsBiasAndReluToEachTile) {
   SKIP_WITHOUT_PACKED_KERNEL();
-  const std::int64_t m = 600, n = 70, k = 72;
+  const std::int64_t m = 605, n = 70, k = 72;  // a last row block of 5 rows
   Tensor x = random_f32({m, k}, 13);
   const Tensor w = random_f32({n, k}, 14), bias = random_f32({n}, 15);
   x.data<float>()[5 * k] = std::numeric_limits<float>::quiet_NaN();  // row 5 all NaN
@@ -144,9 +147,13 @@ TEST(PackedGemm, LinearAddsBiasAndReluToEachTile) {
         }
       }
     }
-  // -0 from the product: ReLU gives +0 (a zero row of x, a bias of -0).
-  const Tensor zeros = Tensor::zeros({m, k}, DType::f32), minus_zero = Tensor::full({n}, -0.0, DType::f32);
-  for (const float v : values(cpu::linear_bias_relu(zeros, w, minus_zero, true))) ASSERT_FALSE(std::signbit(v));
+  // -0 into the ReLU: products that underflow to -0, plus a bias of -0. Without ReLU it stays -0.
+  const Tensor tiny = Tensor::full({m, k}, 1e-30, DType::f32), minus_tiny = Tensor::full({n, k}, -1e-30, DType::f32);
+  const Tensor minus_zero = Tensor::full({n}, -0.0, DType::f32);
+  for (const float v : values(cpu::linear_bias_relu(tiny, minus_tiny, minus_zero, false)))
+    ASSERT_TRUE(v == 0.0f && std::signbit(v));
+  for (const float v : values(cpu::linear_bias_relu(tiny, minus_tiny, minus_zero, true)))
+    ASSERT_TRUE(v == 0.0f && !std::signbit(v));
   EXPECT_EQ(testing::error_of([&] { (void)cpu::linear_bias_relu(x, w, Tensor::zeros({n + 1}, DType::f32), true); }),
             "linear: bias [71] for rows of 70 (expected [70])");
 }

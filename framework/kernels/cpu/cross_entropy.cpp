@@ -105,12 +105,20 @@ namespace {
 // One row of cross_entropy_forward_backward: the row's losses from its logits, which it then
 // replaces by their gradient. exp(z - m) is computed once, kept in the row between the passes.
 template <typename T>
-void row_loss_and_gradient(T* row, std::int64_t v, std::int32_t target, T eps, std::int32_t ignore_index, T& loss,
-                           T& nll, T& lse) {
+struct RowLoss {
+  T loss, nll, lse;
+};
+template <typename T>
+RowLoss<T> row_loss_and_gradient(T* row, std::int64_t v, std::int32_t target, T eps, std::int32_t ignore_index) {
   T m = -std::numeric_limits<T>::infinity();
 #pragma omp simd reduction(max : m)
   for (std::int64_t j = 0; j < v; ++j) m = std::max(m, row[j]);
   const bool ignored = target == ignore_index;
+  if (m == -std::numeric_limits<T>::infinity()) {  // every logit -inf: lse -inf, as cross_entropy_forward
+    const T fill = ignored ? T(0) : std::numeric_limits<T>::quiet_NaN();
+    std::fill_n(row, v, fill);
+    return {fill, fill, m};
+  }
   const T z_target = ignored ? T(0) : row[target];
   T sum = 0, sum_shifted = 0;
 #pragma omp simd reduction(+ : sum, sum_shifted)
@@ -120,19 +128,18 @@ void row_loss_and_gradient(T* row, std::int64_t v, std::int32_t target, T eps, s
     sum += row[j];
   }
   const T log_sum = std::log(sum);
-  lse = m + log_sum;
   if (ignored) {
-    loss = nll = 0;
     std::fill_n(row, v, T(0));
-    return;
+    return {0, 0, m + log_sum};
   }
-  nll = (m - z_target) + log_sum;
+  const T nll = (m - z_target) + log_sum;
   // As cross_entropy_forward: a -inf logit would make the uniform part 0 * inf without smoothing.
-  loss = (T(1) - eps) * nll + (eps > 0 ? eps * (log_sum - sum_shifted / static_cast<T>(v)) : T(0));
+  const T loss = (T(1) - eps) * nll + (eps > 0 ? eps * (log_sum - sum_shifted / static_cast<T>(v)) : T(0));
   const T inv_sum = T(1) / sum, uniform = eps / static_cast<T>(v);
 #pragma omp simd
   for (std::int64_t j = 0; j < v; ++j) row[j] = row[j] * inv_sum - uniform;
   row[target] -= T(1) - eps;
+  return {loss, nll, m + log_sum};
 }
 }  // namespace
 
@@ -149,8 +156,12 @@ CrossEntropyOutput cross_entropy_forward_backward(Tensor& logits, const Tensor& 
     T* nll = out.nll.data<T>();
     const T eps = static_cast<T>(smoothing);
 #pragma omp parallel for schedule(static) if (dm.n * dm.v > 32768)
-    for (std::int64_t i = 0; i < dm.n; ++i)
-      row_loss_and_gradient(z + i * dm.v, dm.v, t[i], eps, ignore_index, loss[i], nll[i], lse[i]);
+    for (std::int64_t i = 0; i < dm.n; ++i) {
+      const RowLoss<T> r = row_loss_and_gradient(z + i * dm.v, dm.v, t[i], eps, ignore_index);
+      loss[i] = r.loss;
+      nll[i] = r.nll;
+      lse[i] = r.lse;
+    }
   });
   return out;
 }

@@ -49,7 +49,7 @@ void drop_block_groups(const T* in, T* out, std::int64_t groups, DropoutRule rul
 
 #if defined(__AVX512F__)
 // GCC 12 warns about the "undefined" pass-through operand inside its own AVX-512 headers (GCC
-// bug 105593, fixed in GCC 13).
+// bug 105593, fixed in GCC 13): in the multiplies and shifts of the next three functions.
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 // a * m as 32-bit halves, lane by lane (m's multiplier in every 64-bit lane): the low words

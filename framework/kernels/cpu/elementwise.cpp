@@ -234,9 +234,9 @@ Tensor sum_to_shape(const Tensor& t, const Shape& shape) {
     const std::int64_t inner = full[r - 1];
     const std::int64_t rows = inner == 0 ? 0 : t.numel() / inner;
     const std::int64_t st = so[r - 1];
-    // Many input rows land on the same output row, so the threads split the columns (in cache
-    // lines) and each adds every row in order: the same sums as one thread, bit for bit.
-    const std::int64_t lines = st == 1 ? (inner + 15) / 16 : 1;
+    // Many input rows land on the same output row, so the threads split the columns (in blocks
+    // of 16) and each adds every row in order: the same sums as one thread, bit for bit.
+    const std::int64_t lines = st == 1 ? (inner + 15) / 16 : 1;  // blocks of 16 columns
 #pragma omp parallel if (lines > 1 && t.numel() > 32768)
     {
       const std::int64_t count = omp_get_num_threads(), id = omp_get_thread_num();

@@ -35,18 +35,28 @@ PackedWeight::PackedWeight(const float* b, std::int64_t n, std::int64_t k, std::
 }
 
 namespace {
+#if defined(__AVX512F__)
+// The masks of a panel's first `cols` columns (1 to 32) in its two vectors.
+std::pair<__mmask16, __mmask16> column_masks(std::int64_t cols) {
+  return {static_cast<__mmask16>(cols >= 16 ? 0xFFFF : (1u << cols) - 1),
+          static_cast<__mmask16>(cols >= 32   ? 0xFFFF
+                                 : cols <= 16 ? 0
+                                              : (1u << (cols - 16)) - 1)};
+}
+#endif
+
 // One panel of PackedWeight from `cols` (1 to kPanel) rows of W (rows_are_columns: src[j * ld + k])
 // or columns of B (src[k * ld + j]), zeros past them.
 void pack_panel(const float* src, std::int64_t ld, bool rows_are_columns, std::int64_t depth, std::int64_t cols,
                 float* out) {
   constexpr std::int64_t kPanel = PackedWeight::kPanel;
 #if defined(__AVX512F__)
-  const __mmask16 lo = static_cast<__mmask16>(cols >= 16 ? 0xFFFF : (1u << cols) - 1);
-  const __mmask16 hi = static_cast<__mmask16>(cols >= 32 ? 0xFFFF : cols <= 16 ? 0 : (1u << (cols - 16)) - 1);
+  const auto [lo, hi] = column_masks(cols);
+  const __m512 zero = _mm512_setzero_ps();
   if (!rows_are_columns) {
     for (std::int64_t k = 0; k < depth; ++k) {
       _mm512_store_ps(out + k * kPanel, _mm512_maskz_loadu_ps(lo, src + k * ld));
-      _mm512_store_ps(out + k * kPanel + 16, _mm512_maskz_loadu_ps(hi, src + k * ld + 16));
+      _mm512_store_ps(out + k * kPanel + 16, hi ? _mm512_maskz_loadu_ps(hi, src + k * ld + 16) : zero);
     }
     return;
   }
@@ -54,9 +64,9 @@ void pack_panel(const float* src, std::int64_t ld, bool rows_are_columns, std::i
     const __m512i rows = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
                                             _mm512_set1_epi32(static_cast<int>(ld)));
     for (std::int64_t k = 0; k < depth; ++k) {
-      _mm512_store_ps(out + k * kPanel, _mm512_mask_i32gather_ps(_mm512_setzero_ps(), lo, rows, src + k, 4));
+      _mm512_store_ps(out + k * kPanel, _mm512_mask_i32gather_ps(zero, lo, rows, src + k, 4));
       _mm512_store_ps(out + k * kPanel + 16,
-                      _mm512_mask_i32gather_ps(_mm512_setzero_ps(), hi, rows, src + 16 * ld + k, 4));
+                      hi ? _mm512_mask_i32gather_ps(zero, hi, rows, src + 16 * ld + k, 4) : zero);
     }
     return;
   }
@@ -126,14 +136,6 @@ template <bool kPackedA = false>
 MicroKernel kernel_for(int rows) {
   static constexpr auto kernels = micro_kernels<kPackedA>(std::make_integer_sequence<int, kMaxRows>{});
   return kernels[static_cast<std::size_t>(rows - 1)];
-}
-
-// The masks of a panel's first `cols` columns (1 to 32) in its two vectors.
-std::pair<__mmask16, __mmask16> column_masks(std::int64_t cols) {
-  return {static_cast<__mmask16>(cols >= 16 ? 0xFFFF : (1u << cols) - 1),
-          static_cast<__mmask16>(cols >= 32   ? 0xFFFF
-                                 : cols <= 16 ? 0
-                                              : (1u << (cols - 16)) - 1)};
 }
 
 // Runs micro(r, p, mask_lo, mask_hi) for row blocks r (from 0, kMaxRows apart) of m rows and the
