@@ -27,13 +27,12 @@ void project_block(const Tensor& h, const Tensor& w, const Tensor& targets, doub
   const Tensor hb = h.narrow_rows(r0, rows), tb = targets.narrow_rows(r0, rows);
   Tensor zb = z.narrow_rows(0, rows);
   cpu::matmul_into(zb, hb, w, false, true, 1.0, 0.0);
-  const bool grads = out.dh.defined() || out.dw.defined();
-  // With gradients the logits' block turns into their gradient dz in place.
-  const kernels::CrossEntropyOutput f = grads ? cpu::cross_entropy_forward_backward(zb, tb, smoothing, ignore_index)
-                                              : cpu::cross_entropy_forward(zb, tb, smoothing, ignore_index);
+  // The logits' block turns into their gradient dz in place, also when no gradient is wanted: the
+  // loss then rounds as training's does (validation's loss of a batch is training's, bit for bit).
+  const kernels::CrossEntropyOutput f = cpu::cross_entropy_forward_backward(zb, tb, smoothing, ignore_index);
   out.loss.narrow_rows(r0, rows).copy_from(f.loss);
   out.nll.narrow_rows(r0, rows).copy_from(f.nll);
-  if (!grads) return;
+  if (!out.dh.defined() && !out.dw.defined()) return;
   const Tensor& dz = zb;
   if (out.w_columns) {
     cpu::packed_gemm_nt(rows, dz.data<float>(), dz.size(1), *out.w_columns, out.dh.data<float>() + r0 * h.size(1),

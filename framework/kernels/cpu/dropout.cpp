@@ -50,8 +50,10 @@ void drop_block_groups(const T* in, T* out, std::int64_t groups, DropoutRule rul
 #if defined(__AVX512F__)
 // GCC 12 warns about the "undefined" pass-through operand inside its own AVX-512 headers (GCC
 // bug 105593, fixed in GCC 13): in the multiplies and shifts of the next three functions.
+#if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
 // a * m as 32-bit halves, lane by lane (m's multiplier in every 64-bit lane): the low words
 // returned, the high ones in *hi. AVX-512 multiplies the even lanes, then the odd ones.
 __m512i mul_lo_hi(__m512i a, __m512i m, __m512i* hi) {
@@ -112,7 +114,9 @@ void drop_block_groups16(const float* in, float* out, std::int64_t groups, Dropo
     }
   }
 }
+#if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic pop
+#endif
 #endif
 
 // Whole groups of blocks in parallel; returns the number of blocks they covered.
